@@ -1,0 +1,43 @@
+// Package nomad connects nomad-statefulset to a real Nomad cluster: the
+// watcher that keeps a cache from the event stream, and the effects that
+// register child jobs and manage host volumes.
+package nomad
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// ErrNotFound is returned by API getters when the object does not exist.
+var ErrNotFound = errors.New("not found")
+
+// API is the slice of the Nomad HTTP API that nomad-statefulset uses. NewAPI
+// wraps a real *api.Client; backend/memory.Nomad simulates it for fast tests,
+// fault injection and scale benchmarks. Keeping it narrow keeps the simulator
+// honest.
+type API interface {
+	// ListJobs lists the jobs of a namespace ("*" for all namespaces).
+	ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error)
+	// GetJob returns one job, or ErrNotFound.
+	GetJob(ctx context.Context, namespace, id string) (*api.Job, error)
+	// RegisterJob registers a job. With enforce set, the register succeeds
+	// only if the job's current JobModifyIndex equals modifyIndex (0 means the
+	// job must not exist yet): this is the check-and-set every write uses.
+	RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error)
+	// DeregisterJob stops a job, and purges it when purge is set.
+	DeregisterJob(ctx context.Context, namespace, id string, purge bool) error
+	// JobAllocations lists the allocations of one job, old ones included.
+	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
+	// CreateHostVolume creates a dynamic host volume.
+	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)
+	// ListHostVolumes lists host volumes in a namespace whose name has prefix.
+	ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error)
+	// DeleteHostVolume deletes a host volume by ID.
+	DeleteHostVolume(ctx context.Context, namespace, id string) error
+	// Events subscribes to the event stream from index for the Job,
+	// Allocation, Deployment and HostVolume topics. The channel closes when
+	// the stream ends; the caller then re-lists and subscribes again.
+	Events(ctx context.Context, index uint64) (<-chan *api.Events, error)
+}

@@ -1,0 +1,245 @@
+package reconciler
+
+import "time"
+
+// PodManagementPolicy selects how pods are created and deleted when the set
+// scales: one at a time in ordinal order, or all at once.
+type PodManagementPolicy string
+
+const (
+	// OrderedReady creates pods in ascending ordinal order, each only after
+	// its predecessor is Running and Ready, and deletes them in reverse.
+	OrderedReady PodManagementPolicy = "OrderedReady"
+	// Parallel creates and deletes pods without waiting for one another.
+	Parallel PodManagementPolicy = "Parallel"
+)
+
+// UpdateStrategy selects how pods move to a new revision.
+type UpdateStrategy string
+
+const (
+	// RollingUpdate replaces pods from the highest ordinal down to the
+	// partition, waiting for each to become healthy.
+	RollingUpdate UpdateStrategy = "RollingUpdate"
+	// OnDelete updates a pod only after someone deletes it.
+	OnDelete UpdateStrategy = "OnDelete"
+)
+
+// RetentionPolicy says what happens to a pod's volumes when the pod goes away.
+type RetentionPolicy string
+
+const (
+	// Retain keeps volumes forever; a later pod with the same ordinal reuses them.
+	Retain RetentionPolicy = "Retain"
+	// Delete removes the volumes once the pod that used them is gone.
+	Delete RetentionPolicy = "Delete"
+)
+
+// IntOrPercent is a count that may be given as an absolute number or as a
+// percentage of the replica count, like Kubernetes' intstr.IntOrString.
+type IntOrPercent struct {
+	// Value is the number, or the percentage when Percent is true.
+	Value int
+	// Percent marks Value as a percentage of replicas.
+	Percent bool
+}
+
+// Spec is the desired state of one set, parsed from the parent job's
+// statefulset_* annotations. Every field has the DESIGN §1 default applied.
+type Spec struct {
+	Namespace            string
+	Name                 string
+	Replicas             int
+	OrdinalsStart        int
+	PodManagementPolicy  PodManagementPolicy
+	UpdateStrategy       UpdateStrategy
+	Partition            int
+	MaxUnavailable       IntOrPercent
+	MinReadySeconds      int
+	RevisionHistoryLimit int
+	// VolumeClaims are the group volume names that become per-ordinal volumes.
+	VolumeClaims     []string
+	WhenDeleted      RetentionPolicy
+	WhenScaled       RetentionPolicy
+	Paused           bool
+	ProgressDeadline time.Duration
+	// Generation identifies the parent job version this spec came from (its
+	// JobModifyIndex); it is echoed into Status.ObservedGeneration.
+	Generation uint64
+	// Deleted is true once the parent job is stopped or purged: the set is
+	// then torn down (cascading delete).
+	Deleted bool
+}
+
+// Revision is one immutable snapshot of the revisioned part of the parent job.
+type Revision struct {
+	// Name is "<set>-<hash>".
+	Name string
+	// Hash is the hash of Data plus the collision count it was created with.
+	Hash string
+	// Number orders revisions; a rollback gives an old revision a new number.
+	Number int64
+	// Data is the canonical form of the revisioned fields (jobs.RevisionData).
+	Data []byte
+	// CreatedAt is when the revision was first recorded.
+	CreatedAt time.Time
+	// JobVersion is the parent job version the revision was first seen in.
+	JobVersion uint64
+}
+
+// Phase is the coarse lifecycle phase of a pod, derived from its child job
+// and newest allocation.
+type Phase string
+
+const (
+	// PhasePending means the child exists but its allocation is not running yet.
+	PhasePending Phase = "Pending"
+	// PhaseRunning means the allocation is running (it may not be ready).
+	PhaseRunning Phase = "Running"
+	// PhaseSucceeded means the allocation finished and will not run again.
+	PhaseSucceeded Phase = "Succeeded"
+	// PhaseFailed means Nomad will not restart or reschedule it again.
+	PhaseFailed Phase = "Failed"
+)
+
+// Pod is the observed state of one child job ("pod").
+type Pod struct {
+	Ordinal int
+	// Revision is the revision name the child was rendered from.
+	Revision string
+	Created  time.Time
+	Phase    Phase
+	// Ready means Running and healthy according to Nomad.
+	Ready bool
+	// ReadySince is when the pod last became Ready; zero if not Ready.
+	ReadySince time.Time
+	// Terminating means a stop was requested but the allocation is not terminal.
+	Terminating bool
+	// Drifted means the child job no longer matches what its revision
+	// renders (someone edited it): identityMatches/storageMatches failed.
+	Drifted bool
+}
+
+// Volume is an observed per-ordinal volume.
+type Volume struct {
+	Claim   string
+	Ordinal int
+	// Name is "<claim>-<set>-<ordinal>".
+	Name string
+}
+
+// ConditionType names a status condition.
+type ConditionType string
+
+const (
+	// ConditionProgressing is true while a rollout or scale is under way and
+	// has not exceeded its progress deadline.
+	ConditionProgressing ConditionType = "Progressing"
+	// ConditionAvailable is true when every desired replica is available.
+	ConditionAvailable ConditionType = "Available"
+	// ConditionRolloutStuck is true when no progress was made within the
+	// progress deadline.
+	ConditionRolloutStuck ConditionType = "RolloutStuck"
+	// ConditionInvalidSpec is true when the parent job's annotations do not
+	// parse or break a rule; the set is then left untouched.
+	ConditionInvalidSpec ConditionType = "InvalidSpec"
+)
+
+// Condition is one status condition, in the Kubernetes style.
+type Condition struct {
+	Type               ConditionType
+	Status             bool
+	Reason             string
+	Message            string
+	LastTransitionTime time.Time
+}
+
+// Status is the observed status of a set, as reported to users.
+type Status struct {
+	ObservedGeneration uint64
+	Replicas           int
+	ReadyReplicas      int
+	AvailableReplicas  int
+	CurrentReplicas    int
+	UpdatedReplicas    int
+	CurrentRevision    string
+	UpdateRevision     string
+	CollisionCount     int
+	Conditions         []Condition
+	// LastProgressTime is when the set last made progress; the progress
+	// deadline is measured from it.
+	LastProgressTime time.Time
+}
+
+// Input is everything a reconcile needs. It is a value: the reconciler reads
+// it and never changes it.
+type Input struct {
+	Spec Spec
+	// TemplateData is the canonical revisioned data of the parent job as it
+	// is now (jobs.RevisionData). Empty when Spec.Deleted.
+	TemplateData []byte
+	// Revisions are the stored revisions of this set, in any order.
+	Revisions []Revision
+	// Pods are the observed child jobs, in any order.
+	Pods []Pod
+	// Volumes are the observed per-ordinal volumes, in any order.
+	Volumes []Volume
+	// Previous is the status last written, used for collision counts,
+	// condition transition times and progress tracking.
+	Previous Status
+	// JobVersion is the parent job's current version, recorded on new revisions.
+	JobVersion uint64
+	// Now is the time of this decision; the reconciler reads no clock.
+	Now time.Time
+}
+
+// ActionType names an effect the caller must carry out.
+type ActionType string
+
+const (
+	// ActionCreateRevision stores a new revision.
+	ActionCreateRevision ActionType = "CreateRevision"
+	// ActionUpdateRevision stores an existing revision with a new Number (a rollback).
+	ActionUpdateRevision ActionType = "UpdateRevision"
+	// ActionDeleteRevision removes a revision trimmed by the history limit.
+	ActionDeleteRevision ActionType = "DeleteRevision"
+	// ActionCreateVolume creates a per-ordinal volume.
+	ActionCreateVolume ActionType = "CreateVolume"
+	// ActionDeleteVolume deletes a per-ordinal volume.
+	ActionDeleteVolume ActionType = "DeleteVolume"
+	// ActionCreatePod registers the child job for an ordinal at a revision.
+	ActionCreatePod ActionType = "CreatePod"
+	// ActionDeletePod stops the child job for an ordinal.
+	ActionDeletePod ActionType = "DeletePod"
+	// ActionRepairPod re-registers a drifted child at its own revision.
+	ActionRepairPod ActionType = "RepairPod"
+	// ActionDeleteSetState removes the set's revision history and status;
+	// it comes last in a cascading delete.
+	ActionDeleteSetState ActionType = "DeleteSetState"
+)
+
+// Action is one effect. Only the fields that matter for its Type are set.
+type Action struct {
+	Type ActionType
+	// Ordinal is set for pod and volume actions.
+	Ordinal int
+	// Revision is the revision for CreatePod/RepairPod and the revision
+	// acted on for revision actions.
+	Revision Revision
+	// Volume is set for volume actions.
+	Volume Volume
+	// Reason is a short human explanation for logs and events.
+	Reason string
+}
+
+// Output is the decision of one reconcile.
+type Output struct {
+	// Actions must be carried out in order. If one fails the caller stops
+	// and reconciles again later from fresh observations.
+	Actions []Action
+	// Status is the status to record once the actions have been carried out.
+	Status Status
+	// Requeue, if non-zero, is how long from Now the set should be looked at
+	// again even without new events (minReadySeconds, progress deadline).
+	Requeue time.Duration
+}
