@@ -1,0 +1,115 @@
+// Package client holds the JSON types of the agent's HTTP API and a small
+// client for it. The agent serves these types; the CLI reads them.
+package client
+
+import "time"
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	// Status is "ok" or "degraded".
+	Status string `json:"status"`
+	// Leader is true when this agent holds leadership (always true without HA).
+	Leader bool `json:"leader"`
+	// Checks maps a dependency ("nomad", "store") to "ok" or an error message.
+	Checks map[string]string `json:"checks"`
+}
+
+// SetSummary is one row of GET /v1/statefulsets.
+type SetSummary struct {
+	Namespace       string      `json:"namespace"`
+	Name            string      `json:"name"`
+	Replicas        int         `json:"replicas"`
+	ReadyReplicas   int         `json:"ready_replicas"`
+	CurrentRevision string      `json:"current_revision"`
+	UpdateRevision  string      `json:"update_revision"`
+	Conditions      []Condition `json:"conditions"`
+}
+
+// SetList is the body of GET /v1/statefulsets.
+type SetList struct {
+	Sets []SetSummary `json:"sets"`
+}
+
+// Spec is the parsed set spec, as the agent understood the annotations.
+type Spec struct {
+	Replicas             int      `json:"replicas"`
+	OrdinalsStart        int      `json:"ordinals_start"`
+	PodManagementPolicy  string   `json:"pod_management_policy"`
+	UpdateStrategy       string   `json:"update_strategy"`
+	Partition            int      `json:"partition"`
+	MaxUnavailable       string   `json:"max_unavailable"`
+	MinReadySeconds      int      `json:"min_ready_seconds"`
+	RevisionHistoryLimit int      `json:"revision_history_limit"`
+	VolumeClaims         []string `json:"volume_claims"`
+	WhenDeleted          string   `json:"volume_retention_when_deleted"`
+	WhenScaled           string   `json:"volume_retention_when_scaled"`
+	Paused               bool     `json:"paused"`
+	ProgressDeadline     string   `json:"progress_deadline"`
+}
+
+// Status is a set's status.
+type Status struct {
+	ObservedGeneration uint64      `json:"observed_generation"`
+	Replicas           int         `json:"replicas"`
+	ReadyReplicas      int         `json:"ready_replicas"`
+	AvailableReplicas  int         `json:"available_replicas"`
+	CurrentReplicas    int         `json:"current_replicas"`
+	UpdatedReplicas    int         `json:"updated_replicas"`
+	CurrentRevision    string      `json:"current_revision"`
+	UpdateRevision     string      `json:"update_revision"`
+	CollisionCount     int         `json:"collision_count"`
+	Conditions         []Condition `json:"conditions"`
+}
+
+// Condition is one status condition.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             bool      `json:"status"`
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message"`
+	LastTransitionTime time.Time `json:"last_transition_time"`
+}
+
+// Pod is one row of the per-ordinal table.
+type Pod struct {
+	Ordinal    int       `json:"ordinal"`
+	Name       string    `json:"name"`
+	Revision   string    `json:"revision"`
+	AllocID    string    `json:"alloc_id"`
+	NodeID     string    `json:"node_id"`
+	State      string    `json:"state"`
+	ReadySince time.Time `json:"ready_since"`
+	Volumes    []string  `json:"volumes"`
+}
+
+// Revision is one stored revision.
+type Revision struct {
+	Number     int64     `json:"number"`
+	Name       string    `json:"name"`
+	CreatedAt  time.Time `json:"created_at"`
+	JobVersion uint64    `json:"job_version"`
+	// Template is the revision's canonical data (JSON); only filled in when
+	// one revision is asked for.
+	Template string `json:"template,omitempty"`
+}
+
+// Event is a recent event on a set, newest last.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"`
+	Message string    `json:"message"`
+}
+
+// SetDetail is the body of GET /v1/statefulset/<namespace>/<name>.
+type SetDetail struct {
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Spec      Spec       `json:"spec"`
+	Status    Status     `json:"status"`
+	Pods      []Pod      `json:"pods"`
+	Revisions []Revision `json:"revisions"`
+	Events    []Event    `json:"events"`
+	// Error is set when the parent job's annotations are invalid or the
+	// set's stored state is corrupt.
+	Error string `json:"error,omitempty"`
+}
