@@ -1,0 +1,401 @@
+package nomad
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// Meta keys that tie a child job to its set. They are written by
+// jobs.RenderChild; the cache only reads them.
+const (
+	metaManaged = "statefulset"
+	metaParent  = "statefulset_parent"
+	metaOrdinal = "statefulset_ordinal"
+)
+
+// child is the cached state of one child job and its allocations.
+type child struct {
+	job    *api.Job
+	allocs map[string]*api.AllocationListStub
+	// purged marks a child Nomad purged while its allocations were still
+	// stopping; it is forgotten once they are terminal.
+	purged bool
+}
+
+// Cache is the watcher's in-memory view of the cluster, grouped by set. It is
+// filled by a full list and kept current by the event stream. Updates only
+// move forward (by modify index), so replayed events are harmless.
+type Cache struct {
+	mu sync.RWMutex
+	// index is the highest Nomad raft index the cache reflects.
+	index   uint64
+	synced  bool
+	parents map[backend.SetKey]*api.Job
+	// purged records parents that were purged from Nomad while the set
+	// still had children, so the cascading delete can finish.
+	purged   map[backend.SetKey]*api.Job
+	children map[backend.SetKey]map[string]*child
+	// owner maps "namespace/jobID" of a child to its set, for allocation events.
+	owner map[string]backend.SetKey
+	// volumes maps "namespace/<claim>-<set>" to ordinal to volume.
+	volumes map[string]map[int]*api.HostVolumeStub
+}
+
+// NewCache returns an empty, unsynced cache.
+func NewCache() *Cache {
+	c := &Cache{}
+	c.reset()
+	return c
+}
+
+func (c *Cache) reset() {
+	c.parents = map[backend.SetKey]*api.Job{}
+	c.purged = map[backend.SetKey]*api.Job{}
+	c.children = map[backend.SetKey]map[string]*child{}
+	c.owner = map[string]backend.SetKey{}
+	c.volumes = map[string]map[int]*api.HostVolumeStub{}
+}
+
+// Index returns the highest Nomad index the cache reflects.
+func (c *Cache) Index() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.index
+}
+
+// Synced reports whether a full list has completed since the cache was created.
+func (c *Cache) Synced() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.synced
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func u64(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func jobNamespace(j *api.Job) string {
+	if ns := str(j.Namespace); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// parentOf returns the set a child job belongs to, from its meta.
+func parentOf(j *api.Job) (backend.SetKey, bool) {
+	p, ok := j.Meta[metaParent]
+	if !ok || p == "" {
+		return backend.SetKey{}, false
+	}
+	return backend.SetKey{Namespace: jobNamespace(j), Name: p}, true
+}
+
+func isParent(j *api.Job) bool {
+	return j.Meta[metaManaged] == "true" && j.Meta[metaParent] == ""
+}
+
+// Snapshot is a full listing, used to replace the cache's contents.
+type Snapshot struct {
+	Index   uint64
+	Jobs    []*api.Job
+	Allocs  []*api.AllocationListStub
+	Volumes []*api.HostVolumeStub
+}
+
+// Replace swaps the cache's contents for a full listing and returns every set
+// that was or is now known, so all of them are reconciled again.
+func (c *Cache) Replace(s Snapshot) []backend.SetKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	touched := map[backend.SetKey]struct{}{}
+	for k := range c.parents {
+		touched[k] = struct{}{}
+	}
+	for k := range c.children {
+		touched[k] = struct{}{}
+	}
+	purged := c.purged
+	c.reset()
+	for _, j := range s.Jobs {
+		if k, ok := c.upsertJobLocked(j); ok {
+			touched[k] = struct{}{}
+		}
+	}
+	for _, a := range s.Allocs {
+		if k, ok := c.upsertAllocLocked(a); ok {
+			touched[k] = struct{}{}
+		}
+	}
+	for _, v := range s.Volumes {
+		c.putVolumeLocked(v)
+	}
+	// A purged parent is remembered until its children are gone.
+	for k, j := range purged {
+		if _, back := c.parents[k]; !back && len(c.children[k]) > 0 {
+			c.purged[k] = j
+		}
+	}
+	if s.Index > c.index {
+		c.index = s.Index
+	}
+	c.synced = true
+	return sortedKeys(touched)
+}
+
+func sortedKeys(m map[backend.SetKey]struct{}) []backend.SetKey {
+	out := make([]backend.SetKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// UpsertJob records a job seen in an event or after a write. It returns the
+// set the job belongs to, if any.
+func (c *Cache) UpsertJob(j *api.Job, index uint64) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	return c.upsertJobLocked(j)
+}
+
+func (c *Cache) advanceLocked(index uint64) {
+	if index > c.index {
+		c.index = index
+	}
+}
+
+func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
+	if j == nil || j.ID == nil {
+		return backend.SetKey{}, false
+	}
+	if isParent(j) {
+		k := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
+		if old, ok := c.parents[k]; ok && u64(old.ModifyIndex) > u64(j.ModifyIndex) {
+			return k, true
+		}
+		c.parents[k] = j
+		delete(c.purged, k)
+		return k, true
+	}
+	k, ok := parentOf(j)
+	if !ok {
+		// A job that was a parent and lost its annotation is no longer ours.
+		pk := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
+		if _, was := c.parents[pk]; was {
+			delete(c.parents, pk)
+			return pk, true
+		}
+		return backend.SetKey{}, false
+	}
+	id := jobNamespace(j) + "/" + *j.ID
+	kids := c.children[k]
+	if kids == nil {
+		kids = map[string]*child{}
+		c.children[k] = kids
+	}
+	ch := kids[*j.ID]
+	if ch == nil {
+		ch = &child{allocs: map[string]*api.AllocationListStub{}}
+		kids[*j.ID] = ch
+	} else if ch.job != nil && u64(ch.job.ModifyIndex) > u64(j.ModifyIndex) {
+		return k, true
+	}
+	ch.job = j
+	c.owner[id] = k
+	return k, true
+}
+
+// RemoveJob forgets a job that Nomad purged.
+func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	pk := backend.SetKey{Namespace: namespace, Name: id}
+	if p, ok := c.parents[pk]; ok {
+		delete(c.parents, pk)
+		if len(c.children[pk]) > 0 {
+			c.purged[pk] = p
+		}
+		return pk, true
+	}
+	k, ok := c.owner[namespace+"/"+id]
+	if !ok {
+		return backend.SetKey{}, false
+	}
+	if kids := c.children[k]; kids != nil {
+		if ch := kids[id]; ch != nil && !allTerminal(ch.allocs) {
+			// Purged but its allocations are still stopping: keep it as a
+			// stopped job so the pod shows as Terminating, never as gone.
+			stopped := *ch.job
+			stopped.Stop = boolPtr(true)
+			ch.job = &stopped
+			ch.purged = true
+			return k, true
+		}
+		delete(kids, id)
+		if len(kids) == 0 {
+			delete(c.children, k)
+		}
+	}
+	delete(c.owner, namespace+"/"+id)
+	return k, true
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+// UpsertAlloc records an allocation seen in an event.
+func (c *Cache) UpsertAlloc(a *api.AllocationListStub, index uint64) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	return c.upsertAllocLocked(a)
+}
+
+func (c *Cache) upsertAllocLocked(a *api.AllocationListStub) (backend.SetKey, bool) {
+	if a == nil {
+		return backend.SetKey{}, false
+	}
+	ns := a.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	k, ok := c.owner[ns+"/"+a.JobID]
+	if !ok {
+		return backend.SetKey{}, false
+	}
+	ch := c.children[k][a.JobID]
+	if ch == nil {
+		return backend.SetKey{}, false
+	}
+	if old, ok := ch.allocs[a.ID]; ok && old.ModifyIndex > a.ModifyIndex {
+		return k, true
+	}
+	ch.allocs[a.ID] = a
+	// A purged child whose last allocation just finished is now gone.
+	if ch.purged && allTerminal(ch.allocs) {
+		delete(c.children[k], a.JobID)
+		delete(c.owner, ns+"/"+a.JobID)
+	}
+	return k, true
+}
+
+// PutVolume records a volume seen in a listing or created by us.
+func (c *Cache) PutVolume(v *api.HostVolumeStub) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putVolumeLocked(v)
+}
+
+func (c *Cache) putVolumeLocked(v *api.HostVolumeStub) {
+	base, ord, ok := splitOrdinal(v.Name)
+	if !ok {
+		return
+	}
+	ns := v.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	key := ns + "/" + base
+	m := c.volumes[key]
+	if m == nil {
+		m = map[int]*api.HostVolumeStub{}
+		c.volumes[key] = m
+	}
+	m[ord] = v
+}
+
+// RemoveVolume forgets a volume we deleted.
+func (c *Cache) RemoveVolume(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	base, ord, ok := splitOrdinal(name)
+	if !ok {
+		return
+	}
+	key := namespace + "/" + base
+	delete(c.volumes[key], ord)
+	if len(c.volumes[key]) == 0 {
+		delete(c.volumes, key)
+	}
+}
+
+// splitOrdinal splits "<base>-<n>" into base and n.
+func splitOrdinal(name string) (string, int, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || i == len(name)-1 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(name[i+1:])
+	if err != nil || n < 0 {
+		return "", 0, false
+	}
+	return name[:i], n, true
+}
+
+// Sets returns every set the cache knows: live parents, and purged parents
+// whose children still exist.
+func (c *Cache) Sets() []backend.SetKey {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m := map[backend.SetKey]struct{}{}
+	for k := range c.parents {
+		m[k] = struct{}{}
+	}
+	for k := range c.children {
+		m[k] = struct{}{}
+	}
+	return sortedKeys(m)
+}
+
+func allTerminal(allocs map[string]*api.AllocationListStub) bool {
+	for _, a := range allocs {
+		if !terminalClientStatus(a.ClientStatus) {
+			return false
+		}
+	}
+	return true
+}
+
+func terminalClientStatus(s string) bool {
+	switch s {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+// ownerOf reports the set a job belongs to: the set itself for a parent, the
+// parent's set for a child.
+func (c *Cache) ownerOf(namespace, jobID string) (backend.SetKey, bool) {
+	if namespace == "" {
+		namespace = "default"
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if k, ok := c.owner[namespace+"/"+jobID]; ok {
+		return k, true
+	}
+	k := backend.SetKey{Namespace: namespace, Name: jobID}
+	if _, ok := c.parents[k]; ok {
+		return k, true
+	}
+	return backend.SetKey{}, false
+}

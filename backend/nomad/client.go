@@ -1,0 +1,166 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Client implements API over a real Nomad agent.
+type Client struct {
+	c *api.Client
+}
+
+// NewAPI wraps a Nomad API client.
+func NewAPI(c *api.Client) *Client { return &Client{c: c} }
+
+// Raw returns the wrapped client, for the few callers (the e2e harness, the
+// CLI) that need more of the API than the daemon does.
+func (n *Client) Raw() *api.Client { return n.c }
+
+func query(ctx context.Context, namespace string) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
+}
+
+func write(ctx context.Context, namespace string) *api.WriteOptions {
+	return (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)
+}
+
+// IsNotFound reports whether err is Nomad's 404.
+func IsNotFound(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrNotFound) {
+		return true
+	}
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode() == http.StatusNotFound
+	}
+	return strings.Contains(err.Error(), "404")
+}
+
+// IsConflict reports whether err is Nomad refusing a register because the
+// job's modify index is not the one enforced: someone else wrote the job
+// since we observed it. Nomad answers this with HTTP 500 and the text
+// "Enforcing job modify index …", so the text is what identifies it.
+func IsConflict(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Enforcing job modify index")
+}
+
+// ListJobs implements API.
+func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
+	stubs, meta, err := n.c.Jobs().List(query(ctx, namespace))
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, err)
+	}
+	return stubs, meta.LastIndex, nil
+}
+
+// GetJob implements API.
+func (n *Client) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
+	job, _, err := n.c.Jobs().Info(id, query(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("reading job %s/%s: %w", namespace, id, err)
+	}
+	return job, nil
+}
+
+// RegisterJob implements API.
+func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	opts := &api.RegisterOptions{EnforceIndex: enforce, ModifyIndex: modifyIndex}
+	resp, _, err := n.c.Jobs().RegisterOpts(job, opts, write(ctx, ns))
+	if err != nil {
+		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), err)
+	}
+	return resp, nil
+}
+
+// DeregisterJob implements API.
+func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge bool) error {
+	_, _, err := n.c.Jobs().Deregister(id, purge, write(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, err)
+	}
+	return nil
+}
+
+// JobAllocations implements API.
+func (n *Client) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	allocs, _, err := n.c.Jobs().Allocations(id, true, query(ctx, namespace))
+	if err != nil {
+		return nil, fmt.Errorf("listing allocations of job %s/%s: %w", namespace, id, err)
+	}
+	return allocs, nil
+}
+
+// CreateHostVolume implements API.
+func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
+	resp, _, err := n.c.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, write(ctx, vol.Namespace))
+	if err != nil {
+		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, err)
+	}
+	if resp == nil || resp.Volume == nil {
+		return nil, fmt.Errorf("creating host volume %s/%s: Nomad returned no volume", vol.Namespace, vol.Name)
+	}
+	return resp.Volume, nil
+}
+
+// ListHostVolumes implements API.
+func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
+	q := query(ctx, namespace)
+	q.Prefix = prefix
+	vols, _, err := n.c.HostVolumes().List(nil, q)
+	if err != nil {
+		return nil, fmt.Errorf("listing host volumes in namespace %q: %w", namespace, err)
+	}
+	return vols, nil
+}
+
+// DeleteHostVolume implements API.
+func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) error {
+	_, _, err := n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, err)
+	}
+	return nil
+}
+
+// Events implements API.
+func (n *Client) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	topics := map[api.Topic][]string{
+		api.TopicJob:        {"*"},
+		api.TopicAllocation: {"*"},
+		api.TopicDeployment: {"*"},
+	}
+	ch, err := n.c.EventStream().Stream(ctx, topics, index, query(ctx, "*"))
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, err)
+	}
+	return ch, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,227 @@
+package nomad
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// lostAllocMargin is added to a child's stop_on_client_after before a lost
+// allocation is taken as stopped. A lost allocation's client has not
+// reported; it may still be running on a partitioned node until it stops
+// itself, and clocks on server and client can disagree by this much.
+const lostAllocMargin = 30 * time.Second
+
+// defaultLostWait applies when a child has no stop_on_client_after: without
+// it a partitioned client never stops its allocation by itself, so the pod is
+// held as Terminating for this long after it was marked lost.
+const defaultLostWait = 5 * time.Minute
+
+// PodDetail is one observed pod plus the Nomad facts behind it.
+type PodDetail struct {
+	Pod reconciler.Pod
+	// JobID is the child job's ID.
+	JobID string
+	// JobModifyIndex is the child's modify index, for check-and-set writes.
+	JobModifyIndex uint64
+	// AllocID and NodeID are those of the newest allocation, if any.
+	AllocID string
+	NodeID  string
+	// ClientStatus is the newest allocation's client status.
+	ClientStatus string
+	// Job is the child job as Nomad has it, for drift detection.
+	Job *api.Job
+}
+
+// StoppedChild is a child job that is stopped and fully terminal: its
+// ordinal has no pod, but re-registering must name its modify index.
+type StoppedChild struct {
+	Ordinal        int
+	JobID          string
+	JobModifyIndex uint64
+}
+
+// VolumeDetail is one observed per-ordinal volume.
+type VolumeDetail struct {
+	Volume reconciler.Volume
+	ID     string
+	NodeID string
+}
+
+// Observation is everything the cache knows about one set.
+type Observation struct {
+	// Parent is the parent job; nil if Nomad no longer has it.
+	Parent *api.Job
+	// ParentPurged is true when the parent was purged; Parent then holds
+	// its last known version so the cascading delete can follow its policy.
+	ParentPurged bool
+	Pods         []PodDetail
+	Stopped      []StoppedChild
+	Volumes      []VolumeDetail
+}
+
+// Observe returns the set's observed state at time now. claims are the set's
+// volume claim names, used to find its volumes.
+func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Observation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var obs Observation
+	if p, ok := c.parents[key]; ok {
+		obs.Parent = p
+	} else if p, ok := c.purged[key]; ok {
+		obs.Parent, obs.ParentPurged = p, true
+	}
+	ids := make([]string, 0, len(c.children[key]))
+	for id := range c.children[key] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ch := c.children[key][id]
+		ord, err := strconv.Atoi(ch.job.Meta[metaOrdinal])
+		if err != nil {
+			// Not a child we can place; the reconciler never sees it.
+			continue
+		}
+		if d, ok := podFromChild(ch, ord, now); ok {
+			obs.Pods = append(obs.Pods, d)
+		} else {
+			obs.Stopped = append(obs.Stopped, StoppedChild{Ordinal: ord, JobID: id, JobModifyIndex: u64(ch.job.JobModifyIndex)})
+		}
+	}
+	for _, claim := range claims {
+		m := c.volumes[key.Namespace+"/"+claim+"-"+key.Name]
+		ords := make([]int, 0, len(m))
+		for o := range m {
+			ords = append(ords, o)
+		}
+		sort.Ints(ords)
+		for _, o := range ords {
+			v := m[o]
+			obs.Volumes = append(obs.Volumes, VolumeDetail{
+				Volume: reconciler.Volume{Claim: claim, Ordinal: o, Name: v.Name},
+				ID:     v.ID, NodeID: v.NodeID,
+			})
+		}
+	}
+	return obs
+}
+
+// newestAlloc returns the allocation created last.
+func newestAlloc(allocs map[string]*api.AllocationListStub) *api.AllocationListStub {
+	var best *api.AllocationListStub
+	for _, a := range allocs {
+		if best == nil || a.CreateIndex > best.CreateIndex || (a.CreateIndex == best.CreateIndex && a.ID > best.ID) {
+			best = a
+		}
+	}
+	return best
+}
+
+// allocStopped reports whether an allocation can no longer be running
+// anywhere. Lost allocations are only taken as stopped once their client
+// must have stopped them itself (see lostAllocMargin).
+func allocStopped(a *api.AllocationListStub, job *api.Job, now time.Time) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
+		return true
+	case api.AllocClientStatusLost:
+		wait := defaultLostWait
+		if d := stopOnClientAfter(job); d > 0 {
+			wait = d + lostAllocMargin
+		}
+		return now.Sub(time.Unix(0, a.ModifyTime)) >= wait
+	}
+	return false
+}
+
+func stopOnClientAfter(job *api.Job) time.Duration {
+	if job == nil || len(job.TaskGroups) == 0 || job.TaskGroups[0].Disconnect == nil || job.TaskGroups[0].Disconnect.StopOnClientAfter == nil {
+		return 0
+	}
+	return *job.TaskGroups[0].Disconnect.StopOnClientAfter
+}
+
+// podFromChild maps a child job and its allocations to a pod, following
+// DESIGN §2. It returns false when the child is stopped and nothing of it
+// can still run: the ordinal then has no pod.
+func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
+	job := ch.job
+	stopped := job.Stop != nil && *job.Stop
+	anyLive := false
+	for _, a := range ch.allocs {
+		if !allocStopped(a, job, now) {
+			anyLive = true
+			break
+		}
+	}
+	if stopped && !anyLive {
+		return PodDetail{}, false
+	}
+	d := PodDetail{
+		JobID:          str(job.ID),
+		JobModifyIndex: u64(job.JobModifyIndex),
+		Job:            job,
+		Pod: reconciler.Pod{
+			Ordinal:  ord,
+			Revision: job.Meta["statefulset_revision"],
+			Phase:    reconciler.PhasePending,
+		},
+	}
+	if job.SubmitTime != nil {
+		d.Pod.Created = time.Unix(0, *job.SubmitTime)
+	}
+	if stopped {
+		d.Pod.Terminating = true
+	}
+	a := newestAlloc(ch.allocs)
+	if a == nil {
+		return d, true
+	}
+	d.AllocID, d.NodeID, d.ClientStatus = a.ID, a.NodeID, a.ClientStatus
+	// An older allocation still running beside the newest one (Nomad is
+	// replacing it) means the ordinal is in transition, never ready.
+	olderLive := false
+	for _, o := range ch.allocs {
+		if o.ID != a.ID && !allocStopped(o, job, now) {
+			olderLive = true
+		}
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusPending:
+		d.Pod.Phase = reconciler.PhasePending
+	case api.AllocClientStatusRunning:
+		d.Pod.Phase = reconciler.PhaseRunning
+		if a.DesiredStatus != api.AllocDesiredStatusRun {
+			d.Pod.Terminating = true
+		}
+		if !d.Pod.Terminating && !olderLive && a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+			d.Pod.Ready = true
+			d.Pod.ReadySince = a.DeploymentStatus.Timestamp
+		}
+	case api.AllocClientStatusComplete:
+		d.Pod.Phase = reconciler.PhaseSucceeded
+	case api.AllocClientStatusFailed:
+		d.Pod.Phase = reconciler.PhaseFailed
+	case api.AllocClientStatusLost:
+		if allocStopped(a, job, now) {
+			d.Pod.Phase = reconciler.PhaseFailed
+		} else {
+			// Its client may still be running it; hold the ordinal.
+			d.Pod.Phase = reconciler.PhaseRunning
+			d.Pod.Terminating = true
+		}
+	default:
+		// An unknown status is treated as not ready and never as gone.
+		d.Pod.Phase = reconciler.PhasePending
+	}
+	if olderLive {
+		d.Pod.Terminating = d.Pod.Terminating || stopped
+	}
+	return d, true
+}

@@ -1,0 +1,259 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// WatcherConfig tunes the watcher.
+type WatcherConfig struct {
+	// ResyncInterval is how often the whole cluster is re-listed as a safety
+	// net against missed events, even when the stream is healthy.
+	ResyncInterval time.Duration
+	// MinBackoff and MaxBackoff bound the wait between reconnects.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+}
+
+// Watcher keeps a Cache current: a full list, then the event stream from the
+// list's index. On any stream error, gap or reconnect it lists everything
+// again, because Nomad's event buffer silently skips events a slow reader
+// missed. It never polls.
+type Watcher struct {
+	api      API
+	cache    *Cache
+	cfg      WatcherConfig
+	log      hclog.Logger
+	onChange func(backend.SetKey)
+	// healthy is 1 while the last list or stream call succeeded.
+	healthy atomic.Bool
+	lastErr atomic.Value // string
+	// relists counts full listings, for tests and metrics.
+	relists atomic.Int64
+	// resync asks the loop for a full re-list now.
+	resync chan struct{}
+}
+
+// NewWatcher returns a watcher that fills cache from a and calls onChange for
+// every set an event or a listing touches.
+func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChange func(backend.SetKey)) *Watcher {
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = 5 * time.Minute
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 250 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1)}
+	w.lastErr.Store("not yet synced")
+	return w
+}
+
+// Healthy reports whether Nomad answered the watcher's last call, and the
+// last error if not.
+func (w *Watcher) Healthy() (bool, string) {
+	if w.healthy.Load() {
+		return true, ""
+	}
+	return false, w.lastErr.Load().(string)
+}
+
+// Relists returns how many full listings the watcher has made.
+func (w *Watcher) Relists() int64 { return w.relists.Load() }
+
+// RequestResync asks for a full re-list as soon as possible.
+func (w *Watcher) RequestResync() {
+	select {
+	case w.resync <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) fail(err error) {
+	w.healthy.Store(false)
+	w.lastErr.Store(err.Error())
+}
+
+// Run lists and watches until ctx is done.
+func (w *Watcher) Run(ctx context.Context) error {
+	backoff := w.cfg.MinBackoff
+	for {
+		err := w.listAndWatch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			w.fail(err)
+			w.log.Warn("lost the Nomad event stream; will re-list everything and resubscribe", "error", err, "retry_in", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		if err != nil {
+			backoff = min(backoff*2, w.cfg.MaxBackoff)
+		} else {
+			backoff = w.cfg.MinBackoff
+		}
+	}
+}
+
+// listAndWatch does one full list and then follows the stream until it ends,
+// the periodic resync is due, or a resync is requested. It returns nil when
+// it stopped on purpose.
+func (w *Watcher) listAndWatch(ctx context.Context) error {
+	snap, err := w.list(ctx)
+	if err != nil {
+		return err
+	}
+	w.relists.Add(1)
+	touched := w.cache.Replace(snap)
+	w.healthy.Store(true)
+	w.log.Debug("listed cluster", "index", snap.Index, "jobs", len(snap.Jobs), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
+	for _, k := range touched {
+		w.onChange(k)
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := w.api.Events(sctx, snap.Index)
+	if err != nil {
+		return err
+	}
+	// Jitter spreads the resyncs of many agents.
+	resync := time.NewTimer(w.cfg.ResyncInterval + time.Duration(rand.Int64N(int64(w.cfg.ResyncInterval/10)+1)))
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-resync.C:
+			return nil
+		case <-w.resync:
+			return nil
+		case evs, ok := <-events:
+			if !ok {
+				return errors.New("event stream closed")
+			}
+			if evs.Err != nil {
+				return fmt.Errorf("reading the event stream: %w", evs.Err)
+			}
+			if evs.IsHeartbeat() {
+				continue
+			}
+			w.apply(sctx, evs)
+		}
+	}
+}
+
+// list reads the whole cluster state the daemon cares about.
+func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
+	stubs, index, err := w.api.ListJobs(ctx, "*")
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := Snapshot{Index: index}
+	namespaces := map[string]struct{}{}
+	for _, s := range stubs {
+		if s.Meta[metaManaged] != "true" && s.Meta[metaParent] == "" {
+			continue
+		}
+		job, err := w.api.GetJob(ctx, s.Namespace, s.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Jobs = append(snap.Jobs, job)
+		namespaces[jobNamespace(job)] = struct{}{}
+		if s.Meta[metaParent] != "" {
+			allocs, err := w.api.JobAllocations(ctx, s.Namespace, s.ID)
+			if err != nil {
+				return Snapshot{}, err
+			}
+			snap.Allocs = append(snap.Allocs, allocs...)
+		}
+	}
+	for ns := range namespaces {
+		vols, err := w.api.ListHostVolumes(ctx, ns, "")
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Volumes = append(snap.Volumes, vols...)
+	}
+	return snap, nil
+}
+
+// apply folds one batch of events into the cache.
+func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
+	touched := map[backend.SetKey]struct{}{}
+	for i := range evs.Events {
+		e := &evs.Events[i]
+		switch e.Topic {
+		case api.TopicJob:
+			job, err := e.Job()
+			if err != nil || job == nil || job.ID == nil {
+				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
+				continue
+			}
+			if e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered" {
+				// A deregister is a stop or a purge; only Nomad knows which.
+				current, err := w.api.GetJob(ctx, jobNamespace(job), *job.ID)
+				if errors.Is(err, ErrNotFound) {
+					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index); ok {
+						touched[k] = struct{}{}
+					}
+					continue
+				}
+				if err == nil {
+					job = current
+				}
+			}
+			if k, ok := w.cache.UpsertJob(job, e.Index); ok {
+				touched[k] = struct{}{}
+			}
+		case api.TopicAllocation:
+			alloc, err := e.Allocation()
+			if err != nil || alloc == nil {
+				w.log.Warn("ignoring an allocation event that does not decode", "type", e.Type, "key", e.Key, "error", err)
+				continue
+			}
+			if alloc.Job != nil && alloc.Job.Meta[metaParent] != "" {
+				// The child may be new to us (adoption, or a missed event).
+				if _, known := w.cache.ownerOf(alloc.Namespace, alloc.JobID); !known {
+					w.cache.UpsertJob(alloc.Job, 0)
+				}
+			}
+			if k, ok := w.cache.UpsertAlloc(alloc.Stub(), e.Index); ok {
+				touched[k] = struct{}{}
+			}
+		case api.TopicDeployment:
+			d, err := e.Deployment()
+			if err != nil || d == nil {
+				continue
+			}
+			if k, ok := w.cache.ownerOf(d.Namespace, d.JobID); ok {
+				touched[k] = struct{}{}
+			}
+		}
+	}
+	w.cache.mu.Lock()
+	w.cache.advanceLocked(evs.Index)
+	w.cache.mu.Unlock()
+	for k := range touched {
+		w.onChange(k)
+	}
+}
