@@ -169,6 +169,11 @@ type Status struct {
 	// LastProgressTime is when the set last made progress; the progress
 	// deadline is measured from it.
 	LastProgressTime time.Time
+	// PopulatedOrdinalsEnd is one past the highest ordinal that has had a pod
+	// since the set last shrank below it. Under OnDelete it tells a deleted
+	// pod (below it: recreated at the update revision) from a scale-up (at or
+	// above it: created at the current revision). Zero means unknown.
+	PopulatedOrdinalsEnd int
 }
 
 // Input is everything a reconcile needs. It is a value: the reconciler reads
@@ -230,6 +235,10 @@ type Action struct {
 	Volume Volume
 	// Reason is a short human explanation for logs and events.
 	Reason string
+	// Pod is the observed pod a DeletePod or RepairPod acts on. When a bad
+	// observation shows two pods for one ordinal, it tells the caller which
+	// one is meant (by Created and Revision).
+	Pod Pod
 }
 
 // Output is the decision of one reconcile.

@@ -1,0 +1,64 @@
+// Package reconciler is the StatefulSet algorithm of nomad-statefulset: a
+// pure function from what a set should be and what is observed to what to do
+// next. It is a port of the Kubernetes StatefulSet controller
+// (pkg/controller/statefulset, updateStatefulSet and its revision history),
+// brought up to today's Kubernetes (maxUnavailable, start ordinal, volume
+// retention, minReadySeconds) and past it (pause, progress deadline, and
+// recovery of a stuck rollout by a revert alone).
+//
+// # The model
+//
+// A set has Spec.Replicas ordinals, from Spec.OrdinalsStart. Each ordinal has
+// at most one pod (a Nomad child job "<set>-<ordinal>") and one volume per
+// claim ("<claim>-<set>-<ordinal>"). The caller observes the pods, volumes
+// and stored revisions, and calls Reconcile with them and the time. Reconcile
+// returns an ordered list of Actions and the Status to record. It does no I/O,
+// reads no clock and starts no goroutine: the same Input always gives the
+// same Output, which is what makes it testable step by step.
+//
+// The caller carries the actions out in order and stops at the first one that
+// fails; it then reconciles again from fresh observations. Every decision is
+// therefore made so that any prefix of the action list is safe: a volume is
+// created before its pod, a revision before a pod uses it, history is trimmed
+// last. Deleting a pod is asynchronous: the pod shows as Terminating, then
+// disappears, and only a later reconcile creates its replacement. So there is
+// never more than one pod per ordinal, not even for an instant.
+//
+// # One reconcile
+//
+// First the revisions: the template data is looked up among the stored
+// revisions. An equal, newest revision is the update revision; an equal older
+// one is a rollback and gets the next number; otherwise a new revision is
+// created, named "<set>-<hash>" from HashRevision, with a collision count
+// that goes up while the name is taken by different data. The current
+// revision is the one the previous status named.
+//
+// Then the pods, as updateStatefulSet does. Pods inside the range are
+// replicas; pods outside it are condemned. Each replica is processed in
+// ordinal order: a missing pod is created (volumes first) at the current
+// revision below the partition and at the update revision from it; a Failed
+// or Succeeded pod is deleted and recreated once gone; a drifted child job is
+// repaired. Under OrderedReady the walk stops at the first pod that is not
+// Running, Ready and available, so pods come up one at a time; under Parallel
+// it does not stop. Condemned pods are then deleted from the highest ordinal
+// down, again one at a time under OrderedReady. Last, a RollingUpdate deletes
+// pods that are not at the update revision, from the highest ordinal down to
+// the partition, as many as maxUnavailable allows; the next reconciles
+// recreate them at the update revision. OnDelete leaves that to the user, and
+// a paused set makes no update at all, though it still keeps its replicas.
+//
+// Two departures from Kubernetes let a rollout never freeze on pods it is
+// going to replace anyway: a pod in the update range that is not ready and
+// not at the update revision is replaced at once rather than waited for
+// (Kubernetes issue 67250: a revert then repairs a broken rollout), and such
+// pods do not use the maxUnavailable budget (issue 137409).
+//
+// Last the status: the replica counters, the revisions, and the conditions
+// Progressing, Available and RolloutStuck. Progress is measured against the
+// previous status; when none is seen for Spec.ProgressDeadline the rollout is
+// stuck. Output.Requeue says when the clock alone may change the decision.
+//
+// A set whose parent job is gone (Spec.Deleted) is torn down instead: pods in
+// reverse ordinal order (all at once under Parallel), volumes as WhenDeleted
+// says once their pods are gone, and its stored state last.
+package reconciler

@@ -1,0 +1,549 @@
+package reconciler
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// MaxReplicas bounds the replica count the reconciler acts on. A larger
+// value (which the annotation parser should already reject) is treated as
+// MaxReplicas, so that a bad input cannot make a reconcile allocate without
+// limit.
+const MaxReplicas = 1 << 20
+
+// maxOrdinalsStart bounds OrdinalsStart (Kubernetes uses int32) so that
+// start+replicas never overflows.
+const maxOrdinalsStart = math.MaxInt32
+
+// noPod marks a slot that has no observed pod.
+const noPod = -1
+
+// slot is the reconciler's view of one ordinal in [start, start+replicas).
+type slot struct {
+	// pod indexes in.Pods: the pod kept for this ordinal, or noPod.
+	pod int32
+	// extra counts the other pods observed for this ordinal (a bad
+	// observation); while there are any the ordinal is only cleaned up.
+	extra int32
+	// vols has bit c set when the volume of claim c exists (c < 64).
+	vols uint64
+	// acted is set once this reconcile deleted or created the pod.
+	acted bool
+}
+
+// reconciler holds one decision in progress. It lives for a single call.
+type reconciler struct {
+	in   *Input
+	spec Spec
+	now  time.Time
+
+	current, update *Revision
+	// newRev backs update when this reconcile creates or bumps it.
+	newRev         Revision
+	collisionCount int
+
+	slots     []slot
+	condemned []int32 // indexes in.Pods, descending ordinal
+	dupes     bool
+	monotonic bool
+	maxVols   uint64 // bitmask with one bit per claim (claims < 64)
+
+	actions []Action
+	// exited is set when a monotonic step blocks; waitPod/waitWhy say on what,
+	// for the condition messages.
+	waitPod int
+	waitWhy string
+
+	status Status
+	// populatedEnd is the new Status.PopulatedOrdinalsEnd.
+	populatedEnd int
+}
+
+// Reconcile makes one decision for a set: which actions bring the observed
+// state one step closer to the spec, and what status to record. It is pure:
+// the same Input always gives the same Output, and Input is not modified.
+func Reconcile(in Input) Output {
+	r := reconciler{in: &in, now: in.Now, waitPod: -1}
+	r.spec = normalize(in.Spec)
+	if r.spec.Deleted {
+		return r.teardown()
+	}
+	r.monotonic = r.spec.PodManagementPolicy != Parallel
+	r.selectRevisions()
+	r.observe()
+	r.countStatus()
+	r.syncPods()
+	r.cleanupScaledVolumes()
+	r.finishStatus()
+	r.trimHistory(r.status.CurrentRevision)
+	requeue := r.conditions()
+	return Output{Actions: r.actions, Status: r.status, Requeue: requeue}
+}
+
+// normalize replaces out-of-range spec values by safe ones, so that a bad
+// input leads to a defined decision instead of a panic.
+func normalize(s Spec) Spec {
+	s.Replicas = min(max(s.Replicas, 0), MaxReplicas)
+	s.OrdinalsStart = min(max(s.OrdinalsStart, 0), maxOrdinalsStart)
+	s.Partition = max(s.Partition, 0)
+	s.MinReadySeconds = max(s.MinReadySeconds, 0)
+	s.RevisionHistoryLimit = max(s.RevisionHistoryLimit, 0)
+	if s.PodManagementPolicy != Parallel {
+		s.PodManagementPolicy = OrderedReady
+	}
+	if s.UpdateStrategy != OnDelete {
+		s.UpdateStrategy = RollingUpdate
+	}
+	if s.ProgressDeadline < 0 {
+		s.ProgressDeadline = 0
+	}
+	return s
+}
+
+// MaxUnavailableCount resolves maxUnavailable against the replica count: a
+// percentage rounds up, and the result is at least 1 (a rollout must be able
+// to move).
+func MaxUnavailableCount(m IntOrPercent, replicas int) int {
+	n := m.Value
+	if m.Percent {
+		if n <= 0 {
+			return 1
+		}
+		n = min(n, 100)
+		n = (replicas*n + 99) / 100
+	}
+	return max(n, 1)
+}
+
+func (r *reconciler) emit(a Action) {
+	r.actions = append(r.actions, a)
+}
+
+// inRange reports whether an ordinal belongs to the set's desired range.
+func (r *reconciler) inRange(ord int) bool {
+	return ord >= r.spec.OrdinalsStart && ord-r.spec.OrdinalsStart < r.spec.Replicas
+}
+
+// observe sorts the observed pods into slots (one per desired ordinal) and
+// condemned pods (outside the range, highest ordinal first), and records
+// which volumes exist. Pods with a negative ordinal are not ours to judge and
+// are ignored, as Kubernetes ignores pods whose ordinal does not parse.
+func (r *reconciler) observe() {
+	in := r.in
+	n := r.spec.Replicas
+	r.slots = make([]slot, n)
+	for i := range r.slots {
+		r.slots[i].pod = noPod
+	}
+	claims := len(r.spec.VolumeClaims)
+	if claims >= 64 {
+		r.maxVols = math.MaxUint64
+	} else {
+		r.maxVols = 1<<claims - 1
+	}
+	start := r.spec.OrdinalsStart
+	end := start
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		if p.Ordinal < 0 {
+			continue
+		}
+		if !r.inRange(p.Ordinal) {
+			r.condemned = append(r.condemned, int32(i))
+			continue
+		}
+		end = max(end, p.Ordinal+1)
+		s := &r.slots[p.Ordinal-start]
+		if s.pod == noPod {
+			s.pod = int32(i)
+			continue
+		}
+		s.extra++
+		r.dupes = true
+		if better(p, &in.Pods[s.pod]) {
+			s.pod = int32(i)
+		}
+	}
+	if len(r.condemned) > 1 {
+		sort.Slice(r.condemned, func(a, b int) bool {
+			pa, pb := &in.Pods[r.condemned[a]], &in.Pods[r.condemned[b]]
+			if pa.Ordinal != pb.Ordinal {
+				return pa.Ordinal > pb.Ordinal
+			}
+			return r.condemned[a] < r.condemned[b]
+		})
+	}
+	for i := range in.Volumes {
+		v := &in.Volumes[i]
+		if !r.inRange(v.Ordinal) {
+			continue
+		}
+		if c := r.claimIndex(v.Claim); c >= 0 && c < 64 {
+			r.slots[v.Ordinal-start].vols |= 1 << c
+		}
+	}
+	// Under OnDelete a missing pod below this end was deleted, and one at or
+	// above it is new from a scale-up. The end only grows while the set does
+	// not shrink below it, so a pod created by a scale-up counts as existing
+	// once it has been seen.
+	prev := min(max(in.Previous.PopulatedOrdinalsEnd, start), start+n)
+	r.populatedEnd = max(prev, end)
+}
+
+// better reports whether a should be kept over b when both are observed for
+// one ordinal: prefer a pod that is not terminating, then one that has not
+// finished, then a ready one, then the older one.
+func better(a, b *Pod) bool {
+	if a.Terminating != b.Terminating {
+		return !a.Terminating
+	}
+	if finished(a) != finished(b) {
+		return !finished(a)
+	}
+	if runningAndReady(a) != runningAndReady(b) {
+		return runningAndReady(a)
+	}
+	return a.Created.Before(b.Created)
+}
+
+func (r *reconciler) claimIndex(claim string) int {
+	for i, c := range r.spec.VolumeClaims {
+		if c == claim {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasVolume reports whether the volume of claim c exists for slot i.
+func (r *reconciler) hasVolume(i, c int) bool {
+	if c < 64 {
+		return r.slots[i].vols&(1<<c) != 0
+	}
+	ord := r.spec.OrdinalsStart + i
+	claim := r.spec.VolumeClaims[c]
+	for j := range r.in.Volumes {
+		if v := &r.in.Volumes[j]; v.Ordinal == ord && v.Claim == claim {
+			return true
+		}
+	}
+	return false
+}
+
+// finished reports whether a pod will not run again: Failed, or Succeeded
+// (which for a long-running service means it was stopped from outside).
+func finished(p *Pod) bool {
+	return p.Phase == PhaseFailed || p.Phase == PhaseSucceeded
+}
+
+// runningAndReady is Kubernetes' isRunningAndReady. An unknown phase is
+// neither running nor finished, so it is treated like Pending.
+func runningAndReady(p *Pod) bool {
+	return p.Phase == PhaseRunning && p.Ready
+}
+
+// available reports whether a Running and Ready pod has been ready for at
+// least minReadySeconds at now.
+func (r *reconciler) available(p *Pod) bool {
+	if !runningAndReady(p) {
+		return false
+	}
+	if r.spec.MinReadySeconds == 0 {
+		return true
+	}
+	if p.ReadySince.IsZero() {
+		return false
+	}
+	return !r.now.Before(p.ReadySince.Add(time.Duration(r.spec.MinReadySeconds) * time.Second))
+}
+
+// healthy is the opposite of Kubernetes' isUnavailable: available and not
+// terminating.
+func (r *reconciler) healthy(p *Pod) bool {
+	return !p.Terminating && r.available(p)
+}
+
+// updating reports whether a rolling update may move pods now.
+func (r *reconciler) updating() bool {
+	return r.spec.UpdateStrategy == RollingUpdate && !r.spec.Paused
+}
+
+// newPodRevision is newVersionedStatefulSetPod's choice of revision for a pod
+// created at slot i. Below the partition it is the current revision. Under
+// OnDelete a pod that replaces a deleted one takes the update revision (that
+// is how OnDelete updates), while a pod from a scale-up takes the current
+// revision. While paused no pod moves to the update revision.
+func (r *reconciler) newPodRevision(i int) *Revision {
+	switch {
+	case r.spec.Paused:
+		return r.current
+	case r.spec.UpdateStrategy == OnDelete:
+		if r.spec.OrdinalsStart+i < r.populatedEnd {
+			return r.update
+		}
+		return r.current
+	case i < r.spec.Partition:
+		return r.current
+	default:
+		return r.update
+	}
+}
+
+func (r *reconciler) deletePod(p *Pod, reason string) {
+	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason})
+	// Like the status adjustment in updateStatefulSet: a pod being deleted
+	// no longer counts as current or updated.
+	if !p.Terminating {
+		if p.Revision == r.status.CurrentRevision {
+			r.status.CurrentReplicas--
+		}
+		if p.Revision == r.status.UpdateRevision {
+			r.status.UpdatedReplicas--
+		}
+	}
+}
+
+// wait records the first pod the decision waits on (slot i), for the
+// condition messages.
+func (r *reconciler) wait(i int, why string) {
+	r.waitOrdinal(r.spec.OrdinalsStart+i, why)
+}
+
+func (r *reconciler) waitOrdinal(ord int, why string) {
+	if r.waitPod < 0 {
+		r.waitPod, r.waitWhy = ord, why
+	}
+}
+
+// syncPods is updateStatefulSet: fix duplicates, then process each replica in
+// order, then the condemned pods, then the rolling update. In OrderedReady
+// (monotonic) mode each phase stops at the first pod it must wait for.
+func (r *reconciler) syncPods() {
+	// A bad observation with two pods for one ordinal: delete the extras and
+	// touch the ordinal no further until one pod is left.
+	if r.dupes {
+		for i := range r.in.Pods {
+			p := &r.in.Pods[i]
+			if !r.inRange(p.Ordinal) {
+				continue
+			}
+			s := &r.slots[p.Ordinal-r.spec.OrdinalsStart]
+			if s.extra > 0 && s.pod != int32(i) && !p.Terminating {
+				r.deletePod(p, "duplicate pod for one ordinal")
+			}
+		}
+	}
+
+	for i := range r.slots {
+		if exit := r.processReplica(i); exit && r.monotonic {
+			return
+		}
+	}
+
+	firstUnhealthy := r.firstUnhealthy()
+	for _, pi := range r.condemned {
+		if exit := r.processCondemned(pi, firstUnhealthy); exit && r.monotonic {
+			return
+		}
+	}
+
+	if r.updating() {
+		r.rollingUpdate()
+	}
+}
+
+// processReplica is Kubernetes' processReplica for slot i. It returns true
+// when a monotonic walk must stop here.
+func (r *reconciler) processReplica(i int) bool {
+	s := &r.slots[i]
+	if s.extra > 0 {
+		r.wait(i, "to have a single pod")
+		return true
+	}
+	if s.pod == noPod {
+		rev := r.newPodRevision(i)
+		r.createVolumes(i)
+		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: *rev, Reason: "missing pod"})
+		s.acted = true
+		r.wait(i, "to be created")
+		return true
+	}
+	p := &r.in.Pods[s.pod]
+	if finished(p) {
+		// Delete it; the next reconcile, once it is gone, creates it again.
+		if !p.Terminating {
+			r.deletePod(p, "pod "+string(p.Phase)+"; it will be recreated")
+			s.acted = true
+		}
+		r.wait(i, "to be recreated")
+		return true
+	}
+	if !p.Terminating {
+		r.createVolumes(i)
+	}
+	if p.Terminating {
+		r.wait(i, "to terminate")
+		return true
+	}
+	if !runningAndReady(p) {
+		// A pod in the update range that is not at the update revision and is
+		// not ready would be replaced anyway; waiting for it can block for
+		// ever (a revert of a broken rollout, Kubernetes issue 67250, or an
+		// old revision that never worked, issue 137409). Replace it now: it is
+		// unavailable already, so this costs no availability.
+		if r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name {
+			r.deletePod(p, "not ready at an outdated revision; replacing it with the update revision")
+			s.acted = true
+			r.wait(i, "to be replaced")
+			return true
+		}
+		r.wait(i, "to be Running and Ready")
+		return true
+	}
+	if !r.available(p) {
+		r.wait(i, "to be available for minReadySeconds")
+		return true
+	}
+	if p.Drifted {
+		if rev := r.revisionByName(p.Revision); rev != nil {
+			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: *rev, Pod: *p, Reason: "child job drifted from its revision"})
+		}
+	}
+	return false
+}
+
+// createVolumes emits CreateVolume for each claim whose volume for slot i is
+// missing. Volumes are created before their pod, and again for a pending pod
+// that lost one, as createMissingPersistentVolumeClaims does.
+func (r *reconciler) createVolumes(i int) {
+	if r.slots[i].vols == r.maxVols && len(r.spec.VolumeClaims) < 64 {
+		return
+	}
+	ord := r.spec.OrdinalsStart + i
+	for c, claim := range r.spec.VolumeClaims {
+		if r.hasVolume(i, c) {
+			continue
+		}
+		v := Volume{Claim: claim, Ordinal: ord, Name: VolumeName(claim, r.spec.Name, ord)}
+		r.emit(Action{Type: ActionCreateVolume, Ordinal: ord, Volume: v, Reason: "volume for pod"})
+		if c < 64 {
+			r.slots[i].vols |= 1 << c // one CreateVolume per claim, even if called twice
+		}
+	}
+}
+
+// firstUnhealthy is the pod index of the first unhealthy pod: the lowest
+// ordinal among the replicas, else the lowest condemned one. In monotonic
+// mode only it may be deleted for a scale-down while it is not healthy.
+func (r *reconciler) firstUnhealthy() int32 {
+	for i := range r.slots {
+		s := &r.slots[i]
+		if s.pod == noPod || s.acted || s.extra > 0 || !r.healthy(&r.in.Pods[s.pod]) {
+			if s.pod == noPod {
+				return noPod // a missing pod: no existing pod is "first"
+			}
+			return s.pod
+		}
+	}
+	for j := len(r.condemned) - 1; j >= 0; j-- {
+		if !r.healthy(&r.in.Pods[r.condemned[j]]) {
+			return r.condemned[j]
+		}
+	}
+	return noPod
+}
+
+// processCondemned is Kubernetes' processCondemned: delete a pod outside the
+// range, highest ordinal first. It returns true when a monotonic walk must
+// stop.
+func (r *reconciler) processCondemned(pi, firstUnhealthy int32) bool {
+	p := &r.in.Pods[pi]
+	if p.Terminating {
+		r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
+		return true
+	}
+	if !r.healthy(p) && pi != firstUnhealthy && r.monotonic {
+		r.waitOrdinal(p.Ordinal, "to be healthy before scale-down")
+		return true
+	}
+	r.deletePod(p, "scale down")
+	r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
+	return true
+}
+
+// rollingUpdate deletes pods that are not at the update revision, from the
+// highest ordinal down to the partition, so that the next reconciles recreate
+// them at the update revision. It follows the maxUnavailable algorithm of
+// updateStatefulSetAfterInvariantEstablished in both policies, with one fix
+// (Kubernetes issue 137409): a pod that is unavailable at an outdated
+// revision does not use the budget, because the rollout did not make it
+// unavailable and replacing it is what repairs it. It is replaced for free.
+func (r *reconciler) rollingUpdate() {
+	budget := MaxUnavailableCount(r.spec.MaxUnavailable, r.spec.Replicas)
+	for i := range r.slots {
+		s := &r.slots[i]
+		switch {
+		case s.pod == noPod || s.acted || s.extra > 0:
+			budget--
+		case r.in.Pods[s.pod].Terminating:
+			budget--
+		case !r.healthy(&r.in.Pods[s.pod]) && r.in.Pods[s.pod].Revision == r.update.Name:
+			budget--
+		}
+	}
+	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
+		s := &r.slots[i]
+		if s.pod == noPod || s.acted || s.extra > 0 {
+			continue
+		}
+		p := &r.in.Pods[s.pod]
+		if p.Terminating || p.Revision == r.update.Name {
+			continue
+		}
+		if r.healthy(p) {
+			if budget <= 0 {
+				r.wait(i, "to be updated when the maxUnavailable budget allows")
+				continue
+			}
+			budget--
+		}
+		r.deletePod(p, "rolling update to "+r.update.Name)
+		s.acted = true
+		r.wait(i, "to be updated")
+	}
+}
+
+// cleanupScaledVolumes deletes, under WhenScaled=Delete, the volumes of
+// ordinals outside the range once no pod of that ordinal exists any more,
+// terminating ones included. Retain never deletes a volume.
+func (r *reconciler) cleanupScaledVolumes() {
+	if r.spec.WhenScaled != Delete {
+		return
+	}
+	for i := range r.in.Volumes {
+		v := &r.in.Volumes[i]
+		if r.inRange(v.Ordinal) || r.podExists(v.Ordinal) {
+			continue
+		}
+		r.deleteVolume(v, "scaled down (whenScaled=Delete)")
+	}
+}
+
+func (r *reconciler) deleteVolume(v *Volume, reason string) {
+	vol := *v
+	if vol.Name == "" {
+		vol.Name = VolumeName(vol.Claim, r.spec.Name, vol.Ordinal)
+	}
+	r.emit(Action{Type: ActionDeleteVolume, Ordinal: v.Ordinal, Volume: vol, Reason: reason})
+}
+
+// podExists reports whether any observed pod, in any state, has the ordinal.
+func (r *reconciler) podExists(ord int) bool {
+	for i := range r.in.Pods {
+		if r.in.Pods[i].Ordinal == ord {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,92 @@
+package reconciler
+
+import "strconv"
+
+// teardown is the cascading delete of a set whose parent job is gone. Pods go
+// first: under OrderedReady the highest ordinal, one at a time, each only after
+// the one before it has fully terminated; under Parallel all at once. A
+// volume is deleted, if WhenDeleted=Delete, once no pod of its ordinal exists.
+// DeleteSetState (revisions and status) comes last, when no pod is left and no
+// volume remains to be deleted. Revisions are neither created nor trimmed.
+func (r *reconciler) teardown() Output {
+	in := r.in
+	prev := in.Previous
+	st := &r.status
+	st.ObservedGeneration = r.spec.Generation
+	st.CurrentRevision = prev.CurrentRevision
+	st.UpdateRevision = prev.UpdateRevision
+	st.CollisionCount = prev.CollisionCount
+	st.LastProgressTime = prev.LastProgressTime
+	st.PopulatedOrdinalsEnd = prev.PopulatedOrdinalsEnd
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		st.Replicas++
+		if runningAndReady(p) {
+			st.ReadyReplicas++
+			if r.available(p) {
+				st.AvailableReplicas++
+			}
+		}
+		if !p.Terminating {
+			if p.Revision == st.CurrentRevision {
+				st.CurrentReplicas++
+			}
+			if p.Revision == st.UpdateRevision {
+				st.UpdatedReplicas++
+			}
+		}
+	}
+
+	if r.spec.PodManagementPolicy == Parallel {
+		for i := range in.Pods {
+			if p := &in.Pods[i]; !p.Terminating {
+				r.deletePod(p, "set deleted")
+			}
+		}
+	} else if hi := r.highestPod(); hi >= 0 {
+		// The highest ordinal goes first; while any pod of it is still
+		// terminating, nothing else is deleted.
+		ord := in.Pods[hi].Ordinal
+		for i := range in.Pods {
+			if p := &in.Pods[i]; p.Ordinal == ord && !p.Terminating {
+				r.deletePod(p, "set deleted")
+			}
+		}
+		r.waitOrdinal(ord, "to terminate")
+	}
+
+	volumesLeft := false
+	if r.spec.WhenDeleted == Delete {
+		for i := range in.Volumes {
+			v := &in.Volumes[i]
+			volumesLeft = true
+			if !r.podExists(v.Ordinal) {
+				r.deleteVolume(v, "set deleted (whenDeleted=Delete)")
+			}
+		}
+	}
+	if len(in.Pods) == 0 && !volumesLeft {
+		r.emit(Action{Type: ActionDeleteSetState, Reason: "set deleted; nothing is left"})
+	}
+
+	msg := strconv.Itoa(len(in.Pods)) + " pods left" + r.waitingOn()
+	st.Conditions = []Condition{
+		r.keepTransition(Condition{Type: ConditionProgressing, Status: true, Reason: ReasonDeleting, Message: msg}),
+		r.keepTransition(Condition{Type: ConditionAvailable, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
+		r.keepTransition(Condition{Type: ConditionRolloutStuck, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
+	}
+	return Output{Actions: r.actions, Status: r.status}
+}
+
+// highestPod returns the index of a pod with the highest ordinal, or -1 if
+// there are none.
+func (r *reconciler) highestPod() int {
+	best := -1
+	for i := range r.in.Pods {
+		p := &r.in.Pods[i]
+		if best < 0 || p.Ordinal > r.in.Pods[best].Ordinal {
+			best = i
+		}
+	}
+	return best
+}
