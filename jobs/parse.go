@@ -1,0 +1,476 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agext/levenshtein"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// Annotation keys of the parent job's meta (DESIGN §1). They are the user
+// contract: renaming one breaks every job that uses it.
+const (
+	KeyManaged                 = "statefulset"
+	KeyReplicas                = "statefulset_replicas"
+	KeyOrdinalsStart           = "statefulset_ordinals_start"
+	KeyPodManagementPolicy     = "statefulset_pod_management_policy"
+	KeyUpdateStrategy          = "statefulset_update_strategy"
+	KeyPartition               = "statefulset_partition"
+	KeyMaxUnavailable          = "statefulset_max_unavailable"
+	KeyMinReadySeconds         = "statefulset_min_ready_seconds"
+	KeyRevisionHistoryLimit    = "statefulset_revision_history_limit"
+	KeyVolumeClaims            = "statefulset_volume_claims"
+	KeyVolumeRetentionDeleted  = "statefulset_volume_retention_when_deleted"
+	KeyVolumeRetentionScaled   = "statefulset_volume_retention_when_scaled"
+	KeyPaused                  = "statefulset_paused"
+	KeyProgressDeadline        = "statefulset_progress_deadline"
+	annotationPrefix           = KeyManaged + "_"
+	defaultNamespace           = "default"
+	defaultReplicas            = 1
+	defaultRevisionHistory     = 10
+	defaultProgressDeadline    = 10 * time.Minute
+	maxPodNameLength           = 63  // a DNS label: <set>-<n> is a Consul DNS name
+	maxVolumeNameLength        = 128 // Nomad's limit on host volume names
+	dnsLabelRule               = "lowercase letters, digits and '-', starting and ending with a letter or digit"
+	volumeNameRule             = "letters, digits, '-' and '_'"
+	managedValue               = "true"
+	structuralKeyGroups        = "group"
+	structuralKeyCount         = "count"
+	structuralKeyType          = "type"
+	structuralKeyID            = "id"
+	structuralKeyNamespace     = "namespace"
+	structuralKeyClaimSuffix   = " (claim)"
+	percentSuffix              = "%"
+	maxPercent                 = 100
+	suggestionMaxDistance      = 3
+	nearTypoDistance           = 2
+	defaultMaxUnavailableValue = 1
+)
+
+// annotationKeys is every statefulset_* key the parser knows; anything else
+// with the prefix is a typo and is reported, because a silently ignored
+// "statefulset_replica" would leave the user wondering why nothing scales.
+var annotationKeys = []string{
+	KeyReplicas, KeyOrdinalsStart, KeyPodManagementPolicy, KeyUpdateStrategy,
+	KeyPartition, KeyMaxUnavailable, KeyMinReadySeconds, KeyRevisionHistoryLimit,
+	KeyVolumeClaims, KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled,
+	KeyPaused, KeyProgressDeadline,
+}
+
+var (
+	// dnsLabel is RFC 1123's label, the rule Kubernetes applies to pod
+	// names. The set name becomes part of the pod name "<set>-<n>", which is
+	// used as a Consul service tag and DNS label, so it must be one too.
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// volumeNamePart is what Nomad accepts in host volume names; claims
+	// become part of "<claim>-<set>-<n>".
+	volumeNamePart = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	// digits is a plain non-negative decimal: no sign, no spaces, no "0x".
+	digits = regexp.MustCompile(`^[0-9]+$`)
+)
+
+// ErrNotManaged is returned by Parse for a job without statefulset = "true".
+// Such jobs are not ours; callers skip them without logging.
+var ErrNotManaged = errors.New("job is not managed by nomad-statefulset (meta statefulset is not \"true\")")
+
+// Problem is one broken rule in a parent job: the key (an annotation or a
+// job field), the value it had, and the rule it breaks.
+type Problem struct {
+	Key   string
+	Value string
+	Rule  string
+}
+
+// String renders the problem as `key: "value" rule`, the form users see in
+// the InvalidSpec condition, the log and `nomad-statefulset status`.
+func (p Problem) String() string {
+	return fmt.Sprintf("%s: %q %s", p.Key, p.Value, p.Rule)
+}
+
+// ValidationError lists every problem found in one parent job. Parse
+// collects them all in one pass so a user fixes a job in one round.
+type ValidationError struct {
+	Namespace string
+	Name      string
+	Problems  []Problem
+}
+
+// Error lists every problem, one per line after a header naming the job.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid statefulset job %s/%s: %d problem(s)", e.Namespace, e.Name, len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// problems accumulates Problems; a nil-safe helper keeps Parse linear.
+type problems []Problem
+
+func (ps *problems) add(key, value, rule string) {
+	*ps = append(*ps, Problem{Key: key, Value: value, Rule: rule})
+}
+
+// IsManaged reports whether job asks to be managed: meta statefulset = "true".
+func IsManaged(job *api.Job) bool {
+	return job != nil && job.Meta[KeyManaged] == managedValue
+}
+
+// Parse reads the parent job's annotations into a Spec with every DESIGN §1
+// default applied, and checks the rules a parent job must follow. It never
+// stops at the first problem: all of them come back in one
+// *ValidationError. On error, only the returned Spec's Namespace, Name,
+// Generation and Deleted are meaningful, so the caller can still attribute
+// the InvalidSpec condition to the right set.
+func Parse(job *api.Job) (reconciler.Spec, error) {
+	if job == nil {
+		return reconciler.Spec{}, fmt.Errorf("parse statefulset job: %w", errors.New("job is nil"))
+	}
+	spec := reconciler.Spec{
+		Namespace:            strOr(job.Namespace, defaultNamespace),
+		Name:                 strOr(job.ID, ""),
+		Replicas:             defaultReplicas,
+		PodManagementPolicy:  reconciler.OrderedReady,
+		UpdateStrategy:       reconciler.RollingUpdate,
+		MaxUnavailable:       reconciler.IntOrPercent{Value: defaultMaxUnavailableValue},
+		RevisionHistoryLimit: defaultRevisionHistory,
+		WhenDeleted:          reconciler.Retain,
+		WhenScaled:           reconciler.Retain,
+		ProgressDeadline:     defaultProgressDeadline,
+	}
+	if spec.Namespace == "" {
+		spec.Namespace = defaultNamespace
+	}
+	if job.JobModifyIndex != nil {
+		spec.Generation = *job.JobModifyIndex
+	}
+	spec.Deleted = job.Stop != nil && *job.Stop
+	if !IsManaged(job) {
+		return spec, fmt.Errorf("parse statefulset job %s/%s: %w", spec.Namespace, spec.Name, ErrNotManaged)
+	}
+
+	var ps problems
+	parseAnnotations(job.Meta, &spec, &ps)
+	group := checkStructure(job, &ps)
+	checkNames(spec, &ps)
+	checkClaims(spec, group, &ps)
+
+	if len(ps) > 0 {
+		return spec, &ValidationError{Namespace: spec.Namespace, Name: spec.Name, Problems: ps}
+	}
+	return spec, nil
+}
+
+// parseAnnotations reads every statefulset_* key in sorted order (so the
+// problem list is deterministic) into spec.
+func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problems) {
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		if strings.HasPrefix(k, annotationPrefix) || nearAnnotation(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		raw := meta[k]
+		v := strings.TrimSpace(raw)
+		switch k {
+		case KeyReplicas:
+			spec.Replicas = parseNonNegative(k, raw, v, spec.Replicas, ps)
+		case KeyOrdinalsStart:
+			spec.OrdinalsStart = parseNonNegative(k, raw, v, spec.OrdinalsStart, ps)
+		case KeyPartition:
+			spec.Partition = parseNonNegative(k, raw, v, spec.Partition, ps)
+		case KeyMinReadySeconds:
+			spec.MinReadySeconds = parseNonNegative(k, raw, v, spec.MinReadySeconds, ps)
+		case KeyRevisionHistoryLimit:
+			spec.RevisionHistoryLimit = parseNonNegative(k, raw, v, spec.RevisionHistoryLimit, ps)
+		case KeyPodManagementPolicy:
+			switch reconciler.PodManagementPolicy(v) {
+			case reconciler.OrderedReady, reconciler.Parallel:
+				spec.PodManagementPolicy = reconciler.PodManagementPolicy(v)
+			default:
+				ps.add(k, raw, oneOfRule(v, string(reconciler.OrderedReady), string(reconciler.Parallel)))
+			}
+		case KeyUpdateStrategy:
+			switch reconciler.UpdateStrategy(v) {
+			case reconciler.RollingUpdate, reconciler.OnDelete:
+				spec.UpdateStrategy = reconciler.UpdateStrategy(v)
+			default:
+				ps.add(k, raw, oneOfRule(v, string(reconciler.RollingUpdate), string(reconciler.OnDelete)))
+			}
+		case KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled:
+			p := reconciler.RetentionPolicy(v)
+			if p != reconciler.Retain && p != reconciler.Delete {
+				ps.add(k, raw, oneOfRule(v, string(reconciler.Retain), string(reconciler.Delete)))
+				continue
+			}
+			if k == KeyVolumeRetentionDeleted {
+				spec.WhenDeleted = p
+			} else {
+				spec.WhenScaled = p
+			}
+		case KeyPaused:
+			switch v {
+			case "true":
+				spec.Paused = true
+			case "false":
+				spec.Paused = false
+			default:
+				ps.add(k, raw, oneOfRule(v, "true", "false"))
+			}
+		case KeyMaxUnavailable:
+			if mu, ok := parseMaxUnavailable(v); ok {
+				spec.MaxUnavailable = mu
+			} else {
+				ps.add(k, raw, "is not an integer ≥ 1 or a percentage from 1% to 100%")
+			}
+		case KeyProgressDeadline:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				ps.add(k, raw, "is not a Go duration > 0 (such as 90s or 10m)")
+				continue
+			}
+			spec.ProgressDeadline = d
+		case KeyVolumeClaims:
+			spec.VolumeClaims = parseClaims(k, raw, ps)
+		default:
+			ps.add(k, raw, unknownKeyRule(k))
+		}
+	}
+}
+
+// parseNonNegative parses a plain decimal integer ≥ 0. It refuses signs,
+// spaces inside and values that overflow, so "-1", "+3" and "1e3" all fail
+// with the same rule the user can act on.
+func parseNonNegative(key, raw, v string, def int, ps *problems) int {
+	if !digits.MatchString(v) {
+		ps.add(key, raw, "is not an integer ≥ 0")
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 0)
+	if err != nil || n > math.MaxInt32 {
+		// MaxInt32 keeps every later sum (start+replicas) and every
+		// rendered ordinal far from overflow on any platform.
+		ps.add(key, raw, fmt.Sprintf("is not an integer from 0 to %d", math.MaxInt32))
+		return def
+	}
+	return int(n)
+}
+
+// parseMaxUnavailable accepts "N" with N ≥ 1 or "P%" with 1 ≤ P ≤ 100, as
+// Kubernetes validates rollingUpdate.maxUnavailable: zero would block every
+// update, and more than 100% means nothing.
+func parseMaxUnavailable(v string) (reconciler.IntOrPercent, bool) {
+	if p, ok := strings.CutSuffix(v, percentSuffix); ok {
+		if !digits.MatchString(p) {
+			return reconciler.IntOrPercent{}, false
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > maxPercent {
+			return reconciler.IntOrPercent{}, false
+		}
+		return reconciler.IntOrPercent{Value: n, Percent: true}, true
+	}
+	if !digits.MatchString(v) {
+		return reconciler.IntOrPercent{}, false
+	}
+	n, err := strconv.ParseInt(v, 10, 0)
+	if err != nil || n < 1 || n > math.MaxInt32 {
+		return reconciler.IntOrPercent{}, false
+	}
+	return reconciler.IntOrPercent{Value: int(n)}, true
+}
+
+// parseClaims splits the comma list, trimming spaces. Empty entries and
+// duplicates are problems: "data,,logs" is almost surely a typo, and a claim
+// listed twice would create its volume twice.
+func parseClaims(key, raw string, ps *problems) []string {
+	if strings.TrimSpace(raw) == "" {
+		return nil
+	}
+	var claims []string
+	seen := map[string]bool{}
+	for _, c := range strings.Split(raw, ",") {
+		c = strings.TrimSpace(c)
+		switch {
+		case c == "":
+			ps.add(key, raw, "has an empty entry in its comma list")
+		case seen[c]:
+			ps.add(key, raw, fmt.Sprintf("names %q more than once", c))
+		default:
+			seen[c] = true
+			claims = append(claims, c)
+		}
+	}
+	return claims
+}
+
+// checkStructure applies the job-shape rules: one task group, count 0,
+// service type. It returns the template group, or nil if there is no single
+// usable one.
+func checkStructure(job *api.Job, ps *problems) *api.TaskGroup {
+	// The child job is always a service job (it needs deployments for
+	// health), so a batch or system parent would silently change meaning.
+	if t := strOr(job.Type, api.JobTypeService); t != api.JobTypeService {
+		ps.add(structuralKeyType, t, "is not \"service\": the pods of a set are long-running services")
+	}
+	var groups []*api.TaskGroup
+	for _, g := range job.TaskGroups {
+		if g != nil {
+			groups = append(groups, g)
+		}
+	}
+	if len(groups) != 1 {
+		ps.add(structuralKeyGroups, strconv.Itoa(len(groups))+" groups", "is not exactly one task group: the single group is the pod template")
+		return nil
+	}
+	g := groups[0]
+	// A nil count means 1 to Nomad: the template would run an unmanaged
+	// instance outside every ordinal, so an explicit 0 is required.
+	count := "unset (Nomad's default is 1)"
+	if g.Count != nil {
+		count = strconv.Itoa(*g.Count)
+	}
+	if g.Count == nil || *g.Count != 0 {
+		ps.add(structuralKeyCount, count, "is not 0: the group is a template and nomad-statefulset creates the instances")
+	}
+	return g
+}
+
+// checkNames makes sure every name derived from the set is valid for Nomad
+// and for DNS before anything is created: a pod name that Nomad or Consul
+// rejects would surface only on the first failed register, mid-rollout.
+func checkNames(spec reconciler.Spec, ps *problems) {
+	if strings.ContainsAny(spec.Namespace, " \x00") {
+		ps.add(structuralKeyNamespace, spec.Namespace, "contains a space or a NUL character")
+	}
+	if !dnsLabel.MatchString(spec.Name) {
+		ps.add(structuralKeyID, spec.Name, "is not a valid set name: "+dnsLabelRule)
+		return
+	}
+	if pod := podName(spec.Name, maxOrdinal(spec)); len(pod) > maxPodNameLength {
+		ps.add(structuralKeyID, spec.Name, fmt.Sprintf("is too long: pod name %q is longer than %d characters", pod, maxPodNameLength))
+	}
+}
+
+// checkClaims verifies each claim names a host volume of the template group
+// and yields a valid per-ordinal volume name.
+func checkClaims(spec reconciler.Spec, group *api.TaskGroup, ps *problems) {
+	for _, c := range spec.VolumeClaims {
+		if !volumeNamePart.MatchString(c) {
+			ps.add(KeyVolumeClaims, c, "is not a valid claim name: "+volumeNameRule)
+			continue
+		}
+		if vn := volumeName(c, spec.Name, maxOrdinal(spec)); len(vn) > maxVolumeNameLength {
+			ps.add(KeyVolumeClaims, c, fmt.Sprintf("is too long: volume name %q is longer than %d characters", vn, maxVolumeNameLength))
+		}
+		if group == nil {
+			continue
+		}
+		v, ok := group.Volumes[c]
+		switch {
+		case !ok || v == nil:
+			ps.add(KeyVolumeClaims, c, "is not a volume of the task group"+closest(c, mapKeys(group.Volumes)))
+		case v.Type != "host":
+			ps.add(KeyVolumeClaims, c, fmt.Sprintf("is a volume of type %q, not \"host\"", v.Type))
+		case v.PerAlloc:
+			// per_alloc makes Nomad append "[n]" to the source: it would
+			// fight the per-ordinal name this daemon sets.
+			ps.add(KeyVolumeClaims, c, "is a per_alloc volume: nomad-statefulset names per-ordinal volumes itself")
+		}
+	}
+}
+
+// maxOrdinal is the largest ordinal the spec can produce; names are
+// checked at it because it gives the longest names.
+func maxOrdinal(spec reconciler.Spec) int {
+	if spec.Replicas == 0 {
+		return spec.OrdinalsStart
+	}
+	return spec.OrdinalsStart + spec.Replicas - 1
+}
+
+func oneOfRule(v string, allowed ...string) string {
+	rule := "is not one of " + strings.Join(allowed, ", ")
+	for _, a := range allowed {
+		if strings.EqualFold(a, v) {
+			return rule + fmt.Sprintf(" (values are case-sensitive: did you mean %q?)", a)
+		}
+	}
+	return rule
+}
+
+// nearAnnotation catches typos that lose the prefix itself, such as
+// "statefulset-replicas" or "statefullset_replicas": such a key would be
+// ignored silently otherwise, and would even enter the revision data.
+func nearAnnotation(k string) bool {
+	if k == KeyManaged {
+		return false
+	}
+	for _, a := range annotationKeys {
+		if levenshtein.Distance(k, a, nil) <= nearTypoDistance {
+			return true
+		}
+	}
+	return false
+}
+
+func unknownKeyRule(k string) string {
+	return "is not a known statefulset annotation" + closest(k, annotationKeys)
+}
+
+// closest suggests the candidate nearest to s by Levenshtein distance, when
+// it is near enough to be a plausible typo.
+func closest(s string, candidates []string) string {
+	best, bestDist := "", suggestionMaxDistance+1
+	for _, c := range candidates {
+		if d := levenshtein.Distance(s, c, nil); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func strOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// podName is "<set>-<ordinal>", the child job ID and the pod's identity.
+func podName(set string, ordinal int) string {
+	return set + "-" + strconv.Itoa(ordinal)
+}
+
+// volumeName is "<claim>-<set>-<ordinal>", built the way Kubernetes names
+// PVCs. It must agree with reconciler.VolumeName, which the controller uses
+// to create the volume before the child that mounts it; the jobs tests pin
+// the format.
+func volumeName(claim, set string, ordinal int) string {
+	return claim + "-" + set + "-" + strconv.Itoa(ordinal)
+}

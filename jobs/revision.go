@@ -1,0 +1,432 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// revisionDoc is the revisioned part of a parent job (DESIGN §1): the
+// template group, the job meta outside statefulset_*, and the placement
+// fields. Its canonical JSON is reconciler.Revision.Data, the input of the
+// revision hash, and it is also all RenderChild needs to build a child, so
+// a revision can be rendered long after the parent job has changed.
+type revisionDoc struct {
+	Datacenters []string          `json:"Datacenters"`
+	NodePool    string            `json:"NodePool"`
+	Priority    int               `json:"Priority"`
+	Constraints []*api.Constraint `json:"Constraints"`
+	Affinities  []*api.Affinity   `json:"Affinities"`
+	Spreads     []*api.Spread     `json:"Spreads"`
+	Meta        map[string]string `json:"Meta"`
+	Group       *api.TaskGroup    `json:"Group"`
+}
+
+// Server-side defaults that the api package's Canonicalize does not apply
+// but a Nomad server does (nomad/structs Job.Canonicalize and the node pool
+// mutating hook). They must be applied on our side too, or a job read back
+// from Nomad would hash differently from the job as the user wrote it.
+const (
+	serverDefaultDatacenter = "*"
+	serverDefaultNodePool   = "default"
+)
+
+// RevisionData returns the canonical JSON of the revisioned fields of a
+// parent job: the template group, the job meta without the statefulset
+// keys, and the placement fields (datacenters, node_pool, constraints,
+// affinities, spreads, priority). Equal bytes mean an equal template, which
+// is how reconciler detects rollbacks; the bytes are hashed into the
+// revision name.
+//
+// The result is stable across a round trip through Nomad: the job the user
+// submits (parsed from HCL, with nil for everything left unset) and the
+// same job read back from a Nomad server (defaults filled in, nil turned
+// into empty, implicit constraints added) give identical bytes. That is
+// done by normalizing both sides to one form:
+//
+//  1. Deep-copy the job through JSON, the form both sides travel in, so the
+//     caller's job is never changed and in-memory oddities (typed slices in
+//     driver config) are gone.
+//  2. Apply the api package's Canonicalize, the very function a Nomad
+//     server runs first on a submitted job (ApiJobToStructJob). After it,
+//     every default the API knows about is explicit on both sides, and the
+//     group has absorbed the job-level update, reschedule and migrate
+//     blocks, which belong to the template.
+//  3. Apply the few defaults only the server fills (datacenters "*", node
+//     pool "default") and drop what the server adds on its own: implicit
+//     constraints (see implicitConstraints) and the default workload
+//     identity. Both are re-added by Nomad to every child anyway.
+//  4. Prune zero values: a nil pointer, a pointer to a zero scalar, an empty
+//     slice or map and a struct that prunes to nothing all become absent.
+//     After step 2 a server cannot tell nil from zero for any field (its
+//     structs have no pointers), so this loses no meaning, and it removes
+//     every "nil became empty" difference. RenderChild undoes it where
+//     Canonicalize would otherwise turn an absent value into a non-zero
+//     default (see restoreZeros).
+//  5. Marshal with encoding/json, which writes struct fields in declaration
+//     order and map keys sorted, so map iteration order never leaks in.
+func RevisionData(job *api.Job) ([]byte, error) {
+	doc, err := newRevisionDoc(job)
+	if err != nil {
+		return nil, fmt.Errorf("compute revision data: %w", err)
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("compute revision data: marshal: %w", err)
+	}
+	return data, nil
+}
+
+func newRevisionDoc(job *api.Job) (*revisionDoc, error) {
+	if job == nil {
+		return nil, errors.New("job is nil")
+	}
+	c, err := copyJob(job)
+	if err != nil {
+		return nil, err
+	}
+	var groups []*api.TaskGroup
+	for _, g := range c.TaskGroups {
+		if g != nil {
+			groups = append(groups, g)
+		}
+	}
+	if len(groups) != 1 {
+		return nil, fmt.Errorf("job has %d task groups, want exactly 1", len(groups))
+	}
+	c.TaskGroups = groups
+	// Only the service type makes sense for a set (Parse enforces it); fix
+	// it here so Canonicalize picks the service defaults on both sides.
+	c.Type = ptr(api.JobTypeService)
+	c.Canonicalize()
+
+	g := c.TaskGroups[0]
+	// The count is not part of the template: it is 0 on the parent and 1
+	// on every child.
+	g.Count = nil
+	// Scaling policies apply to the parent's count, which this daemon owns.
+	g.Scaling = nil
+	stripImplicit(g)
+
+	doc := &revisionDoc{
+		Datacenters: c.Datacenters,
+		NodePool:    *c.NodePool,
+		Priority:    *c.Priority,
+		Constraints: c.Constraints,
+		Affinities:  c.Affinities,
+		Spreads:     c.Spreads,
+		Meta:        revisionMeta(c.Meta),
+		Group:       g,
+	}
+	if len(doc.Datacenters) == 0 {
+		doc.Datacenters = []string{serverDefaultDatacenter}
+	}
+	if doc.NodePool == "" {
+		doc.NodePool = serverDefaultNodePool
+	}
+	prune(reflect.ValueOf(doc).Elem())
+	return doc, nil
+}
+
+// revisionMeta drops the statefulset keys: changing how the set is managed
+// must not make a new revision (DESIGN §1). "statefulset" itself goes too,
+// or every child would carry statefulset = "true" and look like a parent.
+func revisionMeta(meta map[string]string) map[string]string {
+	out := make(map[string]string, len(meta))
+	for k, v := range meta {
+		if k == KeyManaged || strings.HasPrefix(k, annotationPrefix) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// copyJob deep-copies a job through JSON, the form in which jobs travel to
+// and from Nomad.
+func copyJob(job *api.Job) (*api.Job, error) {
+	b, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("copy job: marshal: %w", err)
+	}
+	var c api.Job
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("copy job: unmarshal: %w", err)
+	}
+	return &c, nil
+}
+
+// Implicit constraints, exactly as a Nomad server's jobImpliedConstraints
+// mutator adds them (nomad/job_endpoint_hooks.go).
+const (
+	attrNomadServiceDisco = "${attr.nomad.service_discovery}"
+	attrNomadVersion      = "${attr.nomad.version}"
+	attrConsulVersion     = "${attr.consul.version}"
+	attrVaultVersion      = "${attr.vault.version}"
+	attrOSSignals         = "${attr.os.signals}"
+	attrKernelName        = "${attr.kernel.name}"
+	operandSemver         = "semver"
+	operandEqual          = "="
+	operandSetContains    = "set_contains"
+	defaultCluster        = "default"
+	numaAffinityNone      = "none"
+	serviceProviderNomad  = "nomad"
+)
+
+// implicitConstraints returns the constraints a Nomad server adds to group
+// g on its own, given the features g uses. They are removed from the
+// revision data on both sides: the server adds them to the registered
+// parent but they are absent from the submitted one, and the server will
+// add them to every child again. Removing only exact matches, and only when
+// the feature is in use, keeps a constraint the user wrote for another
+// reason.
+func implicitConstraints(g *api.TaskGroup) []api.Constraint {
+	var out []api.Constraint
+	services := append([]*api.Service(nil), g.Services...)
+	var signals []string
+	numa := false
+	for _, t := range g.Tasks {
+		if t == nil {
+			continue
+		}
+		services = append(services, t.Services...)
+		if t.Vault != nil {
+			out = append(out, api.Constraint{LTarget: clusterAttr("vault", t.Vault.Cluster), RTarget: ">= 0.6.1", Operand: operandSemver})
+			if deref(t.Vault.ChangeMode) == "signal" && deref(t.Vault.ChangeSignal) != "" {
+				signals = append(signals, deref(t.Vault.ChangeSignal))
+			}
+		}
+		if t.KillSignal != "" {
+			signals = append(signals, t.KillSignal)
+		}
+		for _, tmpl := range t.Templates {
+			if tmpl != nil && deref(tmpl.ChangeMode) == "signal" && deref(tmpl.ChangeSignal) != "" {
+				signals = append(signals, deref(tmpl.ChangeSignal))
+			}
+		}
+		if t.Resources != nil && t.Resources.NUMA != nil && t.Resources.NUMA.Affinity != "" && t.Resources.NUMA.Affinity != numaAffinityNone {
+			numa = true
+		}
+	}
+	for _, s := range services {
+		if s == nil {
+			continue
+		}
+		switch s.Provider {
+		case serviceProviderNomad:
+			out = append(out, api.Constraint{LTarget: attrNomadServiceDisco, RTarget: "true", Operand: operandEqual})
+			if len(s.Checks) > 0 {
+				out = append(out, api.Constraint{LTarget: attrNomadVersion, RTarget: ">= 1.4.0", Operand: operandSemver})
+			}
+		default:
+			out = append(out, api.Constraint{LTarget: clusterAttr("consul", s.Cluster), RTarget: ">= 1.7.0", Operand: operandSemver})
+		}
+	}
+	if len(signals) > 0 {
+		out = append(out, api.Constraint{LTarget: attrOSSignals, RTarget: joinUnique(signals), Operand: operandSetContains})
+	}
+	if numa {
+		out = append(out,
+			api.Constraint{LTarget: attrNomadVersion, RTarget: ">= 1.6.3-dev", Operand: operandSemver},
+			api.Constraint{LTarget: attrKernelName, RTarget: "linux", Operand: operandEqual})
+	}
+	return out
+}
+
+// clusterAttr is the version attribute of a Consul or Vault cluster: the
+// plain one for the default cluster, a cluster-named one otherwise.
+func clusterAttr(system, cluster string) string {
+	if cluster == "" || cluster == defaultCluster {
+		return "${attr." + system + ".version}"
+	}
+	return "${attr." + system + "." + cluster + ".version}"
+}
+
+func joinUnique(ss []string) string {
+	sort.Strings(ss)
+	out := ss[:0]
+	for i, s := range ss {
+		if i == 0 || s != ss[i-1] {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// stripImplicit removes implicit constraints and server-added defaults from
+// the canonicalized template group g.
+func stripImplicit(g *api.TaskGroup) {
+	implicit := implicitConstraints(g)
+	kept := g.Constraints[:0]
+	for _, c := range g.Constraints {
+		if c == nil || !containsConstraint(implicit, c) {
+			kept = append(kept, c)
+		}
+	}
+	g.Constraints = kept
+	for _, t := range g.Tasks {
+		if t != nil && isDefaultIdentity(t.Identity) {
+			// The server gives every task its default workload identity
+			// when none is written; a submitted job has nil here.
+			t.Identity = nil
+		}
+	}
+}
+
+func containsConstraint(set []api.Constraint, c *api.Constraint) bool {
+	for _, s := range set {
+		if s.LTarget == c.LTarget && s.RTarget == c.RTarget && s.Operand == c.Operand {
+			return true
+		}
+	}
+	return false
+}
+
+// isDefaultIdentity reports whether wi is the workload identity a Nomad
+// server gives a task that asked for none: named "default", audience
+// "nomadproject.io", exposed neither as env nor as a file.
+func isDefaultIdentity(wi *api.WorkloadIdentity) bool {
+	if wi == nil {
+		return false
+	}
+	if wi.Name != "" && wi.Name != "default" {
+		return false
+	}
+	if len(wi.Audience) > 1 || (len(wi.Audience) == 1 && wi.Audience[0] != "nomadproject.io") {
+		return false
+	}
+	return !wi.Env && !wi.File && wi.ChangeMode == "" && wi.ChangeSignal == "" &&
+		wi.TTL == 0 && wi.ServiceName == "" && wi.Filepath == ""
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// prune makes absent every value that carries no information beyond its
+// type's zero value, and reports whether v ended up empty. Nil and empty
+// slices and maps become nil; pointers to zero scalars and to structs that
+// prune to nothing become nil. Slice elements are pruned inside but kept, as
+// their position can matter. Map values are left alone except for struct
+// pointers (such as the group's volumes): user maps (meta, env, driver
+// config) are data, where an empty string is a value.
+func prune(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return true
+		}
+		if prune(v.Elem()) {
+			if v.CanSet() {
+				v.SetZero()
+			}
+			return true
+		}
+		return false
+	case reflect.Struct:
+		empty := true
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if !f.CanSet() {
+				continue
+			}
+			if !prune(f) {
+				empty = false
+			}
+		}
+		return empty
+	case reflect.Slice:
+		if v.Len() == 0 {
+			if v.CanSet() {
+				v.SetZero()
+			}
+			return true
+		}
+		for i := range v.Len() {
+			prune(v.Index(i))
+		}
+		return false
+	case reflect.Map:
+		if v.Len() == 0 {
+			if v.CanSet() {
+				v.SetZero()
+			}
+			return true
+		}
+		if v.Type().Elem().Kind() == reflect.Pointer && v.Type().Elem().Elem().Kind() == reflect.Struct {
+			iter := v.MapRange()
+			for iter.Next() {
+				if e := iter.Value(); !e.IsNil() {
+					prune(e.Elem())
+				}
+			}
+		}
+		return false
+	case reflect.Interface:
+		return v.IsNil()
+	default:
+		return v.IsZero()
+	}
+}
+
+// restoreZeros undoes prune where it would change meaning: for every
+// pointer field that is nil in have but non-zero in canon (have after
+// Canonicalize), it sets an explicit zero. Without this, a pruned
+// `restart { attempts = 0 }` would come back as the default of 2 when the
+// child is registered. Struct pointers that Canonicalize would create are
+// created with zero fields and filled the same way.
+func restoreZeros(have, canon reflect.Value) {
+	switch have.Kind() {
+	case reflect.Pointer:
+		if canon.Kind() != reflect.Pointer || canon.IsNil() {
+			return
+		}
+		if have.IsNil() {
+			if !have.CanSet() || isZeroDeep(canon.Elem()) {
+				return
+			}
+			have.Set(reflect.New(have.Type().Elem()))
+		}
+		restoreZeros(have.Elem(), canon.Elem())
+	case reflect.Struct:
+		for i := range have.NumField() {
+			if have.Field(i).CanSet() {
+				restoreZeros(have.Field(i), canon.Field(i))
+			}
+		}
+	case reflect.Slice:
+		for i := range min(have.Len(), canon.Len()) {
+			restoreZeros(have.Index(i), canon.Index(i))
+		}
+	case reflect.Map:
+		if have.Type().Elem().Kind() != reflect.Pointer {
+			return
+		}
+		iter := have.MapRange()
+		for iter.Next() {
+			c := canon.MapIndex(iter.Key())
+			if c.IsValid() && !iter.Value().IsNil() {
+				restoreZeros(iter.Value().Elem(), c.Elem())
+			}
+		}
+	}
+}
+
+// isZeroDeep reports whether v is a struct whose scalar fields are all zero
+// once pointers are followed: for such a value nothing needs restoring.
+func isZeroDeep(v reflect.Value) bool {
+	probe := reflect.New(v.Type())
+	probe.Elem().Set(v)
+	return prune(probe.Elem())
+}
