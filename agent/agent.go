@@ -1,0 +1,223 @@
+// Package agent is the nomad-statefulset daemon: it wires the Nomad watcher,
+// the per-set work queue, the pure reconciler, the effects and the state
+// store together, under leader election, and serves the HTTP API.
+//
+// Data flows one way: watcher → cache → queue → reconciler → effects →
+// status. Only the elected leader runs that pipeline; every agent serves
+// HTTP.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// Options configure an Agent. cmd/ builds them from the config file.
+type Options struct {
+	Logger hclog.Logger
+	// Nomad is the Nomad API; a real client or the simulator.
+	Nomad nomad.API
+	// Store keeps revisions and status.
+	Store backend.Store
+	// Elector decides whether this agent acts; backend.AlwaysLeader{} when
+	// there is no election.
+	Elector backend.Elector
+	// Workers is the number of sets reconciled at once.
+	Workers int
+	// ResyncInterval is the period of the safety re-list.
+	ResyncInterval time.Duration
+	// HTTPAddr is where the HTTP API listens ("" disables it).
+	HTTPAddr string
+	// Volumes configures per-ordinal host volume creation.
+	Volumes VolumeOptions
+	// Clock returns the time; time.Now when nil. Tests pass a fake.
+	Clock func() time.Time
+	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+}
+
+// Agent is the daemon.
+type Agent struct {
+	opts    Options
+	log     hclog.Logger
+	api     nomad.API
+	store   backend.Store
+	elector backend.Elector
+	metrics *metrics
+	views   *views
+	http    *httpServer
+	// current is the controller of the current leadership term, nil while
+	// not leading.
+	current atomic.Pointer[controller]
+	depth   atomic.Int64
+}
+
+// New builds an agent and binds its HTTP listener.
+func New(opts Options) (*Agent, error) {
+	if opts.Nomad == nil || opts.Store == nil {
+		return nil, errors.New("agent: a Nomad API and a store are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Elector == nil {
+		opts.Elector = backend.AlwaysLeader{}
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.RetryBaseDelay <= 0 {
+		opts.RetryBaseDelay = 100 * time.Millisecond
+	}
+	if opts.RetryMaxDelay <= 0 {
+		opts.RetryMaxDelay = time.Minute
+	}
+	a := &Agent{opts: opts, log: opts.Logger, store: opts.Store, elector: opts.Elector}
+	a.metrics = newMetrics(func() float64 { return float64(a.depth.Load()) })
+	a.api = instrumented{inner: opts.Nomad, m: a.metrics}
+	a.views = newViews(a.metrics.setPods)
+	if opts.HTTPAddr != "" {
+		h, err := newHTTPServer(opts.HTTPAddr, a)
+		if err != nil {
+			return nil, fmt.Errorf("starting the HTTP API on %s: %w", opts.HTTPAddr, err)
+		}
+		a.http = h
+	}
+	return a, nil
+}
+
+// HTTPAddr returns the address the HTTP API listens on.
+func (a *Agent) HTTPAddr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.ln.Addr().String()
+}
+
+// Run serves HTTP and takes part in leader election until ctx is done. While
+// leader, it watches Nomad and reconciles sets.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	httpErr := make(chan error, 1)
+	if a.http != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			httpErr <- a.http.serve()
+		}()
+		a.log.Info("serving the HTTP API", "address", a.HTTPAddr())
+	}
+	err := a.elector.Run(ctx, a.lead)
+	if a.http != nil {
+		a.http.shutdown()
+	}
+	wg.Wait()
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	select {
+	case herr := <-httpErr:
+		if herr != nil {
+			return fmt.Errorf("serving HTTP: %w", herr)
+		}
+	default:
+	}
+	return nil
+}
+
+// lead runs one leadership term: a fresh cache, watcher, queue and workers.
+// Everything stops when ctx is cancelled, which is the moment leadership is
+// lost or the agent shuts down.
+func (a *Agent) lead(ctx context.Context) error {
+	log := a.log.Named("controller")
+	a.metrics.leader.Set(1)
+	defer a.metrics.leader.Set(0)
+	log.Info("leading: watching Nomad and reconciling sets")
+
+	q := newQueue(a.opts.RetryBaseDelay, a.opts.RetryMaxDelay)
+	cache := nomad.NewCache()
+	c := &controller{
+		log: log, api: a.api, store: a.store, cache: cache, queue: q,
+		expect: newExpectations(expectationTTL), clock: a.opts.Clock,
+		volumes: a.opts.Volumes, metrics: a.metrics, views: a.views,
+		lastSpec: map[backend.SetKey]reconciler.Spec{},
+	}
+	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
+		a.log.Named("watcher"), func(k backend.SetKey) {
+			q.Add(k.String())
+			a.depth.Store(int64(q.Len()))
+		})
+	a.current.Store(c)
+	defer a.current.Store(nil)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.watcher.Run(ctx); err != nil {
+			log.Error("watcher stopped", "error", err)
+		}
+	}()
+	for i := 0; i < a.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.work(ctx, c, q)
+		}()
+	}
+	<-ctx.Done()
+	q.ShutDown()
+	wg.Wait()
+	log.Info("stopped leading: all reconcile work has ended")
+	return nil
+}
+
+// work is one worker: it takes a set from the queue and reconciles it, so a
+// set is never handled by two workers at once and one failing set never
+// blocks the others.
+func (a *Agent) work(ctx context.Context, c *controller, q *queue) {
+	for {
+		k, ok := q.Get()
+		a.depth.Store(int64(q.Len()))
+		if !ok {
+			return
+		}
+		key, err := parseKey(k)
+		if err == nil {
+			err = c.sync(ctx, key)
+		}
+		switch {
+		case err == nil:
+			q.Forget(k)
+		case ctx.Err() != nil:
+			// Shutting down or deposed: drop the work, the next leader redoes it.
+		default:
+			c.log.Warn("reconcile failed; will retry with backoff", "set", k, "error", err)
+			q.AddRateLimited(k)
+		}
+		q.Done(k)
+	}
+}
+
+func parseKey(k string) (backend.SetKey, error) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return backend.SetKey{Namespace: k[:i], Name: k[i+1:]}, nil
+		}
+	}
+	return backend.SetKey{}, fmt.Errorf("malformed set key %q", k)
+}

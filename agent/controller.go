@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// effectTimeout bounds one Nomad or store call made on behalf of an action.
+// Effects run on a context detached from shutdown so that a SIGTERM never
+// leaves a write half-done; this keeps a hung call from blocking shutdown.
+const effectTimeout = 30 * time.Second
+
+// expectationTTL is how long a write may stay unobserved before the cache is
+// distrusted and re-listed.
+const expectationTTL = 2 * time.Minute
+
+// VolumeOptions are the provisioner settings for per-ordinal host volumes.
+type VolumeOptions struct {
+	// PluginID is the dynamic host volume plugin, "mkdir" by default.
+	PluginID string
+	// CapacityMin and CapacityMax are the requested capacity in bytes (0: unset).
+	CapacityMin int64
+	CapacityMax int64
+	// Parameters are passed to the plugin.
+	Parameters map[string]string
+}
+
+// controller reconciles sets: it observes a set in the cache, asks the
+// reconciler what to do, carries the actions out and records the status.
+type controller struct {
+	log     hclog.Logger
+	api     nomad.API
+	store   backend.Store
+	cache   *nomad.Cache
+	watcher *nomad.Watcher
+	queue   *queue
+	expect  *expectations
+	clock   func() time.Time
+	volumes VolumeOptions
+	metrics *metrics
+	views   *views
+
+	// lastSpec remembers each set's last valid spec, so that a parent purged
+	// from Nomad is still torn down by its own retention policy.
+	mu       sync.Mutex
+	lastSpec map[backend.SetKey]reconciler.Spec
+}
+
+// errWaiting means the set is waiting for its own writes to show up.
+var errWaiting = errors.New("waiting for the cache to observe our writes")
+
+// sync reconciles one set once.
+func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
+	start := time.Now()
+	defer func() { c.metrics.reconcileDuration.Observe(time.Since(start).Seconds()) }()
+	now := c.clock()
+	log := c.log.With("set", key.String())
+
+	parentObs := c.cache.Observe(key, nil, now)
+	spec, parseErr := c.specFor(key, parentObs)
+	if parseErr != nil {
+		return c.recordInvalid(ctx, key, parentObs.Parent, parseErr, now)
+	}
+	if spec == nil {
+		// Nothing of the set is left in Nomad and we never knew its spec.
+		return c.forgetOrphanState(ctx, key)
+	}
+	obs := c.cache.Observe(key, spec.VolumeClaims, now)
+	if waiting, expired := c.expect.pending(key, obs, now); len(waiting) > 0 || expired {
+		if expired {
+			log.Warn("a write was not observed in time; re-listing Nomad", "ttl", expectationTTL)
+			c.watcher.RequestResync()
+			return nil
+		}
+		log.Trace("waiting for our own writes", "pending", waiting)
+		return nil
+	}
+
+	revs, err := c.store.ListRevisions(ctx, key)
+	if err != nil {
+		return c.recordStoreError(key, spec, fmt.Errorf("reading revisions of %s: %w", key, err))
+	}
+	prev, found, err := c.store.GetStatus(ctx, key)
+	if err != nil {
+		return c.recordStoreError(key, spec, fmt.Errorf("reading status of %s: %w", key, err))
+	}
+
+	in := reconciler.Input{Spec: *spec, Revisions: revs, Previous: prev, Now: now}
+	if obs.Parent != nil && obs.Parent.Version != nil {
+		in.JobVersion = *obs.Parent.Version
+	}
+	if !spec.Deleted {
+		data, err := jobs.RevisionData(obs.Parent)
+		if err != nil {
+			return c.recordInvalid(ctx, key, obs.Parent, err, now)
+		}
+		in.TemplateData = data
+	}
+	revByName := make(map[string]reconciler.Revision, len(revs))
+	for _, r := range revs {
+		revByName[r.Name] = r
+	}
+	for _, d := range obs.Pods {
+		p := d.Pod
+		if r, ok := revByName[p.Revision]; ok && !p.Terminating && !jobs.ChildMatches(*spec, r, p.Ordinal, d.Job) {
+			p.Drifted = true
+		}
+		in.Pods = append(in.Pods, p)
+	}
+	for _, v := range obs.Volumes {
+		in.Volumes = append(in.Volumes, v.Volume)
+	}
+
+	out := reconciler.Reconcile(in)
+	stateDeleted := false
+	for _, act := range out.Actions {
+		if ctx.Err() != nil {
+			// Leadership or the agent is going away: stop between actions.
+			return ctx.Err()
+		}
+		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
+		if err != nil {
+			c.views.event(key, now, "Error", fmt.Sprintf("%s ordinal %d: %v", act.Type, act.Ordinal, err))
+			c.views.update(key, *spec, out.Status, obs, revs, "")
+			return fmt.Errorf("%s for ordinal %d of %s: %w", act.Type, act.Ordinal, key, err)
+		}
+		stateDeleted = stateDeleted || deleted
+		c.views.event(key, now, string(act.Type), actionMessage(key, act))
+		log.Info("acted", "action", act.Type, "ordinal", act.Ordinal, "revision", act.Revision.Name, "reason", act.Reason)
+	}
+
+	cascadeDone := spec.Deleted && len(obs.Pods) == 0 && len(obs.Volumes) == 0
+	if !stateDeleted && !cascadeDone && !reflect.DeepEqual(prev, out.Status) {
+		if err := c.store.PutStatus(ctx, key, out.Status); err != nil {
+			return fmt.Errorf("writing status of %s: %w", key, err)
+		}
+	}
+	if stateDeleted || cascadeDone {
+		c.mu.Lock()
+		delete(c.lastSpec, key)
+		c.mu.Unlock()
+		c.views.remove(key)
+	} else {
+		finalRevs := revs
+		if len(out.Actions) > 0 {
+			if r, err := c.store.ListRevisions(ctx, key); err == nil {
+				finalRevs = r
+			}
+		}
+		c.views.update(key, *spec, out.Status, c.cache.Observe(key, spec.VolumeClaims, now), finalRevs, "")
+	}
+	if out.Requeue > 0 {
+		c.queue.AddAfter(key.String(), out.Requeue)
+	}
+	return nil
+}
+
+// specFor parses the set's parent, or falls back to the last known spec when
+// the parent was purged. It returns nil, nil when the set is unknown.
+func (c *controller) specFor(key backend.SetKey, obs nomad.Observation) (*reconciler.Spec, error) {
+	if obs.Parent != nil && !obs.ParentPurged && jobs.IsManaged(obs.Parent) {
+		spec, err := jobs.Parse(obs.Parent)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.lastSpec[key] = spec
+		c.mu.Unlock()
+		return &spec, nil
+	}
+	c.mu.Lock()
+	last, ok := c.lastSpec[key]
+	c.mu.Unlock()
+	if !ok && obs.Parent != nil && jobs.IsManaged(obs.Parent) {
+		if s, err := jobs.Parse(obs.Parent); err == nil {
+			last, ok = s, true
+		}
+	}
+	if !ok {
+		if len(obs.Pods) == 0 && len(obs.Stopped) == 0 {
+			return nil, nil
+		}
+		// Children without a known parent spec: tear them down, keeping
+		// volumes (Retain is the only policy that can never lose data).
+		last = reconciler.Spec{
+			Namespace: key.Namespace, Name: key.Name,
+			PodManagementPolicy: reconciler.OrderedReady, UpdateStrategy: reconciler.RollingUpdate,
+			WhenDeleted: reconciler.Retain, WhenScaled: reconciler.Retain,
+		}
+	}
+	last.Deleted = true
+	return &last, nil
+}
+
+// forgetOrphanState removes stored state of a set that Nomad no longer has
+// at all. It reads first so that steady state makes no writes.
+func (c *controller) forgetOrphanState(ctx context.Context, key backend.SetKey) error {
+	c.views.remove(key)
+	revs, err := c.store.ListRevisions(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading revisions of %s: %w", key, err)
+	}
+	_, found, err := c.store.GetStatus(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading status of %s: %w", key, err)
+	}
+	if len(revs) == 0 && !found {
+		return nil
+	}
+	c.log.Info("removing the state of a set whose job is gone", "set", key.String())
+	return c.store.DeleteSet(ctx, key)
+}
+
+// recordInvalid leaves the set untouched and reports why, as a condition
+// that names the key, the value and the rule.
+func (c *controller) recordInvalid(ctx context.Context, key backend.SetKey, parent *api.Job, err error, now time.Time) error {
+	msg := err.Error()
+	c.log.Error("the set's job is invalid; leaving the set untouched", "set", key.String(), "error", msg)
+	prev, _, gerr := c.store.GetStatus(ctx, key)
+	if gerr != nil {
+		c.views.setError(key, msg)
+		return nil
+	}
+	next := prev
+	next.Conditions = setCondition(prev.Conditions, reconciler.Condition{
+		Type: reconciler.ConditionInvalidSpec, Status: true, Reason: "InvalidAnnotations", Message: msg,
+	}, now)
+	if !reflect.DeepEqual(prev, next) {
+		if perr := c.store.PutStatus(ctx, key, next); perr != nil {
+			c.log.Warn("could not record the invalid-spec condition", "set", key.String(), "error", perr)
+		}
+	}
+	c.views.setError(key, msg)
+	c.views.setStatus(key, next)
+	// An invalid job is not retried: the next change to the job requeues it.
+	return nil
+}
+
+// recordStoreError reports an unreadable store value on that set only.
+func (c *controller) recordStoreError(key backend.SetKey, spec *reconciler.Spec, err error) error {
+	var corrupt *backend.CorruptValueError
+	if errors.As(err, &corrupt) {
+		c.log.Error("the set's stored state is corrupt; leaving the set untouched", "set", key.String(), "error", err)
+		c.views.setError(key, err.Error())
+		return nil
+	}
+	return err
+}
+
+// setCondition replaces or adds cond, keeping the transition time when its
+// status did not change.
+func setCondition(conds []reconciler.Condition, cond reconciler.Condition, now time.Time) []reconciler.Condition {
+	out := make([]reconciler.Condition, 0, len(conds)+1)
+	replaced := false
+	for _, c := range conds {
+		if c.Type == cond.Type {
+			cond.LastTransitionTime = c.LastTransitionTime
+			if c.Status != cond.Status || cond.LastTransitionTime.IsZero() {
+				cond.LastTransitionTime = now
+			}
+			out = append(out, cond)
+			replaced = true
+			continue
+		}
+		out = append(out, c)
+	}
+	if !replaced {
+		cond.LastTransitionTime = now
+		out = append(out, cond)
+	}
+	return out
+}
+
+func actionMessage(key backend.SetKey, a reconciler.Action) string {
+	switch a.Type {
+	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+		return fmt.Sprintf("%s %s-%d (revision %s): %s", a.Type, key.Name, a.Ordinal, a.Revision.Name, a.Reason)
+	case reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume:
+		return fmt.Sprintf("%s %s: %s", a.Type, a.Volume.Name, a.Reason)
+	default:
+		return fmt.Sprintf("%s %s: %s", a.Type, a.Revision.Name, a.Reason)
+	}
+}

@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// effectContext detaches an effect from cancellation so a shutdown never
+// cuts a write in half, while still bounding it in time. The caller checks
+// its own context between actions, so at most one effect outlives it.
+func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), effectTimeout)
+}
+
+// execute carries out one action. It reports whether the set's stored state
+// was deleted (the end of a cascading delete).
+func (c *controller) execute(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation,
+	act reconciler.Action, revs []reconciler.Revision, statusFound bool, now time.Time) (bool, error) {
+	ectx, cancel := effectContext(ctx)
+	defer cancel()
+	switch act.Type {
+	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
+		return false, c.store.PutRevision(ectx, key, act.Revision)
+	case reconciler.ActionDeleteRevision:
+		return false, c.store.DeleteRevision(ectx, key, act.Revision.Name)
+	case reconciler.ActionCreateVolume:
+		return false, c.createVolume(ectx, key, obs, act, now)
+	case reconciler.ActionDeleteVolume:
+		return false, c.deleteVolume(ectx, key, obs, act)
+	case reconciler.ActionCreatePod:
+		return false, c.createPod(ectx, key, spec, obs, act, now)
+	case reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+		// A drifted child is repaired by stopping it; the next pass creates
+		// it again from its revision. Re-registering in place would let
+		// Nomad run the old and new allocation side by side.
+		return false, c.deletePod(ectx, key, obs, act, now)
+	case reconciler.ActionDeleteSetState:
+		if len(revs) == 0 && !statusFound {
+			return false, nil
+		}
+		for _, s := range obs.Stopped {
+			// Purge the stopped children so nothing of the set is left.
+			if err := c.api.DeregisterJob(ectx, key.Namespace, s.JobID, true); err != nil && !errors.Is(err, nomad.ErrNotFound) {
+				return false, err
+			}
+		}
+		if err := c.store.DeleteSet(ectx, key); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown action %q", act.Type)
+}
+
+func childID(key backend.SetKey, ordinal int) string {
+	return key.Name + "-" + strconv.Itoa(ordinal)
+}
+
+func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation, act reconciler.Action, now time.Time) error {
+	child, err := jobs.RenderChild(spec, act.Revision, act.Ordinal)
+	if err != nil {
+		return fmt.Errorf("rendering child %s: %w", childID(key, act.Ordinal), err)
+	}
+	id := childID(key, act.Ordinal)
+	// A stopped child keeps its job in Nomad; re-registering it must name
+	// the index we saw, and a new one must not exist at all (index 0). Either
+	// way a second agent or a stale decision cannot overwrite a live child.
+	var index uint64
+	for _, s := range obs.Stopped {
+		if s.JobID == id {
+			index = s.JobModifyIndex
+		}
+	}
+	for _, p := range obs.Pods {
+		if p.JobID == id {
+			return fmt.Errorf("refusing to create %s: it still has a pod", id)
+		}
+	}
+	resp, err := c.api.RegisterJob(ctx, child, true, index)
+	if err != nil {
+		if nomad.IsConflict(err) {
+			c.watcher.RequestResync()
+			return fmt.Errorf("%s changed since it was observed: %w", id, backend.ErrConflict)
+		}
+		return err
+	}
+	want := resp.JobModifyIndex
+	c.expect.expect(key, "child "+id+" registered", now, func(o nomad.Observation) bool {
+		for _, p := range o.Pods {
+			if p.JobID == id && p.JobModifyIndex >= want {
+				return true
+			}
+		}
+		return false
+	})
+	return nil
+}
+
+func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action, now time.Time) error {
+	id := childID(key, act.Ordinal)
+	for _, p := range obs.Pods {
+		if p.Pod.Ordinal == act.Ordinal && p.JobID != id {
+			// A child for this ordinal under another ID (adopted by meta).
+			id = p.JobID
+		}
+	}
+	err := c.api.DeregisterJob(ctx, key.Namespace, id, false)
+	if errors.Is(err, nomad.ErrNotFound) {
+		// Already gone: the goal of the action is met (Kubernetes #136812).
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.expect.expect(key, "child "+id+" stopping", now, func(o nomad.Observation) bool {
+		for _, p := range o.Pods {
+			if p.JobID == id && !p.Pod.Terminating {
+				return false
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+func volumeAction(act reconciler.Action) string {
+	return act.Volume.Name
+}
+
+func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action, now time.Time) error {
+	req := &api.HostVolume{
+		Namespace:                 key.Namespace,
+		Name:                      volumeAction(act),
+		PluginID:                  c.volumes.PluginID,
+		RequestedCapacityMinBytes: c.volumes.CapacityMin,
+		RequestedCapacityMaxBytes: c.volumes.CapacityMax,
+		Parameters:                c.volumes.Parameters,
+	}
+	if req.PluginID == "" {
+		req.PluginID = "mkdir"
+	}
+	if p := obs.Parent; p != nil {
+		// The volume pins the ordinal to a node, so it must be placed where
+		// the set's jobs may run.
+		if p.NodePool != nil {
+			req.NodePool = *p.NodePool
+		}
+		req.Constraints = p.Constraints
+	}
+	vol, err := c.api.CreateHostVolume(ctx, req)
+	if err != nil {
+		return err
+	}
+	c.cache.PutVolume(&api.HostVolumeStub{
+		Namespace: vol.Namespace, ID: vol.ID, Name: vol.Name, PluginID: vol.PluginID,
+		NodePool: vol.NodePool, NodeID: vol.NodeID, State: vol.State,
+		CreateIndex: vol.CreateIndex, ModifyIndex: vol.ModifyIndex,
+	})
+	return nil
+}
+
+func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
+	for _, v := range obs.Volumes {
+		if v.Volume.Name != act.Volume.Name {
+			continue
+		}
+		if err := c.api.DeleteHostVolume(ctx, key.Namespace, v.ID); err != nil && !errors.Is(err, nomad.ErrNotFound) {
+			return err
+		}
+		c.cache.RemoveVolume(key.Namespace, v.Volume.Name)
+		return nil
+	}
+	return nil
+}

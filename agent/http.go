@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// httpServer serves the agent's read API. It listens in the constructor so
+// that a bind error reaches the caller at start-up.
+type httpServer struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+func newHTTPServer(addr string, a *Agent) (*httpServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", a.handleHealth)
+	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/statefulsets", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.views.list())
+	})
+	mux.HandleFunc("GET /v1/statefulset/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		key := backend.SetKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+		d, ok := a.views.get(key)
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no statefulset " + key.String() + " is known to this agent"})
+			return
+		}
+		writeJSON(w, http.StatusOK, d)
+	})
+	return &httpServer{ln: ln, srv: &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	}}, nil
+}
+
+func (h *httpServer) serve() error {
+	err := h.srv.Serve(h.ln)
+	if err == http.ErrServerClosed {
+		return nil
+	}
+	return err
+}
+
+func (h *httpServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.srv.Shutdown(ctx)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+	h := a.health(r.Context())
+	code := http.StatusOK
+	if h.Status != "ok" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+func (a *Agent) health(ctx context.Context) client.Health {
+	h := client.Health{Status: "ok", Leader: a.elector.IsLeader(), Checks: map[string]string{}}
+	if c := a.current.Load(); c != nil {
+		if ok, msg := c.watcher.Healthy(); ok {
+			h.Checks["nomad"] = "ok"
+		} else {
+			h.Checks["nomad"] = msg
+			h.Status = "degraded"
+		}
+	} else {
+		h.Checks["nomad"] = "standby: not the leader, not watching"
+	}
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := a.store.ListSets(sctx); err != nil {
+		h.Checks["store"] = err.Error()
+		h.Status = "degraded"
+	} else {
+		h.Checks["store"] = "ok"
+	}
+	return h
+}

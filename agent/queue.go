@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"sync"
+	"time"
+)
+
+// queue is a work queue of set keys with the semantics of the Kubernetes
+// workqueue: a key waiting in the queue is held once however often it is
+// added; a key being processed is never handed to a second worker, and if it
+// is added meanwhile it is processed again afterwards; failed keys are
+// retried after a per-key exponential backoff; and keys can be added after a
+// delay.
+type queue struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	order      []string
+	queued     map[string]bool
+	processing map[string]bool
+	// dirty marks keys added while they were being processed.
+	dirty    map[string]bool
+	failures map[string]int
+	timers   map[string]*time.Timer
+	shutdown bool
+
+	baseDelay time.Duration
+	maxDelay  time.Duration
+}
+
+func newQueue(baseDelay, maxDelay time.Duration) *queue {
+	q := &queue{
+		queued:     map[string]bool{},
+		processing: map[string]bool{},
+		dirty:      map[string]bool{},
+		failures:   map[string]int{},
+		timers:     map[string]*time.Timer{},
+		baseDelay:  baseDelay,
+		maxDelay:   maxDelay,
+	}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// Add queues key unless it is already waiting.
+func (q *queue) Add(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.addLocked(key)
+}
+
+func (q *queue) addLocked(key string) {
+	if q.shutdown {
+		return
+	}
+	if q.processing[key] {
+		q.dirty[key] = true
+		return
+	}
+	if q.queued[key] {
+		return
+	}
+	q.queued[key] = true
+	q.order = append(q.order, key)
+	q.cond.Signal()
+}
+
+// AddAfter queues key after d. A later AddAfter with a shorter delay wins.
+func (q *queue) AddAfter(key string, d time.Duration) {
+	if d <= 0 {
+		q.Add(key)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shutdown {
+		return
+	}
+	if t, ok := q.timers[key]; ok {
+		// Keep the earlier of the two deadlines: stopping and re-arming is
+		// simplest, and an early extra pass is harmless.
+		t.Stop()
+	}
+	q.timers[key] = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		delete(q.timers, key)
+		q.addLocked(key)
+		q.mu.Unlock()
+	})
+}
+
+// AddRateLimited queues key after its backoff, which doubles per failure.
+func (q *queue) AddRateLimited(key string) {
+	q.mu.Lock()
+	n := q.failures[key]
+	q.failures[key] = n + 1
+	q.mu.Unlock()
+	d := q.baseDelay << min(n, 30)
+	if d > q.maxDelay || d <= 0 {
+		d = q.maxDelay
+	}
+	q.AddAfter(key, d)
+}
+
+// Forget clears key's failure count after a success.
+func (q *queue) Forget(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.failures, key)
+}
+
+// Get blocks until a key is available and marks it as being processed. It
+// returns false once the queue is shut down.
+func (q *queue) Get() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) == 0 && !q.shutdown {
+		q.cond.Wait()
+	}
+	if q.shutdown {
+		return "", false
+	}
+	key := q.order[0]
+	q.order[0] = ""
+	q.order = q.order[1:]
+	delete(q.queued, key)
+	q.processing[key] = true
+	return key, true
+}
+
+// Done marks key as processed; if it was added meanwhile it is queued again.
+func (q *queue) Done(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.processing, key)
+	if q.dirty[key] {
+		delete(q.dirty, key)
+		q.addLocked(key)
+	}
+}
+
+// Len returns the number of keys waiting (the queue depth).
+func (q *queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}
+
+// ShutDown wakes every worker and makes Get return false.
+func (q *queue) ShutDown() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.shutdown = true
+	for _, t := range q.timers {
+		t.Stop()
+	}
+	q.cond.Broadcast()
+}

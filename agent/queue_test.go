@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestQueueDeduplicatesWaitingKeys(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	q.Add("a")
+	q.Add("a")
+	q.Add("b")
+	if got := q.Len(); got != 2 {
+		t.Fatalf("queue depth = %d, want 2 (a twice is one entry)", got)
+	}
+	k1, _ := q.Get()
+	k2, _ := q.Get()
+	if k1 != "a" || k2 != "b" {
+		t.Fatalf("got %q then %q, want a then b (FIFO)", k1, k2)
+	}
+}
+
+func TestQueueNeverHandsOutAKeyTwiceAtOnce(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	q.Add("a")
+	k, _ := q.Get()
+	q.Add("a") // added while being processed
+	if got := q.Len(); got != 0 {
+		t.Fatalf("a key being processed must not be queued again yet; depth = %d", got)
+	}
+	q.Done(k)
+	if got := q.Len(); got != 1 {
+		t.Fatalf("a key added during processing must be requeued on Done; depth = %d", got)
+	}
+}
+
+func TestQueueConcurrentWorkersNeverOverlapOnAKey(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	var inFlight sync.Map
+	var overlaps, processed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k, ok := q.Get()
+				if !ok {
+					return
+				}
+				if _, loaded := inFlight.LoadOrStore(k, true); loaded {
+					overlaps.Add(1)
+				}
+				time.Sleep(50 * time.Microsecond)
+				inFlight.Delete(k)
+				processed.Add(1)
+				q.Done(k)
+			}
+		}()
+	}
+	keys := []string{"a", "b", "c"}
+	for i := 0; i < 3000; i++ {
+		q.Add(keys[i%len(keys)])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	q.ShutDown()
+	wg.Wait()
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d times a key was processed by two workers at once", overlaps.Load())
+	}
+	if processed.Load() == 0 {
+		t.Fatal("nothing was processed")
+	}
+}
+
+func TestQueueRateLimitedBackoffDoublesAndForgetResets(t *testing.T) {
+	q := newQueue(10*time.Millisecond, 80*time.Millisecond)
+	for i, want := range []time.Duration{10, 20, 40, 80, 80} {
+		q.mu.Lock()
+		n := q.failures["k"]
+		q.mu.Unlock()
+		d := q.baseDelay << min(n, 30)
+		if d > q.maxDelay {
+			d = q.maxDelay
+		}
+		if d != want*time.Millisecond {
+			t.Fatalf("failure %d: backoff %v, want %v", i, d, want*time.Millisecond)
+		}
+		q.AddRateLimited("k")
+	}
+	q.Forget("k")
+	q.mu.Lock()
+	n := q.failures["k"]
+	q.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("Forget left %d failures", n)
+	}
+	k, ok := q.Get() // the delayed add arrives eventually
+	if !ok || k != "k" {
+		t.Fatalf("got %q %v, want the rate-limited key", k, ok)
+	}
+}
+
+func TestQueueShutDownReleasesWorkers(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	done := make(chan bool)
+	go func() {
+		_, ok := q.Get()
+		done <- ok
+	}()
+	q.ShutDown()
+	if ok := <-done; ok {
+		t.Fatal("Get returned a key after ShutDown")
+	}
+}

@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// maxEvents is how many recent events are kept per set for `status`.
+const maxEvents = 20
+
+// views holds what the HTTP API shows for each set, refreshed at the end of
+// every reconcile. Reads never touch Nomad or the store.
+type views struct {
+	mu   sync.RWMutex
+	sets map[backend.SetKey]*client.SetDetail
+	// podStates counts pods by state per set, for metrics.
+	onPods func(key backend.SetKey, counts map[string]int)
+}
+
+func newViews(onPods func(backend.SetKey, map[string]int)) *views {
+	return &views{sets: map[backend.SetKey]*client.SetDetail{}, onPods: onPods}
+}
+
+func (v *views) getLocked(key backend.SetKey) *client.SetDetail {
+	d := v.sets[key]
+	if d == nil {
+		d = &client.SetDetail{Namespace: key.Namespace, Name: key.Name}
+		v.sets[key] = d
+	}
+	return d
+}
+
+func (v *views) event(key backend.SetKey, now time.Time, typ, msg string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	d := v.getLocked(key)
+	d.Events = append(d.Events, client.Event{Time: now, Type: typ, Message: msg})
+	if len(d.Events) > maxEvents {
+		d.Events = append([]client.Event(nil), d.Events[len(d.Events)-maxEvents:]...)
+	}
+}
+
+func (v *views) setError(key backend.SetKey, msg string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.getLocked(key).Error = msg
+}
+
+func (v *views) setStatus(key backend.SetKey, st reconciler.Status) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.getLocked(key).Status = statusView(st)
+}
+
+func (v *views) remove(key backend.SetKey) {
+	v.mu.Lock()
+	_, had := v.sets[key]
+	delete(v.sets, key)
+	v.mu.Unlock()
+	if had && v.onPods != nil {
+		v.onPods(key, nil)
+	}
+}
+
+func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, errMsg string) {
+	counts := map[string]int{}
+	pods := make([]client.Pod, 0, len(obs.Pods))
+	volumesByOrd := map[int][]string{}
+	for _, vol := range obs.Volumes {
+		volumesByOrd[vol.Volume.Ordinal] = append(volumesByOrd[vol.Volume.Ordinal], vol.Volume.Name)
+	}
+	for _, p := range obs.Pods {
+		state := podState(p.Pod, spec.MinReadySeconds, st)
+		counts[state]++
+		pods = append(pods, client.Pod{
+			Ordinal: p.Pod.Ordinal, Name: spec.Name + "-" + strconv.Itoa(p.Pod.Ordinal),
+			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
+			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal],
+		})
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
+	rv := make([]client.Revision, 0, len(revs))
+	for _, r := range revs {
+		rv = append(rv, client.Revision{Number: r.Number, Name: r.Name, CreatedAt: r.CreatedAt, JobVersion: r.JobVersion, Template: string(r.Data)})
+	}
+	sort.Slice(rv, func(i, j int) bool { return rv[i].Number < rv[j].Number })
+
+	v.mu.Lock()
+	d := v.getLocked(key)
+	d.Spec = specView(spec)
+	d.Status = statusView(st)
+	d.Pods = pods
+	d.Revisions = rv
+	d.Error = errMsg
+	v.mu.Unlock()
+	if v.onPods != nil {
+		v.onPods(key, counts)
+	}
+}
+
+// podState names a pod's state as DESIGN §2 does.
+func podState(p reconciler.Pod, minReady int, _ reconciler.Status) string {
+	switch {
+	case p.Terminating:
+		return "Terminating"
+	case p.Phase == reconciler.PhaseFailed:
+		return "Failed"
+	case p.Phase == reconciler.PhaseSucceeded:
+		return "Succeeded"
+	case p.Ready && minReady == 0:
+		return "Available"
+	case p.Ready:
+		return "Ready"
+	case p.Phase == reconciler.PhaseRunning:
+		return "Running"
+	}
+	return "Pending"
+}
+
+func (v *views) list() client.SetList {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := client.SetList{Sets: []client.SetSummary{}}
+	for _, d := range v.sets {
+		out.Sets = append(out.Sets, client.SetSummary{
+			Namespace: d.Namespace, Name: d.Name, Replicas: d.Spec.Replicas, ReadyReplicas: d.Status.ReadyReplicas,
+			CurrentRevision: d.Status.CurrentRevision, UpdateRevision: d.Status.UpdateRevision, Conditions: d.Status.Conditions,
+		})
+	}
+	sort.Slice(out.Sets, func(i, j int) bool {
+		if out.Sets[i].Namespace != out.Sets[j].Namespace {
+			return out.Sets[i].Namespace < out.Sets[j].Namespace
+		}
+		return out.Sets[i].Name < out.Sets[j].Name
+	})
+	return out
+}
+
+func (v *views) get(key backend.SetKey) (client.SetDetail, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	d, ok := v.sets[key]
+	if !ok {
+		return client.SetDetail{}, false
+	}
+	cp := *d
+	cp.Pods = append([]client.Pod(nil), d.Pods...)
+	cp.Revisions = append([]client.Revision(nil), d.Revisions...)
+	cp.Events = append([]client.Event(nil), d.Events...)
+	return cp, true
+}
+
+func specView(s reconciler.Spec) client.Spec {
+	mu := strconv.Itoa(s.MaxUnavailable.Value)
+	if s.MaxUnavailable.Percent {
+		mu += "%"
+	}
+	return client.Spec{
+		Replicas: s.Replicas, OrdinalsStart: s.OrdinalsStart, PodManagementPolicy: string(s.PodManagementPolicy),
+		UpdateStrategy: string(s.UpdateStrategy), Partition: s.Partition, MaxUnavailable: mu,
+		MinReadySeconds: s.MinReadySeconds, RevisionHistoryLimit: s.RevisionHistoryLimit,
+		VolumeClaims: s.VolumeClaims, WhenDeleted: string(s.WhenDeleted), WhenScaled: string(s.WhenScaled),
+		Paused: s.Paused, ProgressDeadline: s.ProgressDeadline.String(),
+	}
+}
+
+func statusView(s reconciler.Status) client.Status {
+	conds := make([]client.Condition, 0, len(s.Conditions))
+	for _, c := range s.Conditions {
+		conds = append(conds, client.Condition{Type: string(c.Type), Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime})
+	}
+	return client.Status{
+		ObservedGeneration: s.ObservedGeneration, Replicas: s.Replicas, ReadyReplicas: s.ReadyReplicas,
+		AvailableReplicas: s.AvailableReplicas, CurrentReplicas: s.CurrentReplicas, UpdatedReplicas: s.UpdatedReplicas,
+		CurrentRevision: s.CurrentRevision, UpdateRevision: s.UpdateRevision, CollisionCount: s.CollisionCount,
+		Conditions: conds,
+	}
+}
