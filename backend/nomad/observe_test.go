@@ -1,0 +1,170 @@
+package nomad
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func childJob(set string, ord string, rev string, stop bool, modify uint64) *api.Job {
+	return &api.Job{
+		ID: ptr(set + "-" + ord), Namespace: ptr("default"), Stop: ptr(stop),
+		ModifyIndex: ptr(modify), JobModifyIndex: ptr(modify),
+		Meta:       map[string]string{"statefulset_parent": set, "statefulset_ordinal": ord, "statefulset_revision": rev},
+		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Disconnect: &api.DisconnectStrategy{StopOnClientAfter: ptr(time.Minute)}}},
+	}
+}
+
+func alloc(id, job, client, desired string, healthy *bool, create uint64, modifyTime time.Time) *api.AllocationListStub {
+	a := &api.AllocationListStub{ID: id, JobID: job, Namespace: "default", ClientStatus: client, DesiredStatus: desired,
+		CreateIndex: create, ModifyIndex: create, ModifyTime: modifyTime.UnixNano(), NodeID: "node1"}
+	if healthy != nil {
+		a.DeploymentStatus = &api.AllocDeploymentStatus{Healthy: healthy, Timestamp: modifyTime}
+	}
+	return a
+}
+
+func TestObservePodStates(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	cases := []struct {
+		name      string
+		stop      bool
+		allocs    []*api.AllocationListStub
+		wantPod   bool
+		phase     reconciler.Phase
+		ready     bool
+		terminate bool
+	}{
+		{name: "no allocation yet is Pending", wantPod: true, phase: reconciler.PhasePending},
+		{name: "running and healthy is Ready", wantPod: true, phase: reconciler.PhaseRunning, ready: true,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 10, now)}},
+		{name: "running but not yet healthy is not Ready", wantPod: true, phase: reconciler.PhaseRunning,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", nil, 10, now)}},
+		{name: "failed allocation is Failed", wantPod: true, phase: reconciler.PhaseFailed,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "failed", "run", nil, 10, now)}},
+		{name: "stopped job with a running allocation is Terminating", stop: true, wantPod: true, phase: reconciler.PhaseRunning, terminate: true,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "stop", ptr(true), 10, now)}},
+		{name: "stopped job whose allocations are terminal has no pod", stop: true, wantPod: false,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "complete", "stop", ptr(true), 10, now)}},
+		{name: "recently lost allocation still holds the ordinal", stop: true, wantPod: true, phase: reconciler.PhaseRunning, terminate: true,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "lost", "stop", nil, 10, now.Add(-time.Minute))}},
+		{name: "lost allocation past stop_on_client_after and margin is gone", stop: true, wantPod: false,
+			allocs: []*api.AllocationListStub{alloc("a1", "web-0", "lost", "stop", nil, 10, now.Add(-time.Minute-lostAllocMargin))}},
+		{name: "an older allocation still running beside the new one is never Ready", wantPod: true, phase: reconciler.PhaseRunning,
+			allocs: []*api.AllocationListStub{
+				alloc("a1", "web-0", "running", "stop", ptr(true), 10, now),
+				alloc("a2", "web-0", "running", "run", ptr(true), 20, now),
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			c.Replace(Snapshot{Index: 5, Jobs: []*api.Job{childJob("web", "0", "web-abc", tc.stop, 7)}, Allocs: tc.allocs})
+			obs := c.Observe(key, nil, now)
+			if !tc.wantPod {
+				if len(obs.Pods) != 0 || len(obs.Stopped) != 1 {
+					t.Fatalf("want no pod and one stopped child, got pods=%+v stopped=%+v", obs.Pods, obs.Stopped)
+				}
+				if obs.Stopped[0].JobModifyIndex != 7 {
+					t.Fatalf("stopped child must carry its modify index for check-and-set, got %d", obs.Stopped[0].JobModifyIndex)
+				}
+				return
+			}
+			if len(obs.Pods) != 1 {
+				t.Fatalf("want one pod, got %+v", obs.Pods)
+			}
+			p := obs.Pods[0].Pod
+			if p.Phase != tc.phase || p.Ready != tc.ready || p.Terminating != tc.terminate || p.Ordinal != 0 || p.Revision != "web-abc" {
+				t.Fatalf("pod = %+v, want phase %s ready %v terminating %v", p, tc.phase, tc.ready, tc.terminate)
+			}
+		})
+	}
+}
+
+func TestCacheUpdatesOnlyMoveForward(t *testing.T) {
+	c := NewCache()
+	newer := childJob("web", "0", "web-new", false, 20)
+	older := childJob("web", "0", "web-old", false, 10)
+	c.UpsertJob(newer, 20)
+	c.UpsertJob(older, 21) // a replayed, older event
+	obs := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now())
+	if len(obs.Pods) != 1 || obs.Pods[0].Pod.Revision != "web-new" {
+		t.Fatalf("an older job version overwrote a newer one: %+v", obs.Pods)
+	}
+	if c.Index() != 21 {
+		t.Fatalf("index = %d, want 21", c.Index())
+	}
+}
+
+func TestCacheGroupsParentsChildrenAndVolumes(t *testing.T) {
+	c := NewCache()
+	parent := &api.Job{ID: ptr("web"), Namespace: ptr("default"), ModifyIndex: ptr(uint64(3)),
+		Meta: map[string]string{"statefulset": "true"}}
+	other := &api.Job{ID: ptr("unrelated"), Namespace: ptr("default"), ModifyIndex: ptr(uint64(3))}
+	touched := c.Replace(Snapshot{Index: 9,
+		Jobs: []*api.Job{parent, other, childJob("web", "0", "r", false, 4), childJob("web", "1", "r", false, 5)},
+		Volumes: []*api.HostVolumeStub{
+			{Namespace: "default", Name: "data-web-0", ID: "v0"},
+			{Namespace: "default", Name: "data-web-1", ID: "v1"},
+			{Namespace: "default", Name: "data-web-extra-0", ID: "vx"}, // another set "web-extra"
+			{Namespace: "default", Name: "logs-web-0", ID: "vl"},       // an undeclared claim
+		}})
+	if len(touched) != 1 || touched[0].Name != "web" {
+		t.Fatalf("touched = %v, want only web", touched)
+	}
+	obs := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now())
+	if obs.Parent == nil || len(obs.Pods) != 2 || len(obs.Volumes) != 2 {
+		t.Fatalf("observation = parent %v, %d pods, %d volumes; want parent, 2, 2", obs.Parent != nil, len(obs.Pods), len(obs.Volumes))
+	}
+	for i, v := range obs.Volumes {
+		if v.Volume.Ordinal != i || v.Volume.Claim != "data" {
+			t.Fatalf("volume %d = %+v", i, v)
+		}
+	}
+}
+
+func TestCachePurgedChildWithRunningAllocIsTerminatingUntilTerminal(t *testing.T) {
+	c := NewCache()
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	now := time.Now()
+	c.Replace(Snapshot{Index: 1, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)},
+		Allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 5, now)}})
+	c.RemoveJob("default", "web-0", 6)
+	obs := c.Observe(key, nil, now)
+	if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
+		t.Fatalf("a purged child whose allocation still runs must be Terminating, got %+v", obs.Pods)
+	}
+	c.UpsertAlloc(alloc("a1", "web-0", "complete", "stop", ptr(true), 5, now), 7)
+	obs = c.Observe(key, nil, now)
+	if len(obs.Pods) != 0 || len(obs.Stopped) != 0 {
+		t.Fatalf("once terminal, a purged child is forgotten; got %+v %+v", obs.Pods, obs.Stopped)
+	}
+}
+
+func TestSplitOrdinal(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		base string
+		ord  int
+		ok   bool
+	}{
+		{"data-web-0", "data-web", 0, true},
+		{"data-web-12", "data-web", 12, true},
+		{"data-web-", "", 0, false},
+		{"web", "", 0, false},
+		{"data-web--1", "data-web-", 1, true}, // matches no set: "data-web-" is no claim-set prefix
+		{"-1", "", 0, false},
+	} {
+		base, ord, ok := splitOrdinal(tc.in)
+		if base != tc.base || ord != tc.ord || ok != tc.ok {
+			t.Errorf("splitOrdinal(%q) = %q %d %v, want %q %d %v", tc.in, base, ord, ok, tc.base, tc.ord, tc.ok)
+		}
+	}
+}
