@@ -1,0 +1,690 @@
+// Package memory holds in-memory implementations of the backend interfaces:
+// an in-memory store and a simulated Nomad (Nomad) for fast tests, fault
+// injection and scale benchmarks.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+)
+
+// Nomad is an in-memory simulation of the slice of Nomad that
+// nomad-statefulset uses (nomad.API): jobs with Nomad's versioning and
+// check-and-set, allocations that go pending → running → healthy, stop,
+// fail or get lost, deployments, dynamic host volumes and an event stream
+// with Nomad's index and buffer semantics.
+//
+// Time is either manual (Config.Manual: nothing moves until the test calls
+// Step, Advance or Settle) or real (transitions fire after the configured
+// durations on a background goroutine). Every call can have a fault injected
+// into it, and every call is counted by verb.
+//
+// All methods are safe for concurrent use. Objects handed in and out are
+// deep copies; event payloads are shared by all subscribers and must be
+// treated as read-only.
+type Nomad struct {
+	cfg Config
+
+	mu sync.Mutex
+
+	// index is the simulated Raft index: every write takes the next one,
+	// as every Raft apply does in Nomad.
+	index uint64
+	ids   uint64
+
+	jobs        map[jobKey]*jobRec
+	allocs      map[string]*allocRec
+	allocsByJob map[jobKey][]*allocRec
+	stats       map[jobKey]*runStats
+	maxRunning  int
+	vols        map[string]*volRec
+	volNames    map[jobKey][]string // (namespace, name) → volume IDs
+	blocked     map[jobKey]struct{}
+	behavior    func(job *api.Job, group string) AllocBehavior
+	nodeCursor  int
+
+	// Time and the transitions waiting for it.
+	now     time.Time
+	queue   taskQueue
+	seq     uint64
+	wake    chan struct{}
+	closed  bool
+	stopped chan struct{}
+
+	// Event stream: a linked list of published items, like Nomad's event
+	// buffer, so publishing is O(1) and slow subscribers never stall writes.
+	head, tail *eventItem
+	bufLen     int
+	subs       map[*subscription]struct{}
+	gate       chan struct{}
+	eventDelay time.Duration
+	dropEvents int
+
+	// Faults and accounting.
+	calls       map[string]int
+	totalCalls  uint64
+	callFaults  map[uint64]fault
+	verbFaults  map[string][]verbFault
+	unreachable bool
+	latency     time.Duration
+}
+
+// Config sets up a simulated Nomad. The zero value is a valid configuration:
+// real time, with every transition immediate.
+type Config struct {
+	// Manual freezes time: transitions wait for Step, Advance or Settle.
+	// Use it for deterministic tests; leave it off for benchmarks and agent
+	// tests that run against the clock.
+	Manual bool
+	// Start is the manual clock's initial time (default 2026-01-01 UTC).
+	Start time.Time
+
+	// PlaceDelay is how long the scheduler takes from a job write (register,
+	// stop, purge) to the plan that creates or stops allocations.
+	PlaceDelay time.Duration
+	// StartDelay is how long a new allocation stays pending before running.
+	StartDelay time.Duration
+	// HealthyDelay is how long a running allocation takes to be reported
+	// healthy to its deployment (Nomad's min_healthy_time).
+	HealthyDelay time.Duration
+	// StopDelay is how long a stopped allocation takes to become complete
+	// (the task's kill_timeout and shutdown_delay).
+	StopDelay time.Duration
+
+	// EventBufferSize is how many indexes the event stream retains for
+	// subscribers that start from an old index. Nomad's default is 100.
+	EventBufferSize int
+	// JSONPayloads makes event payloads the generic maps the real api
+	// client decodes from JSON, instead of typed api objects. It is slower,
+	// and catches a consumer that reads payloads without Event.Job(),
+	// Event.Allocation() or Event.Deployment().
+	JSONPayloads bool
+
+	// Nodes are the client node IDs that allocations and volumes are placed
+	// on (default node-1, node-2, node-3). All are in the "default" pool.
+	Nodes []string
+}
+
+// AllocBehavior scripts how the allocations placed for a job behave.
+type AllocBehavior struct {
+	// FailOnStart makes the allocation fail instead of starting to run.
+	FailOnStart bool
+	// Unhealthy makes the allocation run but be reported unhealthy, which
+	// fails its deployment.
+	Unhealthy bool
+	// NeverHealthy makes the allocation run and never be reported healthy
+	// either way, as a task stuck before its checks pass.
+	NeverHealthy bool
+}
+
+// jobKey identifies a job: namespace and ID.
+type jobKey struct{ ns, id string }
+
+// jobRec is a registered job and its scheduler state.
+type jobRec struct {
+	job *api.Job
+	// pendingEval is set from a job write until its plan has run: the job
+	// then reads "pending" as it does in Nomad while an eval is queued.
+	pendingEval bool
+	// evaluated is set once a plan has run, so a job without allocations
+	// (count = 0) reads "dead" afterwards, as in Nomad.
+	evaluated  bool
+	deployment *api.Deployment
+}
+
+// runStats counts a job's allocations in client status running.
+type runStats struct{ running, max int }
+
+// volRec is a dynamic host volume and the allocations claiming it.
+type volRec struct {
+	vol    *api.HostVolume
+	claims map[*allocRec]struct{}
+}
+
+// New starts a simulated Nomad. Close it when done.
+func New(cfg Config) *Nomad {
+	if cfg.EventBufferSize <= 0 {
+		cfg.EventBufferSize = 100
+	}
+	if len(cfg.Nodes) == 0 {
+		cfg.Nodes = []string{"node-1", "node-2", "node-3"}
+	} else {
+		cfg.Nodes = append([]string(nil), cfg.Nodes...)
+	}
+	if cfg.Start.IsZero() {
+		cfg.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	sentinel := newEventItem(&api.Events{})
+	gate := make(chan struct{})
+	close(gate)
+	s := &Nomad{
+		cfg:         cfg,
+		jobs:        make(map[jobKey]*jobRec),
+		allocs:      make(map[string]*allocRec),
+		allocsByJob: make(map[jobKey][]*allocRec),
+		stats:       make(map[jobKey]*runStats),
+		vols:        make(map[string]*volRec),
+		volNames:    make(map[jobKey][]string),
+		blocked:     make(map[jobKey]struct{}),
+		now:         cfg.Start,
+		wake:        make(chan struct{}, 1),
+		stopped:     make(chan struct{}),
+		head:        sentinel,
+		tail:        sentinel,
+		subs:        make(map[*subscription]struct{}),
+		gate:        gate,
+		calls:       make(map[string]int),
+		callFaults:  make(map[uint64]fault),
+		verbFaults:  make(map[string][]verbFault),
+	}
+	if cfg.Manual {
+		close(s.stopped)
+	} else {
+		go s.runClock()
+	}
+	return s
+}
+
+// Close stops the clock and ends every event stream. The simulation's state
+// stays readable.
+func (s *Nomad) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.poke()
+	<-s.stopped
+	s.CloseEventStreams(nil)
+}
+
+var _ nomad.API = (*Nomad)(nil)
+
+// RegisterEnforceIndexErrPrefix starts the message of every register that
+// fails its check-and-set, in Nomad (nomad/job_endpoint.go) and here. Over
+// HTTP Nomad answers 500 with the message as the body.
+const RegisterEnforceIndexErrPrefix = "Enforcing job modify index"
+
+// ListJobs implements nomad.API. Stubs carry Meta (as the real API gives
+// with meta=true) and a JobSummary, sorted by namespace and ID like Nomad's
+// index; the returned index is the current Raft index.
+func (s *Nomad) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
+	if _, err := s.enter(ctx, VerbListJobs); err != nil {
+		return nil, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*api.JobListStub, 0, len(s.jobs))
+	for k, rec := range s.jobs {
+		if namespace != "*" && k.ns != namespaceOrDefault(namespace) {
+			continue
+		}
+		out = append(out, s.stub(k, rec))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, s.index, nil
+}
+
+// GetJob implements nomad.API.
+func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
+	if _, err := s.enter(ctx, VerbGetJob); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.jobs[jobKey{namespaceOrDefault(namespace), id}]
+	if !ok {
+		return nil, nomad.ErrNotFound
+	}
+	return deepCopy(rec.job), nil
+}
+
+// RegisterJob implements nomad.API with Nomad's semantics: the job is
+// canonicalized as the server does; a job whose spec did not change keeps its
+// version and indexes; otherwise Version goes up by one and JobModifyIndex
+// and ModifyIndex become the new index. With enforce, the check-and-set is
+// Nomad's exactly, a stopped job counting as existing; a conflict is a 500
+// api.UnexpectedResponseError whose body starts with
+// RegisterEnforceIndexErrPrefix.
+func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
+	after, err := s.enter(ctx, VerbRegisterJob)
+	if err != nil {
+		return nil, err
+	}
+	if job == nil {
+		return nil, ResponseError(400, "Job must be specified")
+	}
+	j := deepCopy(job)
+	j.Canonicalize()
+	if *j.ID == "" {
+		return nil, ResponseError(400, "Job ID hasn't been provided")
+	}
+	if len(j.TaskGroups) == 0 {
+		return nil, ResponseError(500, "1 error occurred:\n\t* Missing job task groups\n\n")
+	}
+	key := jobKey{*j.Namespace, *j.ID}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec := s.jobs[key]
+	if enforce {
+		if msg := enforceIndexError(rec, modifyIndex); msg != "" {
+			return nil, ResponseError(500, msg)
+		}
+	}
+
+	// Server-set fields are the server's, whatever the client sent.
+	j.Status, j.StatusDescription = nil, nil
+	j.Stable = ptr(false)
+	j.SubmitTime = ptr(s.simNow().UnixNano())
+	if rec != nil && !specChanged(rec.job, j) {
+		// Nomad writes only an evaluation: no new version, no job event.
+		idx := s.nextIndex()
+		return &api.JobRegisterResponse{
+			EvalID:          s.newID(),
+			EvalCreateIndex: idx,
+			JobModifyIndex:  *rec.job.JobModifyIndex,
+			QueryMeta:       api.QueryMeta{LastIndex: idx},
+		}, after
+	}
+
+	tx := s.begin(typeJobRegistered)
+	if rec == nil {
+		rec = &jobRec{}
+		s.jobs[key] = rec
+		j.Version = ptr(uint64(0))
+		j.CreateIndex = ptr(tx.index)
+	} else {
+		j.Version = ptr(*rec.job.Version + 1)
+		j.CreateIndex = rec.job.CreateIndex
+	}
+	j.ModifyIndex = ptr(tx.index)
+	j.JobModifyIndex = ptr(tx.index)
+	rec.job = j
+	rec.pendingEval = true
+	j.Status = ptr(s.jobStatus(key, rec))
+	tx.jobEvent(s, j)
+	tx.commit(s)
+	s.schedulePlan(key)
+	return &api.JobRegisterResponse{
+		EvalID:          s.newID(),
+		EvalCreateIndex: tx.index,
+		JobModifyIndex:  tx.index,
+		QueryMeta:       api.QueryMeta{LastIndex: tx.index},
+	}, after
+}
+
+// enforceIndexError returns the message Nomad's Job.Register gives when the
+// check-and-set fails (nomad/job_endpoint.go), or "" when it passes.
+func enforceIndexError(rec *jobRec, jmi uint64) string {
+	if rec != nil {
+		if jmi == 0 {
+			return fmt.Sprintf("%s 0: job already exists", RegisterEnforceIndexErrPrefix)
+		}
+		if jmi != *rec.job.JobModifyIndex {
+			return fmt.Sprintf("%s %d: job exists with conflicting job modify index: %d",
+				RegisterEnforceIndexErrPrefix, jmi, *rec.job.JobModifyIndex)
+		}
+		return ""
+	}
+	if jmi != 0 {
+		return fmt.Sprintf("%s %d: job does not exist", RegisterEnforceIndexErrPrefix, jmi)
+	}
+	return ""
+}
+
+// specChanged mirrors structs.Job.SpecChanged: everything but the fields
+// the server sets counts.
+func specChanged(old, next *api.Job) bool {
+	c := *next
+	c.Status = old.Status
+	c.StatusDescription = old.StatusDescription
+	c.Stable = old.Stable
+	c.Version = old.Version
+	c.CreateIndex = old.CreateIndex
+	c.ModifyIndex = old.ModifyIndex
+	c.JobModifyIndex = old.JobModifyIndex
+	c.SubmitTime = old.SubmitTime
+	return !reflect.DeepEqual(old, &c)
+}
+
+// DeregisterJob implements nomad.API. Stopping sets Stop, which is a new
+// version (Version, JobModifyIndex and ModifyIndex move), and the plan then
+// stops the allocations; purging deletes the job, its allocations staying
+// listed until GC. A job that does not exist is not an error, as in Nomad.
+func (s *Nomad) DeregisterJob(ctx context.Context, namespace, id string, purge bool) error {
+	after, err := s.enter(ctx, VerbDeregisterJob)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := jobKey{namespaceOrDefault(namespace), id}
+	rec, ok := s.jobs[key]
+	if !ok {
+		return after
+	}
+	tx := s.begin(typeJobDeregistered)
+	if purge {
+		delete(s.jobs, key)
+		delete(s.blocked, key)
+		tx.jobEvent(s, rec.job)
+	} else {
+		j := rec.job
+		j.Stop = ptr(true)
+		j.Version = ptr(*j.Version + 1)
+		j.ModifyIndex = ptr(tx.index)
+		j.JobModifyIndex = ptr(tx.index)
+		j.Stable = ptr(false)
+		rec.pendingEval = true
+		j.Status = ptr(s.jobStatus(key, rec))
+		tx.jobEvent(s, j)
+	}
+	tx.commit(s)
+	s.schedulePlan(key)
+	return after
+}
+
+// JobAllocations implements nomad.API: every allocation ever placed for the
+// job ID and not yet garbage collected, oldest first, including those of a
+// purged or earlier incarnation of the job (as Nomad lists them).
+func (s *Nomad) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	if _, err := s.enter(ctx, VerbJobAllocations); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.allocsByJob[jobKey{namespaceOrDefault(namespace), id}]
+	out := make([]*api.AllocationListStub, 0, len(list))
+	for _, a := range list {
+		out = append(out, a.stub())
+	}
+	return out, nil
+}
+
+// CreateHostVolume implements nomad.API. A new volume gets an ID and, unless
+// it names one, the first node (in ID order) of its pool that has no volume
+// of that name yet, as Nomad places it; it is ready at once. A volume with
+// an existing ID is updated. Jobs waiting for a volume of this name are
+// planned again.
+func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
+	after, err := s.enter(ctx, VerbCreateHostVolume)
+	if err != nil {
+		return nil, err
+	}
+	if vol == nil {
+		return nil, ResponseError(400, "missing volume definition")
+	}
+	v := deepCopy(vol)
+	v.Namespace = namespaceOrDefault(v.Namespace)
+	if v.Name == "" {
+		return nil, ResponseError(500, "volume validation failed: 1 error occurred:\n\t* missing name\n\n")
+	}
+	if v.PluginID == "" {
+		v.PluginID = "mkdir"
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.simNow().UnixNano()
+	if v.ID != "" {
+		rec, ok := s.vols[v.ID]
+		if !ok || rec.vol.Namespace != v.Namespace {
+			return nil, ResponseError(500, fmt.Sprintf("cannot update volume %q: volume does not exist", v.ID))
+		}
+		if v.Name != rec.vol.Name {
+			return nil, ResponseError(500, fmt.Sprintf("volume validation failed: 1 error occurred:\n\t* volume name cannot be updated\n\n"))
+		}
+		v.NodeID, v.NodePool = rec.vol.NodeID, rec.vol.NodePool
+		v.CreateIndex, v.CreateTime, v.HostPath = rec.vol.CreateIndex, rec.vol.CreateTime, rec.vol.HostPath
+	} else {
+		if err := s.placeVolume(v); err != nil {
+			return nil, err
+		}
+		v.ID = s.newID()
+		v.CreateTime = now
+		v.HostPath = "/opt/nomad/data/host_volumes/" + v.ID
+	}
+	if v.NodePool == "" {
+		v.NodePool = "default"
+	}
+	v.CapacityBytes = v.RequestedCapacityMaxBytes
+	if v.CapacityBytes == 0 {
+		v.CapacityBytes = v.RequestedCapacityMinBytes
+	}
+	v.State = api.HostVolumeStateReady
+	v.ModifyTime = now
+	v.Allocations = nil
+
+	tx := s.begin(typeHostVolumeRegistered)
+	if v.CreateIndex == 0 {
+		v.CreateIndex = tx.index
+	}
+	v.ModifyIndex = tx.index
+	rec, ok := s.vols[v.ID]
+	if !ok {
+		rec = &volRec{claims: make(map[*allocRec]struct{})}
+		s.vols[v.ID] = rec
+		nk := jobKey{v.Namespace, v.Name}
+		s.volNames[nk] = append(s.volNames[nk], v.ID)
+	}
+	rec.vol = v
+	tx.volumeEvent(s, v, false)
+	tx.commit(s)
+
+	// A job blocked on this volume can now be placed: its blocked eval is
+	// unblocked, as in Nomad.
+	for k := range s.blocked {
+		if k.ns == v.Namespace {
+			delete(s.blocked, k)
+			s.schedulePlan(k)
+		}
+	}
+	return deepCopy(v), after
+}
+
+// placeVolume picks the volume's node: the given one if it exists, else the
+// first node without a volume of the same name, as Nomad's placeHostVolume.
+func (s *Nomad) placeVolume(v *api.HostVolume) error {
+	if v.NodeID != "" {
+		for _, n := range s.cfg.Nodes {
+			if n == v.NodeID {
+				v.NodePool = "default"
+				return nil
+			}
+		}
+		return ResponseError(500, fmt.Sprintf("could not place volume %q: no such node %s", v.Name, v.NodeID))
+	}
+	if v.NodePool != "" && v.NodePool != "default" && v.NodePool != "all" {
+		return ResponseError(500, fmt.Sprintf("validating volume %q against state failed: node pool %q does not exist", v.Name, v.NodePool))
+	}
+	taken := make(map[string]bool)
+	for _, r := range s.volsByName(v.Namespace, v.Name) {
+		taken[r.vol.NodeID] = true
+	}
+	nodes := append([]string(nil), s.cfg.Nodes...)
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		if !taken[n] {
+			v.NodeID, v.NodePool = n, "default"
+			return nil
+		}
+	}
+	return ResponseError(500, fmt.Sprintf("could not place volume %q: no node meets constraints: "+
+		"%d nodes had existing volume, 0 nodes filtered by node pool governance, 0 nodes were infeasible",
+		v.Name, len(taken)))
+}
+
+// ListHostVolumes implements nomad.API: volumes of the namespace ("*" for
+// all) whose name or ID starts with prefix, as Nomad's list filters, in
+// namespace and ID order.
+func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
+	if _, err := s.enter(ctx, VerbListHostVolumes); err != nil {
+		return nil, err
+	}
+	ns := namespaceOrDefault(namespace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*api.HostVolumeStub
+	for _, r := range s.vols {
+		v := r.vol
+		if namespace != "*" && v.Namespace != ns {
+			continue
+		}
+		if !strings.HasPrefix(v.Name, prefix) && !strings.HasPrefix(v.ID, prefix) {
+			continue
+		}
+		out = append(out, &api.HostVolumeStub{
+			Namespace: v.Namespace, ID: v.ID, Name: v.Name, PluginID: v.PluginID,
+			NodePool: v.NodePool, NodeID: v.NodeID, CapacityBytes: v.CapacityBytes,
+			State: v.State, CreateIndex: v.CreateIndex, CreateTime: v.CreateTime,
+			ModifyIndex: v.ModifyIndex, ModifyTime: v.ModifyTime,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// DeleteHostVolume implements nomad.API with Nomad's errors: an unknown ID
+// is "no such volume", and a volume claimed by an allocation that is not
+// client-terminal is "in use".
+func (s *Nomad) DeleteHostVolume(ctx context.Context, namespace, id string) error {
+	after, err := s.enter(ctx, VerbDeleteHostVolume)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.vols[id]
+	if !ok || rec.vol.Namespace != namespaceOrDefault(namespace) {
+		return ResponseError(500, "no such volume: "+id)
+	}
+	if len(rec.claims) > 0 {
+		ids := make([]string, 0, len(rec.claims))
+		for a := range rec.claims {
+			ids = append(ids, a.id)
+		}
+		sort.Strings(ids)
+		return ResponseError(500, fmt.Sprintf("volume %s in use by allocations: %v", id, ids))
+	}
+	tx := s.begin(typeHostVolumeDeleted)
+	delete(s.vols, id)
+	nk := jobKey{rec.vol.Namespace, rec.vol.Name}
+	ids := s.volNames[nk]
+	for i, vid := range ids {
+		if vid == id {
+			ids = append(ids[:i:i], ids[i+1:]...)
+			break
+		}
+	}
+	if len(ids) == 0 {
+		delete(s.volNames, nk)
+	} else {
+		s.volNames[nk] = ids
+	}
+	tx.volumeEvent(s, rec.vol, true)
+	tx.commit(s)
+	return after
+}
+
+// namespaceOrDefault maps the empty namespace to "default", as the api
+// client and server do.
+func namespaceOrDefault(ns string) string {
+	if ns == "" {
+		return api.DefaultNamespace
+	}
+	return ns
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// nextIndex takes the next Raft index. Callers hold s.mu.
+func (s *Nomad) nextIndex() uint64 {
+	s.index++
+	return s.index
+}
+
+// newID returns a UUID-shaped ID. IDs are sequential so runs are
+// reproducible and allocation order is creation order. Callers hold s.mu.
+func (s *Nomad) newID() string {
+	s.ids++
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", uint32(s.ids*2654435761), s.ids)
+}
+
+// stub builds a job's list stub. Callers hold s.mu.
+func (s *Nomad) stub(k jobKey, rec *jobRec) *api.JobListStub {
+	j := rec.job
+	summary := &api.JobSummary{
+		JobID: k.id, Namespace: k.ns,
+		Summary:     make(map[string]api.TaskGroupSummary, len(j.TaskGroups)),
+		CreateIndex: *j.CreateIndex, ModifyIndex: *j.ModifyIndex,
+	}
+	for _, tg := range j.TaskGroups {
+		summary.Summary[*tg.Name] = api.TaskGroupSummary{}
+	}
+	for _, a := range s.allocsByJob[k] {
+		if a.jobCreateIndex != *j.CreateIndex {
+			continue
+		}
+		g := summary.Summary[a.group]
+		switch a.clientStatus {
+		case api.AllocClientStatusPending:
+			g.Starting++
+		case api.AllocClientStatusRunning:
+			g.Running++
+		case api.AllocClientStatusComplete:
+			g.Complete++
+		case api.AllocClientStatusFailed:
+			g.Failed++
+		case api.AllocClientStatusLost:
+			g.Lost++
+		}
+		summary.Summary[a.group] = g
+	}
+	var meta map[string]string
+	if j.Meta != nil {
+		meta = make(map[string]string, len(j.Meta))
+		for mk, mv := range j.Meta {
+			meta[mk] = mv
+		}
+	}
+	return &api.JobListStub{
+		ID: k.id, ParentID: deref(j.ParentID), Name: deref(j.Name), Namespace: k.ns,
+		Datacenters: append([]string(nil), j.Datacenters...),
+		Type:        deref(j.Type), Priority: deref(j.Priority),
+		Periodic: j.Periodic != nil, ParameterizedJob: j.ParameterizedJob != nil,
+		Stop: deref(j.Stop), Status: deref(j.Status), StatusDescription: deref(j.StatusDescription),
+		JobSummary:  summary,
+		CreateIndex: *j.CreateIndex, ModifyIndex: *j.ModifyIndex, JobModifyIndex: *j.JobModifyIndex,
+		SubmitTime: deref(j.SubmitTime), Meta: meta,
+	}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

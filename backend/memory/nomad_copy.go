@@ -1,0 +1,94 @@
+package memory
+
+import "reflect"
+
+// deepCopy returns a copy of v that shares no mutable memory with it. The
+// simulated Nomad copies every job and volume on the way in and on the way
+// out, as a real server's wire encoding does, so a caller that mutates what it
+// got back (or what it sent) cannot change the simulation's state behind its
+// back. Reflection keeps this generic over the large api structs while being
+// several times cheaper than a JSON round trip.
+func deepCopy[T any](v T) T {
+	src := reflect.ValueOf(&v).Elem()
+	dst := reflect.New(src.Type()).Elem()
+	copyValue(dst, src)
+	return dst.Interface().(T)
+}
+
+// copyValue deep-copies src into the settable dst of the same type.
+// Unexported struct fields (time.Time's location, for example) are copied
+// shallowly: they cannot be set through reflection and are immutable in the
+// types the api package uses.
+func copyValue(dst, src reflect.Value) {
+	switch src.Kind() {
+	case reflect.Pointer:
+		if src.IsNil() {
+			return
+		}
+		n := reflect.New(src.Type().Elem())
+		copyValue(n.Elem(), src.Elem())
+		dst.Set(n)
+	case reflect.Struct:
+		dst.Set(src)
+		t := src.Type()
+		for i := 0; i < src.NumField(); i++ {
+			if !t.Field(i).IsExported() || !needsDeep(t.Field(i).Type.Kind()) {
+				continue
+			}
+			copyValue(dst.Field(i), src.Field(i))
+		}
+	case reflect.Slice:
+		if src.IsNil() {
+			return
+		}
+		n := reflect.MakeSlice(src.Type(), src.Len(), src.Len())
+		if needsDeep(src.Type().Elem().Kind()) {
+			for i := 0; i < src.Len(); i++ {
+				copyValue(n.Index(i), src.Index(i))
+			}
+		} else {
+			reflect.Copy(n, src)
+		}
+		dst.Set(n)
+	case reflect.Map:
+		if src.IsNil() {
+			return
+		}
+		n := reflect.MakeMapWithSize(src.Type(), src.Len())
+		deep := needsDeep(src.Type().Elem().Kind())
+		iter := src.MapRange()
+		for iter.Next() {
+			val := iter.Value()
+			if deep {
+				c := reflect.New(val.Type()).Elem()
+				copyValue(c, val)
+				val = c
+			}
+			n.SetMapIndex(iter.Key(), val)
+		}
+		dst.Set(n)
+	case reflect.Interface:
+		if src.IsNil() {
+			return
+		}
+		c := reflect.New(src.Elem().Type()).Elem()
+		copyValue(c, src.Elem())
+		dst.Set(c)
+	case reflect.Array:
+		for i := 0; i < src.Len(); i++ {
+			copyValue(dst.Index(i), src.Index(i))
+		}
+	default:
+		dst.Set(src)
+	}
+}
+
+// needsDeep reports whether values of kind k can hold references that a
+// shallow copy would share.
+func needsDeep(k reflect.Kind) bool {
+	switch k {
+	case reflect.Pointer, reflect.Struct, reflect.Slice, reflect.Map, reflect.Interface, reflect.Array:
+		return true
+	}
+	return false
+}
