@@ -1,0 +1,212 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent"
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/bolt"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+)
+
+// AgentCommand runs the daemon.
+type AgentCommand struct {
+	Meta
+}
+
+// Synopsis implements cli.Command.
+func (c *AgentCommand) Synopsis() string { return "Run the nomad-statefulset daemon" }
+
+// Help implements cli.Command.
+func (c *AgentCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: nomad-statefulset agent [options]
+
+  Runs the daemon. It watches Nomad for jobs annotated with
+  meta { statefulset = "true" } and runs each as a StatefulSet: one child job
+  per ordinal, per-ordinal host volumes, ordered or parallel pod management,
+  rolling updates, and revision history kept in Consul KV (or, with -dev, in
+  a local embedded store).
+
+  The configuration is HCL. -config may be given several times, and may name
+  a directory, whose *.hcl files are read in name order; later values win.
+  The NOMAD_* and CONSUL_* environment variables are honoured.
+
+  SIGINT and SIGTERM stop the agent after the effect in flight has finished.
+  SIGHUP reloads the configuration (the log level takes effect at once;
+  other settings at the next restart), and keeps the old one if the new one
+  is invalid.
+
+Options:
+
+  -config=<path>
+    A config file or directory. Repeatable.
+
+  -dev
+    Development mode: no Consul, state in an embedded store under the data
+    directory, no leader election.
+
+Examples:
+
+  $ nomad-statefulset agent -dev
+  $ nomad-statefulset agent -config /etc/nomad-statefulset.d/
+` + exitCodesHelp)
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// Run implements cli.Command.
+func (c *AgentCommand) Run(args []string) int {
+	var paths stringList
+	var dev bool
+	f := c.FlagSet("agent", FlagSetNone)
+	f.Var(&paths, "config", "")
+	f.BoolVar(&dev, "dev", false, "")
+	if err := f.Parse(args); err != nil {
+		c.UI.Error(fmt.Sprintf("Error parsing flags: %v\n\n%s", err, c.Help()))
+		return ExitUsage
+	}
+	if f.NArg() > 0 {
+		c.UI.Error(fmt.Sprintf("The agent takes no arguments, got %q.\n\n%s", f.Args(), c.Help()))
+		return ExitUsage
+	}
+	load := func() (*config.Config, error) {
+		cfg, err := config.Load(paths...)
+		if err != nil {
+			return nil, err
+		}
+		if dev {
+			cfg.ApplyDev()
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return cfg, nil
+	}
+	cfg, err := load()
+	if err != nil {
+		c.UI.Error(fmt.Sprintf("Invalid configuration:\n%v", err))
+		return ExitError
+	}
+	level := hclog.LevelFromString(cfg.LogLevel)
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name: "nomad-statefulset", Level: level, JSONFormat: cfg.LogJSON, Output: os.Stderr,
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := runAgent(ctx, cfg, logger, func(reloaded func() (*config.Config, error)) {}, load); err != nil {
+		logger.Error("agent stopped with an error", "error", err)
+		return ExitError
+	}
+	logger.Info("agent stopped")
+	return ExitOK
+}
+
+// runAgent builds the backends from cfg and runs the agent until ctx is done.
+func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, _ func(func() (*config.Config, error)), reload func() (*config.Config, error)) error {
+	nc, err := nomadapi.NewClient(cfg.NomadAPIConfig())
+	if err != nil {
+		return fmt.Errorf("configuring the Nomad client: %w", err)
+	}
+	store, elector, err := buildState(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	params := map[string]string{}
+	var pluginID string
+	for k, v := range cfg.VolumeProvisioner.Config {
+		switch k {
+		case "plugin_id":
+			pluginID = v
+		default:
+			params[k] = v
+		}
+	}
+	a, err := agent.New(agent.Options{
+		Logger:         logger,
+		Nomad:          nomad.NewAPI(nc),
+		Store:          store,
+		Elector:        elector,
+		Workers:        cfg.Workers,
+		ResyncInterval: cfg.ResyncInterval,
+		HTTPAddr:       cfg.HTTP.Address,
+		Volumes:        agent.VolumeOptions{PluginID: pluginID, Parameters: params},
+	})
+	if err != nil {
+		return err
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				next, err := reload()
+				if err != nil {
+					logger.Error("not reloading: the new configuration is invalid; keeping the old one", "error", err)
+					continue
+				}
+				logger.SetLevel(hclog.LevelFromString(next.LogLevel))
+				logger.Info("configuration reloaded", "log_level", next.LogLevel)
+			}
+		}
+	}()
+
+	logger.Info("agent started", "http", a.HTTPAddr(), "nomad", cfg.NomadAPIConfig().Address,
+		"state", string(cfg.State.Backend), "high_availability", cfg.HighAvailability.Enabled)
+	return a.Run(ctx)
+}
+
+// buildState opens the state store and the elector the config asks for.
+func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend.Elector, error) {
+	if cfg.State.Backend == config.StateEmbedded {
+		if err := os.MkdirAll(filepath.Dir(cfg.State.Path), 0o700); err != nil {
+			return nil, nil, fmt.Errorf("creating the state directory: %w", err)
+		}
+		s, err := bolt.Open(cfg.State.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening the embedded state store %s: %w", cfg.State.Path, err)
+		}
+		return s, backend.AlwaysLeader{}, nil
+	}
+	cc, err := consulClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !cfg.HighAvailability.Enabled {
+		return consul.NewStore(cc, cfg.Consul.KVPrefix, nil, logger.Named("store")), backend.AlwaysLeader{}, nil
+	}
+	ha := cfg.HighAvailability
+	el, err := consul.NewElector(cc, consul.ElectorConfig{
+		LockKey: ha.LockKey, SessionTTL: ha.SessionTTL, LockDelay: ha.LockDelay,
+		MonitorRetries: ha.MonitorRetries, MonitorRetryTime: ha.MonitorRetryTime,
+	}, logger.Named("leader"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuring leader election: %w", err)
+	}
+	return consul.NewStore(cc, cfg.Consul.KVPrefix, el, logger.Named("store")), el, nil
+}
+
+var errNoConsul = errors.New("no Consul client")

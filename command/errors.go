@@ -1,0 +1,112 @@
+package command
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// ErrConflict is wrapped by errors from a check-and-set register that lost
+// a race: the parent job's JobModifyIndex moved since it was read.
+var ErrConflict = errors.New("the job changed since it was read (someone else ran `nomad job run`?); run the command again")
+
+// errNotFound is wrapped by errors for a missing set or parent job.
+var errNotFound = errors.New("not found")
+
+// NomadUnreachableError means no HTTP answer came back from Nomad.
+type NomadUnreachableError struct {
+	// Address is the Nomad address that was tried.
+	Address string
+	// Err is the transport error.
+	Err error
+}
+
+// Error implements error.
+func (e *NomadUnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach Nomad at %s: %v", e.Address, e.Err)
+}
+
+// Unwrap returns the transport error.
+func (e *NomadUnreachableError) Unwrap() error { return e.Err }
+
+// nomadError turns an error from the Nomad API into one the CLI can explain
+// and map to an exit code: transport failures become NomadUnreachableError,
+// a lost check-and-set wraps ErrConflict, a 404 wraps errNotFound. what says
+// what was being done ("reading job \"web\"").
+func nomadError(address, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		body := strings.TrimSpace(ue.Body())
+		switch {
+		case isEnforceConflict(body):
+			return fmt.Errorf("%s: %w (Nomad said: %s)", what, ErrConflict, body)
+		case ue.StatusCode() == http.StatusNotFound:
+			return fmt.Errorf("%s: %w", what, errNotFound)
+		case ue.StatusCode() == http.StatusForbidden:
+			return fmt.Errorf("%s: permission denied by Nomad (set -token or NOMAD_TOKEN to a token that may read and submit the job): %w", what, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	// Some api paths return the server's text without the typed error.
+	if isEnforceConflict(err.Error()) {
+		return fmt.Errorf("%s: %w (Nomad said: %s)", what, ErrConflict, err.Error())
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return fmt.Errorf("%s: %w", what, &NomadUnreachableError{Address: address, Err: urlErr.Err})
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// isEnforceConflict recognises Nomad's answer to a register whose
+// EnforceIndex did not match, e.g. "Enforcing job modify index 12: job
+// exists with conflicting job modify index: 13". Nomad sends it as a plain
+// 500 with that text, so the text is all there is to go on.
+func isEnforceConflict(msg string) bool {
+	return strings.Contains(msg, "conflicting job modify index") ||
+		strings.Contains(msg, "Enforcing job modify index")
+}
+
+// report prints err in plain words and returns the exit code for it. No
+// error ever reaches the user as a stack trace or a bare Go value.
+func (m *Meta) report(err error) int {
+	var agentDown *client.UnreachableError
+	var nomadDown *NomadUnreachableError
+	switch {
+	case errors.As(err, &agentDown):
+		m.UI.Error("Error: " + err.Error())
+		m.UI.Error("Is the agent running? Point -address or " + client.AddressEnv + " at its HTTP API.")
+		return ExitUnreachable
+	case errors.As(err, &nomadDown):
+		m.UI.Error("Error: " + err.Error())
+		m.UI.Error("Is Nomad running? Point -nomad-address or NOMAD_ADDR at its HTTP API.")
+		return ExitUnreachable
+	case errors.Is(err, ErrConflict):
+		m.UI.Error("Error: " + err.Error())
+		return ExitConflict
+	case errors.Is(err, errNotFound), errors.Is(err, client.ErrNotFound):
+		m.UI.Error("Error: " + err.Error())
+		return ExitNotFound
+	default:
+		m.UI.Error("Error: " + err.Error())
+		return ExitError
+	}
+}
+
+// setNotFound wraps an agent 404 with which set in which namespace was
+// asked for, since the agent's own text may not say.
+func setNotFound(namespace, name string, err error) error {
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("statefulset %q not found in namespace %q (is the parent job annotated with meta statefulset = \"true\", and is -namespace right?): %w", name, namespace, errNotFound)
+	}
+	return err
+}

@@ -1,0 +1,109 @@
+package command
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// formatTable renders rows as columns two spaces apart, the first row being
+// the header. Trailing spaces are trimmed so golden files and scripts see
+// clean lines.
+func formatTable(rows [][]string) string {
+	var buf bytes.Buffer
+	w := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	_ = w.Flush() // writes to a bytes.Buffer cannot fail
+	return trimLines(buf.String())
+}
+
+// formatKV renders key/value pairs as "Key  = value" lines, the nomad CLI's
+// summary layout.
+func formatKV(pairs [][2]string) string {
+	var buf bytes.Buffer
+	w := tabwriter.NewWriter(&buf, 0, 0, 1, ' ', 0)
+	for _, p := range pairs {
+		fmt.Fprintf(w, "%s\t= %s\n", p[0], p[1])
+	}
+	_ = w.Flush()
+	return trimLines(buf.String())
+}
+
+// trimLines drops trailing spaces on every line and the final newline.
+func trimLines(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// orDash shows "-" for an empty cell, so columns never collapse.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shortID cuts an allocation or node UUID to 8 characters, as nomad does
+// unless -verbose.
+func shortID(id string, verbose bool) string {
+	if verbose || len(id) <= 8 {
+		return id
+	}
+	return id[:8]
+}
+
+// formatTime renders an absolute time in UTC RFC 3339, or "-" when zero.
+// UTC keeps output identical wherever the CLI runs.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// formatAgo renders how long before now t was ("3m12s ago"), rounded to
+// the second, or "-" when t is zero.
+func formatAgo(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d < 0 {
+		// Clock skew between agent and CLI; say so rather than print "-3s ago".
+		return "just now"
+	}
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%dd ago", int(d.Hours())/24)
+	}
+	if d >= time.Hour {
+		d = d.Round(time.Minute)
+	}
+	return d.String() + " ago"
+}
+
+// toJSON renders v as indented JSON for -json output.
+func toJSON(v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding JSON output: %w", err)
+	}
+	return string(b), nil
+}
+
+// outputJSON prints v as JSON, reporting an encoding failure.
+func (m *Meta) outputJSON(v any) int {
+	s, err := toJSON(v)
+	if err != nil {
+		return m.report(err)
+	}
+	m.UI.Output(s)
+	return ExitOK
+}

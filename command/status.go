@@ -1,0 +1,216 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// StatusCommand is `nomad-statefulset status [set]`.
+type StatusCommand struct {
+	Meta
+}
+
+// Synopsis implements cli.Command.
+func (c *StatusCommand) Synopsis() string {
+	return "Show statefulsets, or one statefulset in detail"
+}
+
+// Help implements cli.Command.
+func (c *StatusCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: nomad-statefulset status [options] [set]
+
+  With no set, lists the statefulsets of the namespace: ready/desired pods,
+  current and update revision, and the conditions that are true.
+
+  With a set, shows its summary, one row per ordinal (pod, revision,
+  allocation, node, state, ready since, volumes), its conditions and its
+  recent events.
+
+  Reads come from the nomad-statefulset agent.
+
+Examples:
+
+  $ nomad-statefulset status
+  $ nomad-statefulset status -namespace '*'
+  $ nomad-statefulset status web
+  $ nomad-statefulset status -json web | jq .status.ready_replicas
+
+` + commonOptionsHelp + agentOptionsHelp + `
+Status Options:
+
+  -verbose
+    Show full allocation and node IDs.
+` + exitCodesHelp)
+}
+
+// Run implements cli.Command.
+func (c *StatusCommand) Run(args []string) int {
+	var verbose bool
+	f := c.FlagSet("status", FlagSetCommon|FlagSetAgent)
+	f.BoolVar(&verbose, "verbose", false, "")
+	pos, code, ok := c.parse("status", f, args, 0, 1, "nomad-statefulset status [options] [set]")
+	if !ok {
+		return code
+	}
+	ac, err := c.AgentClient()
+	if err != nil {
+		return c.report(err)
+	}
+	ctx := context.Background()
+	if len(pos) == 0 {
+		list, err := ac.ListSets(ctx, c.Namespace())
+		if err != nil {
+			return c.report(err)
+		}
+		if c.JSON() {
+			return c.outputJSON(list)
+		}
+		if len(list.Sets) == 0 {
+			c.UI.Output(fmt.Sprintf("No statefulsets in namespace %q", c.Namespace()))
+			return ExitOK
+		}
+		c.UI.Output(formatSetList(list.Sets))
+		return ExitOK
+	}
+	ns, name := c.Namespace(), pos[0]
+	d, err := ac.GetSet(ctx, ns, name)
+	if err != nil {
+		return c.report(setNotFound(ns, name, err))
+	}
+	if c.JSON() {
+		return c.outputJSON(d)
+	}
+	c.UI.Output(formatSetDetail(d, verbose, c.now()))
+	return ExitOK
+}
+
+// formatSetList renders the table of sets, sorted by namespace and name.
+func formatSetList(sets []client.SetSummary) string {
+	sets = append([]client.SetSummary(nil), sets...)
+	sort.Slice(sets, func(i, j int) bool {
+		if sets[i].Namespace != sets[j].Namespace {
+			return sets[i].Namespace < sets[j].Namespace
+		}
+		return sets[i].Name < sets[j].Name
+	})
+	rows := [][]string{{"Name", "Namespace", "Ready", "Current Revision", "Update Revision", "Conditions"}}
+	for _, s := range sets {
+		rows = append(rows, []string{
+			s.Name,
+			s.Namespace,
+			fmt.Sprintf("%d/%d", s.ReadyReplicas, s.Replicas),
+			orDash(s.CurrentRevision),
+			orDash(s.UpdateRevision),
+			orDash(trueConditions(s.Conditions)),
+		})
+	}
+	return formatTable(rows)
+}
+
+// trueConditions lists the types of the conditions that hold, which is what
+// an operator scanning many sets wants to see.
+func trueConditions(cs []client.Condition) string {
+	var out []string
+	for _, cond := range cs {
+		if cond.Status {
+			out = append(out, cond.Type)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// formatSetDetail renders one set: summary, pods, conditions, events.
+func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
+	var b strings.Builder
+	sp, st := d.Spec, d.Status
+	strategy := sp.UpdateStrategy
+	if sp.UpdateStrategy == "RollingUpdate" {
+		strategy = fmt.Sprintf("RollingUpdate (partition %d, max unavailable %s)", sp.Partition, orDash(sp.MaxUnavailable))
+	}
+	pairs := [][2]string{
+		{"Name", d.Name},
+		{"Namespace", d.Namespace},
+		{"Replicas", fmt.Sprintf("%d desired, %d ready, %d available, %d current, %d updated",
+			sp.Replicas, st.ReadyReplicas, st.AvailableReplicas, st.CurrentReplicas, st.UpdatedReplicas)},
+		{"Current Revision", orDash(st.CurrentRevision)},
+		{"Update Revision", orDash(st.UpdateRevision)},
+		{"Pod Management", orDash(sp.PodManagementPolicy)},
+		{"Update Strategy", orDash(strategy)},
+		{"Paused", strconv.FormatBool(sp.Paused)},
+		{"Ordinals Start", strconv.Itoa(sp.OrdinalsStart)},
+		{"Min Ready Seconds", strconv.Itoa(sp.MinReadySeconds)},
+		{"Progress Deadline", orDash(sp.ProgressDeadline)},
+		{"Volume Claims", orDash(strings.Join(sp.VolumeClaims, ","))},
+		{"Volume Retention", fmt.Sprintf("when deleted: %s, when scaled: %s", orDash(sp.WhenDeleted), orDash(sp.WhenScaled))},
+		{"Observed Index", strconv.FormatUint(st.ObservedGeneration, 10)},
+	}
+	if d.Error != "" {
+		pairs = append(pairs, [2]string{"Error", d.Error})
+	}
+	b.WriteString(formatKV(pairs))
+
+	b.WriteString("\n\nPods\n")
+	if len(d.Pods) == 0 {
+		b.WriteString("No pods")
+	} else {
+		pods := append([]client.Pod(nil), d.Pods...)
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
+		rows := [][]string{{"Pod", "Revision", "Allocation", "Node", "State", "Ready Since", "Volumes"}}
+		for _, p := range pods {
+			rows = append(rows, []string{
+				orDash(p.Name),
+				orDash(p.Revision),
+				orDash(shortID(p.AllocID, verbose)),
+				orDash(shortID(p.NodeID, verbose)),
+				orDash(p.State),
+				formatAgo(p.ReadySince, now),
+				orDash(strings.Join(p.Volumes, ",")),
+			})
+		}
+		b.WriteString(formatTable(rows))
+	}
+
+	b.WriteString("\n\nConditions\n")
+	if len(st.Conditions) == 0 {
+		b.WriteString("No conditions")
+	} else {
+		b.WriteString(formatConditions(st.Conditions, now))
+	}
+
+	b.WriteString("\n\nRecent Events\n")
+	if len(d.Events) == 0 {
+		b.WriteString("No events")
+	} else {
+		rows := [][]string{{"Time", "Type", "Message"}}
+		for _, e := range d.Events {
+			rows = append(rows, []string{formatTime(e.Time), orDash(e.Type), oneLine(e.Message)})
+		}
+		b.WriteString(formatTable(rows))
+	}
+	return b.String()
+}
+
+// formatConditions renders the conditions table.
+func formatConditions(cs []client.Condition, now time.Time) string {
+	rows := [][]string{{"Type", "Status", "Reason", "Last Transition", "Message"}}
+	for _, cond := range cs {
+		status := "False"
+		if cond.Status {
+			status = "True"
+		}
+		rows = append(rows, []string{cond.Type, status, orDash(cond.Reason), formatAgo(cond.LastTransitionTime, now), oneLine(cond.Message)})
+	}
+	return formatTable(rows)
+}
+
+// oneLine keeps a multi-line message from breaking a table's columns.
+func oneLine(s string) string {
+	return orDash(strings.Join(strings.Fields(s), " "))
+}
