@@ -463,13 +463,28 @@ func (r *reconciler) processCondemned(pi, firstUnhealthy int32) bool {
 		r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
 		return true
 	}
-	if !r.healthy(p) && pi != firstUnhealthy && r.monotonic {
+	if !r.healthy(p) && pi != firstUnhealthy && r.monotonic && r.waitableBelow(p.Ordinal) {
 		r.waitOrdinal(p.Ordinal, "to be healthy before scale-down")
 		return true
 	}
 	r.deletePod(p, "scale down")
 	r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
 	return true
+}
+
+// waitableBelow reports whether a condemned pod below ord is unhealthy in a
+// way worth waiting for: terminating, or at the update revision (so it may
+// still become ready). The first-unhealthy-pod rule blocks a scale-down on
+// such a pod. A pod stuck unready at an outdated revision is not waited for:
+// with two of them Kubernetes deadlocks, each waiting on the other.
+func (r *reconciler) waitableBelow(ord int) bool {
+	for _, pi := range r.condemned {
+		p := &r.in.Pods[pi]
+		if p.Ordinal < ord && !r.healthy(p) && (p.Terminating || p.Revision == r.update.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // rollingUpdate deletes pods that are not at the update revision, from the

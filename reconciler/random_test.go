@@ -1,0 +1,232 @@
+package reconciler
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var (
+	flagSeed = flag.Uint64("seed", 0, "replay the randomized run with this seed (printed on failure)")
+	flagRuns = flag.Int("runs", 10240, "number of randomized runs in TestRandomized")
+)
+
+// cell is one combination of the matrix the randomized runs cover.
+type cell struct {
+	policy      PodManagementPolicy
+	strategy    UpdateStrategy
+	whenScaled  RetentionPolicy
+	whenDeleted RetentionPolicy
+}
+
+func cells() []cell {
+	var cs []cell
+	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
+		for _, s := range []UpdateStrategy{RollingUpdate, OnDelete} {
+			for _, ws := range []RetentionPolicy{Retain, Delete} {
+				for _, wd := range []RetentionPolicy{Retain, Delete} {
+					cs = append(cs, cell{p, s, ws, wd})
+				}
+			}
+		}
+	}
+	return cs
+}
+
+// TestRandomized drives many random sets through creation, a clean rollout,
+// a stretch of chaos (random spec changes, failing and stopped pods, a broken
+// template, injected action failures), a calm phase that must converge, and
+// often a cascading delete. Every step is checked by checkDecision and
+// checkState. A failure prints the seed; -seed=N replays that one run.
+func TestRandomized(t *testing.T) {
+	if *flagSeed != 0 {
+		if err := randomRun(*flagSeed); err != nil {
+			t.Fatalf("seed %d: %v", *flagSeed, err)
+		}
+		return
+	}
+	cs := cells()
+	per := max(*flagRuns/len(cs), 1)
+	for ci, c := range cs {
+		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
+			t.Parallel()
+			for k := 0; k < per; k++ {
+				seed := uint64(ci)<<32 | uint64(k+1)
+				if err := randomRun(seed); err != nil {
+					t.Fatalf("seed %d: %v\nreplay: go test ./reconciler -run TestRandomized -seed=%d", seed, err, seed)
+				}
+			}
+		})
+	}
+}
+
+var templates = []string{"v1", "v2", "v3", "bad"}
+
+func randomMaxUnavailable(rng *rand.Rand) IntOrPercent {
+	switch rng.IntN(4) {
+	case 0:
+		return IntOrPercent{Value: 2}
+	case 1:
+		return IntOrPercent{Value: []int{25, 50, 100}[rng.IntN(3)], Percent: true}
+	default:
+		return IntOrPercent{Value: 1}
+	}
+}
+
+// randomRun is one randomized run; everything in it derives from seed, whose
+// high half selects the matrix cell.
+func randomRun(seed uint64) (err error) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	cs := cells()
+	c := cs[int(seed>>32)%len(cs)]
+	replicas := rng.IntN(5)
+	claims := [][]string{nil, {"data"}, {"data", "logs"}}[rng.IntN(3)]
+	spec := Spec{
+		Name:                 "web",
+		Replicas:             replicas,
+		OrdinalsStart:        rng.IntN(3),
+		PodManagementPolicy:  c.policy,
+		UpdateStrategy:       c.strategy,
+		Partition:            rng.IntN(replicas + 2),
+		MaxUnavailable:       randomMaxUnavailable(rng),
+		MinReadySeconds:      rng.IntN(3),
+		RevisionHistoryLimit: 1 + rng.IntN(3),
+		VolumeClaims:         claims,
+		WhenScaled:           c.whenScaled,
+		WhenDeleted:          c.whenDeleted,
+		ProgressDeadline:     10 * time.Minute,
+	}
+	if rng.IntN(2) == 0 {
+		spec.Partition = 0
+	}
+	w := newWorld(spec, "v1")
+	w.broken["bad"] = true
+	phase := "create"
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("phase %s: %w\n%s", phase, err, w.dump())
+		}
+	}()
+	calm := func() int { return 60 + 30*w.spec.Replicas }
+
+	// Creation, without chaos: the Kubernetes monotonic and update
+	// invariants hold at every step.
+	w.checkMonotonic, w.checkUpdateOrder = true, true
+	if err := w.settle(rng, calm()); err != nil {
+		return err
+	}
+	w.checkMonotonic = false
+
+	// A clean rollout from a healthy set: the budget invariant holds too.
+	phase = "rollout"
+	w.template = []byte("v2")
+	w.checkBudget = true
+	if err := w.settle(rng, calm()); err != nil {
+		return err
+	}
+	w.checkUpdateOrder, w.checkBudget = false, false
+
+	// Chaos.
+	phase = "chaos"
+	for i := 0; i < 20+rng.IntN(40); i++ {
+		switch rng.IntN(12) {
+		case 0:
+			w.spec.Replicas = rng.IntN(6)
+			w.logf("spec: replicas=%d", w.spec.Replicas)
+		case 1:
+			w.template = []byte(templates[rng.IntN(len(templates))])
+			w.logf("spec: template=%s", w.template)
+		case 2:
+			w.spec.Partition = rng.IntN(w.spec.Replicas + 2)
+			w.logf("spec: partition=%d", w.spec.Partition)
+		case 3:
+			w.spec.Paused = !w.spec.Paused
+			w.logf("spec: paused=%v", w.spec.Paused)
+		case 4:
+			w.spec.MaxUnavailable = randomMaxUnavailable(rng)
+		case 5, 6:
+			w.chaos(rng)
+		case 7:
+			w.failAt = w.calls + 1 + rng.IntN(4)
+		}
+		if err := w.step(); err != nil {
+			return err
+		}
+		for k := rng.IntN(3); k > 0; k-- {
+			w.advance(rng)
+		}
+		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
+	}
+
+	// Calm: a good template (a revert, if it was broken), and the set must
+	// converge with nothing else changing.
+	phase = "calm"
+	w.template = []byte(templates[rng.IntN(len(templates)-1)])
+	w.failAt = 0
+	if rng.IntN(2) == 0 {
+		w.spec.Paused = false
+	}
+	// Pods below the partition, and all new pods while paused, are created
+	// at the current revision. If that is the broken one they can never be
+	// ready, which is the contract (the partition protects them), so the
+	// run opens the partition and resumes to let the set converge.
+	stuck := false
+	for _, p := range w.pods {
+		stuck = stuck || w.isBroken(p)
+	}
+	if r := w.revision(w.status.CurrentRevision); stuck || (r != nil && w.broken[string(r.Data)]) {
+		w.spec.Partition, w.spec.Paused = 0, false
+	}
+	w.userDeletesBroken = w.spec.UpdateStrategy == OnDelete
+	if err := w.settle(rng, calm()); err != nil {
+		return err
+	}
+	if err := checkConverged(w); err != nil {
+		return err
+	}
+
+	// Cascading delete, half of the time.
+	if rng.IntN(2) == 0 {
+		phase = "delete"
+		w.spec.Deleted = true
+		if err := w.settle(rng, 40+20*len(w.pods)); err != nil {
+			return err
+		}
+		if w.spec.WhenDeleted == Delete && len(w.volumes) > 0 {
+			return fmt.Errorf("whenDeleted=Delete left %d volumes", len(w.volumes))
+		}
+	}
+	return nil
+}
+
+// checkConverged checks the settled world against the status and the
+// retention policy.
+func checkConverged(w *world) error {
+	st := w.last.Status
+	if st.ReadyReplicas != w.spec.Replicas || st.Replicas != w.spec.Replicas || st.AvailableReplicas != w.spec.Replicas {
+		return fmt.Errorf("converged with status %+v", st)
+	}
+	for _, c := range st.Conditions {
+		if c.Type == ConditionAvailable && !c.Status {
+			return fmt.Errorf("converged but %+v", c)
+		}
+		if c.Type == ConditionRolloutStuck && c.Status {
+			return fmt.Errorf("converged but %+v", c)
+		}
+	}
+	for _, v := range w.volumes {
+		if !w.inRange(v.Ordinal) && w.spec.WhenScaled == Delete {
+			return fmt.Errorf("whenScaled=Delete left volume %s", v.Name)
+		}
+	}
+	for o := w.spec.OrdinalsStart; o < w.spec.OrdinalsStart+w.spec.Replicas; o++ {
+		for _, c := range w.spec.VolumeClaims {
+			if !w.hasVolume(c, o) {
+				return fmt.Errorf("ordinal %d has no volume %s", o, c)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,437 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// errInjected is the error of an action the fault injector fails.
+var errInjected = errors.New("injected failure")
+
+// world is a simulated Nomad + Consul for one set: it holds the truth, builds
+// the reconciler's Input from it, carries out the actions in order the way the
+// agent does (stopping at the first failure), and checks every action against
+// the invariants before applying it. Pod deletion is asynchronous, as in
+// Nomad: a deleted pod is Terminating until the world advances it.
+type world struct {
+	spec       Spec
+	template   []byte
+	jobVersion uint64
+	revisions  []Revision
+	pods       []Pod
+	volumes    []Volume
+	status     Status
+	now        time.Time
+	// stateDeleted is set once DeleteSetState ran.
+	stateDeleted bool
+
+	// calls counts the actions attempted; failAt fails the action with that
+	// number (1-based), once. failAt 0 never fails.
+	calls, failAt int
+	// failAll makes every CreatePod fail (CreatePodFailure).
+	failCreatePod bool
+	// broken names template data whose pods never become ready.
+	broken map[string]bool
+
+	// volumesEverCreated records volumes, to prove Retain never removes one.
+	volumesEverCreated int
+	volumesDeleted     int
+	podsCreated        int
+	podsDeleted        int
+
+	// checkMonotonic and checkUpdateOrder enable the Kubernetes
+	// assertMonotonicInvariants (while creating and scaling) and
+	// assertUpdateInvariants (while rolling out) state checks, which hold only
+	// when nothing but the controller and ordinary pod start-up changes the
+	// pods (no chaos).
+	checkMonotonic   bool
+	checkUpdateOrder bool
+	// userDeletesBroken plays the OnDelete user: it deletes pods stuck at a
+	// broken revision so that they are recreated at the update revision.
+	userDeletesBroken bool
+	// checkBudget enables "in-range unavailable pods <= maxUnavailable"
+	// during a rollout that starts from a healthy set, without chaos.
+	checkBudget bool
+
+	last  Output
+	trace []string
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newWorld(spec Spec, template string) *world {
+	if spec.Name == "" {
+		spec.Name = "web"
+	}
+	if spec.PodManagementPolicy == "" {
+		spec.PodManagementPolicy = OrderedReady
+	}
+	if spec.UpdateStrategy == "" {
+		spec.UpdateStrategy = RollingUpdate
+	}
+	if spec.WhenDeleted == "" {
+		spec.WhenDeleted = Retain
+	}
+	if spec.WhenScaled == "" {
+		spec.WhenScaled = Retain
+	}
+	if spec.RevisionHistoryLimit == 0 {
+		spec.RevisionHistoryLimit = 10
+	}
+	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{}}
+}
+
+func (w *world) input() Input {
+	in := Input{
+		Spec:       w.spec,
+		Revisions:  slices.Clone(w.revisions),
+		Pods:       slices.Clone(w.pods),
+		Volumes:    slices.Clone(w.volumes),
+		Previous:   w.status,
+		JobVersion: w.jobVersion,
+		Now:        w.now,
+	}
+	if !w.spec.Deleted {
+		in.TemplateData = w.template
+	}
+	return in
+}
+
+func (w *world) logf(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf(format, args...))
+	if len(w.trace) > 40 {
+		w.trace = w.trace[len(w.trace)-40:]
+	}
+}
+
+// dump describes the world and the recent steps, for failure messages.
+func (w *world) dump() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "spec: %+v\nstatus: cur=%s upd=%s\n", w.spec, w.status.CurrentRevision, w.status.UpdateRevision)
+	for _, p := range w.sortedPods() {
+		fmt.Fprintf(&b, "  pod %d rev=%s phase=%s ready=%v term=%v\n", p.Ordinal, p.Revision, p.Phase, p.Ready, p.Terminating)
+	}
+	for _, v := range w.volumes {
+		fmt.Fprintf(&b, "  vol %s\n", v.Name)
+	}
+	b.WriteString("recent:\n")
+	for _, s := range w.trace {
+		b.WriteString("  " + s + "\n")
+	}
+	return b.String()
+}
+
+func (w *world) sortedPods() []Pod {
+	ps := slices.Clone(w.pods)
+	slices.SortFunc(ps, func(a, b Pod) int { return a.Ordinal - b.Ordinal })
+	return ps
+}
+
+func (w *world) podIndex(ord int) int {
+	for i := range w.pods {
+		if w.pods[i].Ordinal == ord {
+			return i
+		}
+	}
+	return -1
+}
+
+func (w *world) hasVolume(claim string, ord int) bool {
+	for _, v := range w.volumes {
+		if v.Claim == claim && v.Ordinal == ord {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *world) revision(name string) *Revision {
+	for i := range w.revisions {
+		if w.revisions[i].Name == name {
+			return &w.revisions[i]
+		}
+	}
+	return nil
+}
+
+func (w *world) inRange(ord int) bool {
+	return ord >= w.spec.OrdinalsStart && ord < w.spec.OrdinalsStart+w.spec.Replicas
+}
+
+// healthy is the test's own notion of an available pod, written
+// independently of the reconciler's.
+func (w *world) healthy(p Pod) bool {
+	if p.Terminating || p.Phase != PhaseRunning || !p.Ready {
+		return false
+	}
+	return !w.now.Before(p.ReadySince.Add(time.Duration(w.spec.MinReadySeconds) * time.Second))
+}
+
+// step runs one reconcile: it builds the input, decides, checks and applies
+// the actions in order, and records the status when every action succeeded.
+// It returns an error on an invariant violation; an injected failure is not
+// an error.
+func (w *world) step() error {
+	in := w.input()
+	out := Reconcile(in)
+	w.last = out
+	if err := checkDecision(w, in, out); err != nil {
+		return err
+	}
+	for _, a := range out.Actions {
+		w.calls++
+		if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) {
+			w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
+			return w.checkState()
+		}
+		if err := w.apply(in, out, a); err != nil {
+			return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
+		}
+	}
+	w.status = out.Status
+	return w.checkState()
+}
+
+// apply carries out one action after checking it against the world as it is
+// at that moment (earlier actions of the same decision already applied).
+func (w *world) apply(in Input, out Output, a Action) error {
+	w.logf("  %s ord=%d rev=%s vol=%s (%s)", a.Type, a.Ordinal, a.Revision.Name, a.Volume.Name, a.Reason)
+	switch a.Type {
+	case ActionCreateRevision:
+		if w.revision(a.Revision.Name) != nil {
+			return fmt.Errorf("revision %s already exists", a.Revision.Name)
+		}
+		w.revisions = append(w.revisions, a.Revision)
+	case ActionUpdateRevision:
+		r := w.revision(a.Revision.Name)
+		if r == nil {
+			return fmt.Errorf("revision %s does not exist", a.Revision.Name)
+		}
+		r.Number = a.Revision.Number
+	case ActionDeleteRevision:
+		if a.Revision.Name == out.Status.CurrentRevision || a.Revision.Name == out.Status.UpdateRevision ||
+			a.Revision.Name == in.Previous.CurrentRevision {
+			return fmt.Errorf("deleting live revision %s", a.Revision.Name)
+		}
+		for _, p := range w.pods {
+			if p.Revision == a.Revision.Name {
+				return fmt.Errorf("deleting revision %s used by pod %d", a.Revision.Name, p.Ordinal)
+			}
+		}
+		i := slices.IndexFunc(w.revisions, func(r Revision) bool { return r.Name == a.Revision.Name })
+		if i < 0 {
+			return fmt.Errorf("deleting missing revision %s", a.Revision.Name)
+		}
+		w.revisions = slices.Delete(w.revisions, i, i+1)
+	case ActionCreateVolume:
+		if w.hasVolume(a.Volume.Claim, a.Volume.Ordinal) {
+			return fmt.Errorf("volume %s created twice", a.Volume.Name)
+		}
+		if a.Volume.Name != VolumeName(a.Volume.Claim, w.spec.Name, a.Volume.Ordinal) {
+			return fmt.Errorf("volume name %q", a.Volume.Name)
+		}
+		w.volumes = append(w.volumes, a.Volume)
+		w.volumesEverCreated++
+	case ActionDeleteVolume:
+		if w.podIndex(a.Volume.Ordinal) >= 0 {
+			return fmt.Errorf("volume %s deleted while its pod exists", a.Volume.Name)
+		}
+		if w.spec.Deleted {
+			if w.spec.WhenDeleted != Delete {
+				return fmt.Errorf("volume %s deleted against whenDeleted=%s", a.Volume.Name, w.spec.WhenDeleted)
+			}
+		} else if w.spec.WhenScaled != Delete || w.inRange(a.Volume.Ordinal) {
+			return fmt.Errorf("volume %s deleted against whenScaled=%s (in range: %v)", a.Volume.Name, w.spec.WhenScaled, w.inRange(a.Volume.Ordinal))
+		}
+		i := slices.IndexFunc(w.volumes, func(v Volume) bool { return v.Name == a.Volume.Name })
+		if i < 0 {
+			return fmt.Errorf("deleting missing volume %s", a.Volume.Name)
+		}
+		w.volumes = slices.Delete(w.volumes, i, i+1)
+		w.volumesDeleted++
+	case ActionCreatePod:
+		if w.spec.Deleted {
+			return errors.New("pod created for a deleted set")
+		}
+		if !w.inRange(a.Ordinal) {
+			return fmt.Errorf("pod created outside the range")
+		}
+		if w.podIndex(a.Ordinal) >= 0 {
+			return fmt.Errorf("second pod for ordinal %d", a.Ordinal)
+		}
+		if w.revision(a.Revision.Name) == nil {
+			return fmt.Errorf("pod created at unstored revision %s", a.Revision.Name)
+		}
+		for _, c := range w.spec.VolumeClaims {
+			if !w.hasVolume(c, a.Ordinal) {
+				return fmt.Errorf("pod created before its volume %s", c)
+			}
+		}
+		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending})
+		w.podsCreated++
+	case ActionDeletePod:
+		i := -1
+		for j, p := range w.pods {
+			if p.Ordinal == a.Ordinal && !p.Terminating && p.Created.Equal(a.Pod.Created) && p.Revision == a.Pod.Revision {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("deleting a pod that is not there or already terminating")
+		}
+		w.pods[i].Terminating = true
+		w.podsDeleted++
+	case ActionRepairPod:
+		i := w.podIndex(a.Ordinal)
+		if i < 0 {
+			return fmt.Errorf("repairing a missing pod")
+		}
+		if a.Revision.Name != w.pods[i].Revision {
+			return fmt.Errorf("repair at revision %s of a pod at %s", a.Revision.Name, w.pods[i].Revision)
+		}
+		w.pods[i].Drifted = false
+	case ActionDeleteSetState:
+		if len(w.pods) > 0 {
+			return fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
+		}
+		if w.spec.WhenDeleted == Delete && len(w.volumes) > 0 {
+			return fmt.Errorf("set state deleted while volumes remain to be deleted")
+		}
+		w.revisions, w.status, w.stateDeleted = nil, Status{}, true
+	default:
+		return fmt.Errorf("unknown action %q", a.Type)
+	}
+	return nil
+}
+
+// advance moves one pod one step along its life, as Nomad would: Pending to
+// Running, Running to Ready, Terminating to gone. It returns false if no pod
+// can move.
+func (w *world) advance(rng *rand.Rand) bool {
+	var movable []int
+	for i, p := range w.pods {
+		if w.canMove(p) {
+			movable = append(movable, i)
+		}
+	}
+	if len(movable) == 0 {
+		return false
+	}
+	w.move(movable[rng.IntN(len(movable))])
+	return true
+}
+
+func (w *world) canMove(p Pod) bool {
+	switch {
+	case p.Terminating:
+		return true
+	case p.Phase == PhasePending:
+		return true
+	case p.Phase == PhaseRunning && !p.Ready:
+		return !w.isBroken(p)
+	}
+	return false
+}
+
+func (w *world) isBroken(p Pod) bool {
+	r := w.revision(p.Revision)
+	return r != nil && w.broken[string(r.Data)]
+}
+
+func (w *world) move(i int) {
+	p := &w.pods[i]
+	switch {
+	case p.Terminating:
+		w.logf("world: pod %d gone", p.Ordinal)
+		w.pods = slices.Delete(w.pods, i, i+1)
+	case p.Phase == PhasePending:
+		w.logf("world: pod %d running", p.Ordinal)
+		p.Phase = PhaseRunning
+	case p.Phase == PhaseRunning && !p.Ready && !w.isBroken(*p):
+		w.logf("world: pod %d ready", p.Ordinal)
+		p.Ready, p.ReadySince = true, w.now
+	}
+}
+
+// advanceAll moves every pod one step (deterministic scenario helper).
+func (w *world) advanceAll() {
+	for i := len(w.pods) - 1; i >= 0; i-- {
+		if w.canMove(w.pods[i]) {
+			w.move(i)
+		}
+	}
+}
+
+// chaos does something bad to a random pod: it fails, is stopped from
+// outside, loses readiness, or drifts.
+func (w *world) chaos(rng *rand.Rand) {
+	if len(w.pods) == 0 {
+		return
+	}
+	i := rng.IntN(len(w.pods))
+	p := &w.pods[i]
+	switch rng.IntN(4) {
+	case 0:
+		w.logf("chaos: pod %d failed", p.Ordinal)
+		p.Phase, p.Ready, p.ReadySince = PhaseFailed, false, time.Time{}
+	case 1:
+		w.logf("chaos: pod %d stopped", p.Ordinal)
+		p.Terminating = true
+	case 2:
+		w.logf("chaos: pod %d not ready", p.Ordinal)
+		p.Ready, p.ReadySince = false, time.Time{}
+	case 3:
+		w.logf("chaos: pod %d drifted", p.Ordinal)
+		p.Drifted = true
+	}
+}
+
+// converged reports whether the set is at rest: the last reconcile had
+// nothing to do and every desired pod exists, ready, at its target revision.
+func (w *world) converged() bool {
+	if w.spec.Deleted {
+		return w.stateDeleted && len(w.pods) == 0
+	}
+	if len(w.last.Actions) > 0 || len(w.pods) != w.spec.Replicas {
+		return false
+	}
+	for _, p := range w.pods {
+		if !w.inRange(p.Ordinal) || !w.healthy(p) || p.Drifted {
+			return false
+		}
+		if w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused &&
+			p.Ordinal-w.spec.OrdinalsStart >= w.spec.Partition && p.Revision != w.last.Status.UpdateRevision {
+			return false
+		}
+	}
+	return true
+}
+
+// settle alternates reconcile and advancing random pods until the set
+// converges, or fails after limit steps.
+func (w *world) settle(rng *rand.Rand, limit int) error {
+	for i := 0; i < limit; i++ {
+		if err := w.step(); err != nil {
+			return err
+		}
+		if w.converged() {
+			return nil
+		}
+		w.now = w.now.Add(time.Second)
+		w.advance(rng)
+		if w.userDeletesBroken {
+			for i, p := range w.pods {
+				if !p.Terminating && !p.Ready && w.isBroken(p) {
+					w.logf("user: delete pod %d", p.Ordinal)
+					w.pods[i].Terminating = true
+				}
+			}
+		}
+	}
+	return fmt.Errorf("not converged after %d steps", limit)
+}
