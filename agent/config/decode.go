@@ -1,0 +1,330 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/gocty"
+)
+
+// The decoder walks the Config struct by its hcl tags, like gohcl, with
+// three differences that are the reason it exists:
+//
+//   - It decodes into the existing tree. An attribute a file leaves out keeps
+//     the value of the layer below, so files override each other attribute by
+//     attribute with no merge code (gohcl would do this for plain fields too,
+//     but it reuses slice elements by index, which would merge plugin "a" of
+//     one file into plugin "b" of another).
+//   - Labeled blocks merge by label: `plugin "x"` in a later file overrides
+//     attributes of `plugin "x"` from an earlier one.
+//   - time.Duration attributes are parsed from strings with the attribute's
+//     position in the error, and every value's position is recorded so that
+//     semantic validation can point at it as well.
+
+type fieldKind int
+
+const (
+	kindAttr      fieldKind = iota // hcl:"name"
+	kindBlock                      // hcl:"name,block" on a struct value
+	kindBlockList                  // hcl:"name,block" on a []*struct with a label
+	kindLabel                      // hcl:"name,label"
+)
+
+type fieldInfo struct {
+	name  string
+	index int
+	kind  fieldKind
+	typ   reflect.Type
+}
+
+type structInfo struct {
+	fields []fieldInfo
+	byName map[string]fieldInfo
+	label  int // field index of the label, or -1
+	schema *hcl.BodySchema
+}
+
+var structInfos sync.Map // reflect.Type -> *structInfo
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// infoFor reads a struct type's hcl tags once.
+func infoFor(t reflect.Type) *structInfo {
+	if v, ok := structInfos.Load(t); ok {
+		return v.(*structInfo)
+	}
+	si := &structInfo{byName: map[string]fieldInfo{}, label: -1, schema: &hcl.BodySchema{}}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, ok := f.Tag.Lookup("hcl")
+		if !ok {
+			continue
+		}
+		name, opt, _ := strings.Cut(tag, ",")
+		fi := fieldInfo{name: name, index: i, typ: f.Type}
+		switch {
+		case opt == "label":
+			fi.kind = kindLabel
+			si.label = i
+		case opt == "block" && f.Type.Kind() == reflect.Slice:
+			fi.kind = kindBlockList
+			elem := infoFor(f.Type.Elem().Elem())
+			si.schema.Blocks = append(si.schema.Blocks, hcl.BlockHeaderSchema{
+				Type:       name,
+				LabelNames: []string{elem.fields[elem.label].name},
+			})
+		case opt == "block":
+			fi.kind = kindBlock
+			si.schema.Blocks = append(si.schema.Blocks, hcl.BlockHeaderSchema{Type: name})
+		case opt == "":
+			fi.kind = kindAttr
+			si.schema.Attributes = append(si.schema.Attributes, hcl.AttributeSchema{Name: name})
+		default:
+			panic(fmt.Sprintf("config: unknown hcl tag option %q on %s.%s", opt, t, f.Name))
+		}
+		si.fields = append(si.fields, fi)
+		si.byName[name] = fi
+	}
+	structInfos.Store(t, si)
+	return si
+}
+
+// decoder carries what one Load shares across files.
+type decoder struct {
+	ctx     *hcl.EvalContext
+	origins map[string]origin
+}
+
+// join builds an attribute path: "" + "nomad" = "nomad", "nomad" + "address" =
+// "nomad.address".
+func join(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+// decodeBody decodes body into the struct that ptr points at.
+func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostics {
+	v := reflect.ValueOf(ptr).Elem()
+	si := infoFor(v.Type())
+	content, diags := body.Content(si.schema)
+
+	// Map order is random; decode in source order so that diagnostics from
+	// one file come out the same way every time.
+	attrs := make([]*hcl.Attribute, 0, len(content.Attributes))
+	for _, a := range content.Attributes {
+		attrs = append(attrs, a)
+	}
+	sort.Slice(attrs, func(i, j int) bool { return attrs[i].Range.Start.Byte < attrs[j].Range.Start.Byte })
+	for _, a := range attrs {
+		fi := si.byName[a.Name]
+		diags = append(diags, d.decodeAttr(a, v.Field(fi.index), join(path, a.Name))...)
+	}
+
+	seen := map[string]*hcl.Block{}
+	for _, b := range content.Blocks {
+		fi := si.byName[b.Type]
+		key := b.Type
+		if fi.kind == kindBlockList {
+			key = fmt.Sprintf("%s %q", b.Type, b.Labels[0])
+		}
+		// Within one file a block may appear once; across files, repeats
+		// are how overrides work.
+		if prev, dup := seen[key]; dup {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  fmt.Sprintf("Duplicate %s block", key),
+				Detail: fmt.Sprintf("A %s block was already defined at %s. Put all of its settings in one block; later files, not later blocks, override earlier ones.",
+					key, rangeString(prev.DefRange)),
+				Subject: b.DefRange.Ptr(),
+			})
+			continue
+		}
+		seen[key] = b
+
+		field := v.Field(fi.index)
+		if fi.kind == kindBlock {
+			d.origins[join(path, b.Type)] = origin{rng: b.DefRange.Ptr()}
+			diags = append(diags, d.decodeBody(b.Body, field.Addr().Interface(), join(path, b.Type))...)
+			continue
+		}
+		diags = append(diags, d.decodeLabeled(b, field, path)...)
+	}
+	return diags
+}
+
+// decodeLabeled decodes one labeled block (plugin "x", hook "y") into the
+// element with that label, creating it with its defaults when it is new.
+func (d *decoder) decodeLabeled(b *hcl.Block, list reflect.Value, path string) hcl.Diagnostics {
+	label := b.Labels[0]
+	elemPath := join(path, b.Type+"."+label)
+	if !validName(label) {
+		d.origins[elemPath] = origin{rng: b.LabelRanges[0].Ptr()}
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  fmt.Sprintf("Invalid %s name", b.Type),
+			Detail: fmt.Sprintf("%q is not a valid %s name: use letters, digits, '-', '_' and '.', starting with a letter or digit.",
+				label, b.Type),
+			Subject: b.LabelRanges[0].Ptr(),
+		}}
+	}
+	var elem reflect.Value
+	for i := 0; i < list.Len(); i++ {
+		e := list.Index(i)
+		if e.Elem().Field(infoFor(e.Type().Elem()).label).String() == label {
+			elem = e
+			break
+		}
+	}
+	if !elem.IsValid() {
+		switch b.Type {
+		case "plugin":
+			elem = reflect.ValueOf(newPlugin(label))
+		case "hook":
+			elem = reflect.ValueOf(newHook(label))
+		default:
+			panic("config: no constructor for labeled block " + b.Type)
+		}
+		list.Set(reflect.Append(list, elem))
+	}
+	// DeclRange points at the first declaration that the user wrote; a
+	// built-in (zero range) takes the range of the block that overrides it.
+	if dr := elem.Elem().FieldByName("DeclRange"); dr.IsValid() && dr.Interface().(hcl.Range).Filename == "" {
+		dr.Set(reflect.ValueOf(b.DefRange))
+	}
+	d.origins[elemPath] = origin{rng: b.DefRange.Ptr()}
+	return d.decodeBody(b.Body, elem.Interface(), elemPath)
+}
+
+// decodeAttr evaluates one attribute and stores it into field. On error the
+// field keeps its previous value, so later validation does not pile follow-on
+// errors onto a value the user already has to fix.
+func (d *decoder) decodeAttr(a *hcl.Attribute, field reflect.Value, path string) hcl.Diagnostics {
+	val, diags := a.Expr.Value(d.ctx)
+	if diags.HasErrors() {
+		return diags
+	}
+	// null means "not set here", so `token = env("X", null)` falls back to
+	// the layer below when X is unset.
+	if val.IsNull() {
+		return diags
+	}
+	rng := a.Expr.Range()
+	if !val.IsWhollyKnown() {
+		// Without variables nothing is unknown today; guard anyway, since
+		// gocty panics on unknown values.
+		return append(diags, attrError(a, rng, "Unknown value", "the value must be known when the configuration is loaded"))
+	}
+
+	if field.Type() == durationType {
+		dur, err := decodeDuration(val)
+		if err != nil {
+			return append(diags, attrError(a, rng, "Invalid duration", err.Error()))
+		}
+		field.SetInt(int64(dur))
+		d.origins[path] = origin{rng: &rng}
+		return diags
+	}
+
+	ty, err := gocty.ImpliedType(field.Addr().Interface())
+	if err != nil {
+		panic(fmt.Sprintf("config: field %s has no cty type: %v", path, err))
+	}
+	conv, err := convert.Convert(val, ty)
+	if err != nil {
+		return append(diags, attrError(a, rng, "Incorrect attribute value type", describeConvError(err)))
+	}
+	// Decode into a fresh value and assign only on success; a map or slice
+	// is therefore replaced, never shared with the layer below.
+	tmp := reflect.New(field.Type())
+	if err := gocty.FromCtyValue(conv, tmp.Interface()); err != nil {
+		return append(diags, attrError(a, rng, "Incorrect attribute value type", describeConvError(err)))
+	}
+	field.Set(tmp.Elem())
+	d.origins[path] = origin{rng: &rng}
+	return diags
+}
+
+// attrError builds a diagnostic about attribute a's value.
+func attrError(a *hcl.Attribute, rng hcl.Range, summary, detail string) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf("Inappropriate value for attribute %q: %s.", a.Name, detail),
+		Subject:  rng.Ptr(),
+		Context:  a.Range.Ptr(),
+	}
+}
+
+// decodeDuration accepts a Go duration string ("30s", "1m30s"). A bare
+// number is refused: "30" could mean seconds or nanoseconds, and guessing
+// wrong by a factor of a billion is not a kind failure mode.
+func decodeDuration(val cty.Value) (time.Duration, error) {
+	if val.Type() == cty.Number {
+		return 0, fmt.Errorf("a duration string with a unit is required, like \"30s\" or \"5m\", not the bare number %s", val.AsBigFloat().Text('g', -1))
+	}
+	s, err := convert.Convert(val, cty.String)
+	if err != nil {
+		return 0, fmt.Errorf("a duration string is required, like \"30s\" or \"5m\"")
+	}
+	dur, err := time.ParseDuration(s.AsString())
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration; use a number and a unit, like \"30s\", \"5m\" or \"1h30m\"", s.AsString())
+	}
+	return dur, nil
+}
+
+// describeConvError words a cty conversion error for a user, naming the
+// element at fault inside a list or map.
+func describeConvError(err error) string {
+	msg := err.Error()
+	if pe, ok := err.(cty.PathError); ok && len(pe.Path) > 0 {
+		var where []string
+		for _, step := range pe.Path {
+			switch s := step.(type) {
+			case cty.IndexStep:
+				if s.Key.Type() == cty.String {
+					where = append(where, fmt.Sprintf("[%q]", s.Key.AsString()))
+				} else if s.Key.Type() == cty.Number {
+					where = append(where, fmt.Sprintf("[%s]", s.Key.AsBigFloat().Text('f', -1)))
+				}
+			case cty.GetAttrStep:
+				where = append(where, fmt.Sprintf("[%q]", s.Name))
+			}
+		}
+		msg = fmt.Sprintf("element %s: %s", strings.Join(where, ""), msg)
+	}
+	return msg
+}
+
+// validName is the shape of plugin and hook names and plugin drivers. A
+// driver becomes a file name in plugin_dir, so no separators and no dot-dot
+// may get through.
+func validName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i, r := range s {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if i == 0 && !alnum {
+			return false
+		}
+		if !alnum && r != '-' && r != '_' && r != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// rangeString renders a range as file:line:col, the form every error uses.
+func rangeString(r hcl.Range) string {
+	return fmt.Sprintf("%s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
+}
