@@ -101,7 +101,9 @@ type Config struct {
 	StopDelay time.Duration
 
 	// EventBufferSize is how many indexes the event stream retains for
-	// subscribers that start from an old index. Nomad's default is 100.
+	// subscribers that start from an old index (default 100, Nomad's
+	// event_buffer_size). Like Nomad's buffer it trims after appending, so
+	// the oldest retained index is the newest minus EventBufferSize.
 	EventBufferSize int
 	// JSONPayloads makes event payloads the generic maps the real api
 	// client decodes from JSON, instead of typed api objects. It is slower,

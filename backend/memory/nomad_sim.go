@@ -686,6 +686,7 @@ func (s *Nomad) start(a *allocRec, gen uint64) {
 	if a.behavior.FailOnStart {
 		s.failAlloc(tx, a)
 		tx.commit(s)
+		s.settleDeployment(a)
 		return
 	}
 	s.setClient(tx, a, api.AllocClientStatusRunning, descRunning)
