@@ -170,9 +170,14 @@ func (w *world) checkState() error {
 	}
 	if w.checkMonotonic && w.spec.PodManagementPolicy == OrderedReady {
 		{
-			ps := w.sortedPods()
+			var ps []Pod
+			for _, p := range w.sortedPods() {
+				if p.Ordinal >= start && p.Ordinal < start+n {
+					ps = append(ps, p)
+				}
+			}
 			for i, p := range ps {
-				if p.Ordinal != start+i && p.Ordinal < start+n {
+				if p.Ordinal != start+i {
 					return fmt.Errorf("monotonic: pods are not contiguous from %d: found %d at position %d", start, p.Ordinal, i)
 				}
 				if i > 0 && runningAndReady(&ps[i]) && !runningAndReady(&ps[i-1]) {

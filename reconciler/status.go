@@ -190,15 +190,15 @@ func (r *reconciler) conditions() time.Duration {
 	var prog Condition
 	prog.Type = ConditionProgressing
 	switch {
+	case paused:
+		prog.Status, prog.Reason = false, ReasonPaused
+		prog.Message = "the rollout to " + st.UpdateRevision + " is paused" + r.waitingOn()
 	case settled:
 		prog.Status, prog.Reason = false, ReasonComplete
 		prog.Message = "all " + strconv.Itoa(want) + " replicas are available at their target revision " + st.UpdateRevision
 	case stuck:
 		prog.Status, prog.Reason = false, ReasonProgressDeadlineExceeded
 		prog.Message = "no progress within " + deadline.String() + r.waitingOn()
-	case paused:
-		prog.Status, prog.Reason = false, ReasonPaused
-		prog.Message = "the rollout to " + st.UpdateRevision + " is paused" + r.waitingOn()
 	case r.revisionsPending() && r.updating():
 		prog.Status, prog.Reason = true, ReasonRollingUpdate
 		prog.Message = strconv.Itoa(st.UpdatedReplicas) + " pods at " + st.UpdateRevision + r.waitingOn()
@@ -222,10 +222,10 @@ func (r *reconciler) conditions() time.Duration {
 	case stuck:
 		rs.Reason = ReasonProgressDeadlineExceeded
 		rs.Message = "no progress since " + st.LastProgressTime.UTC().Format(time.RFC3339) + r.waitingOn()
-	case settled:
-		rs.Reason, rs.Message = ReasonComplete, "nothing to roll out"
 	case r.spec.Paused:
 		rs.Reason, rs.Message = ReasonPaused, "the deadline does not run while paused"
+	case settled:
+		rs.Reason, rs.Message = ReasonComplete, "nothing to roll out"
 	case deadline <= 0:
 		rs.Reason, rs.Message = ReasonNoDeadline, "no progress deadline is set"
 	default:

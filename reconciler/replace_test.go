@@ -1,0 +1,145 @@
+package reconciler
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestReplacesPods: pods that disappear (stopped from outside) are recreated
+// at their ordinal, reusing their volumes.
+func TestReplacesPods(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 5
+		w := newWorld(spec, "v1")
+		converge(t, w)
+		vols := len(w.volumes)
+		for _, o := range []int{0, 2, 4} {
+			w.pods[w.podIndex(o)].Terminating = true
+		}
+		if out := mustStep(t, w); countActions(out, ActionCreatePod) != 0 {
+			t.Fatalf("created a pod while the old one terminates: %+v", out.Actions)
+		}
+		converge(t, w)
+		if len(w.pods) != 5 || len(w.volumes) != vols {
+			t.Fatalf("after replacement:\n%s", w.dump())
+		}
+	})
+}
+
+// TestRecreatesFailedPod: a Failed pod is deleted, and recreated only in a
+// later reconcile, once it is gone (as modern Kubernetes does).
+func TestRecreatesFailedPod(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 3
+		w := newWorld(spec, "v1")
+		converge(t, w)
+		for _, phase := range []Phase{PhaseFailed, PhaseSucceeded} {
+			i := w.podIndex(1)
+			w.pods[i].Phase, w.pods[i].Ready = phase, false
+			out := mustStep(t, w)
+			if countActions(out, ActionDeletePod) != 1 || countActions(out, ActionCreatePod) != 0 {
+				t.Fatalf("%s pod: want one delete and no create, got %+v", phase, out.Actions)
+			}
+			// Terminating: nothing new.
+			if out := mustStep(t, w); countActions(out, ActionDeletePod)+countActions(out, ActionCreatePod) != 0 {
+				t.Fatalf("acted on a terminating pod: %+v", out.Actions)
+			}
+			w.advanceAll() // gone
+			out = mustStep(t, w)
+			if countActions(out, ActionCreatePod) != 1 || out.Actions[0].Ordinal != 1 {
+				t.Fatalf("want pod 1 recreated, got %+v", out.Actions)
+			}
+			converge(t, w)
+		}
+	})
+}
+
+// TestCreatePodFailure: while every CreatePod fails the set does not move
+// and nothing is duplicated; once creation works again it converges.
+func TestCreatePodFailure(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 3
+		w := newWorld(spec, "v1")
+		w.failCreatePod = true
+		for i := 0; i < 5; i++ {
+			mustStep(t, w)
+			w.advanceAll()
+		}
+		if len(w.pods) != 0 {
+			t.Fatalf("pods exist although every create failed: %+v", w.pods)
+		}
+		w.failCreatePod = false
+		converge(t, w)
+		if len(w.pods) != 3 {
+			t.Fatalf("%d pods after recovery", len(w.pods))
+		}
+	})
+}
+
+// TestFaultInjectionEveryCall runs one scenario (create, roll out, scale
+// down, delete the set) once to count its actions, then again failing the
+// Nth action for every N. Every run must converge with no duplicate and no
+// lost pod, and every step is checked by the invariants.
+func TestFaultInjectionEveryCall(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 3
+		spec.VolumeClaims = []string{"data", "logs"}
+		scenario := func(failAt int) (*world, error) {
+			w := newWorld(spec, "v1")
+			w.failAt = failAt
+			rng := rand.New(rand.NewPCG(uint64(failAt), 1))
+			for _, change := range []func(){
+				func() {},
+				func() { w.template = []byte("v2") },
+				func() { w.spec.Replicas = 1 },
+				func() { w.spec.Replicas = 4; w.template = []byte("v1") },
+				func() { w.spec.Deleted = true },
+			} {
+				change()
+				if err := w.settle(rng, 200); err != nil {
+					return w, err
+				}
+				if !w.spec.Deleted && len(w.pods) != w.spec.Replicas {
+					return w, errLost
+				}
+			}
+			return w, nil
+		}
+		w, err := scenario(0)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, w.dump())
+		}
+		total := w.calls
+		if total < 20 {
+			t.Fatalf("scenario has only %d actions", total)
+		}
+		for n := 1; n <= total; n++ {
+			if w, err := scenario(n); err != nil {
+				t.Fatalf("failing action %d of %d: %v\n%s", n, total, err, w.dump())
+			}
+		}
+	})
+}
+
+var errLost = errorString("converged with the wrong number of pods")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// TestDriftedPodIsRepaired: a child job edited by hand is re-registered at
+// its own revision, not replaced and not moved to another revision.
+func TestDriftedPodIsRepaired(t *testing.T) {
+	w := newWorld(Spec{Replicas: 2}, "v1")
+	converge(t, w)
+	w.pods[w.podIndex(1)].Drifted = true
+	out := mustStep(t, w)
+	if len(out.Actions) != 1 || out.Actions[0].Type != ActionRepairPod || out.Actions[0].Revision.Name != revName("web", "v1") {
+		t.Fatalf("want one RepairPod at v1, got %+v", out.Actions)
+	}
+	w.now = w.now.Add(time.Second)
+	if out := mustStep(t, w); len(out.Actions) != 0 {
+		t.Fatalf("after repair: %+v", out.Actions)
+	}
+}
