@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 
@@ -65,11 +65,6 @@ Examples:
 ` + exitCodesHelp)
 }
 
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
 // Run implements cli.Command.
 func (c *AgentCommand) Run(args []string) int {
 	var paths stringList
@@ -110,7 +105,7 @@ func (c *AgentCommand) Run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := runAgent(ctx, cfg, logger, func(reloaded func() (*config.Config, error)) {}, load); err != nil {
+	if err := runAgent(ctx, cfg, logger, load); err != nil {
 		logger.Error("agent stopped with an error", "error", err)
 		return ExitError
 	}
@@ -119,7 +114,7 @@ func (c *AgentCommand) Run(args []string) int {
 }
 
 // runAgent builds the backends from cfg and runs the agent until ctx is done.
-func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, _ func(func() (*config.Config, error)), reload func() (*config.Config, error)) error {
+func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, reload func() (*config.Config, error)) error {
 	nc, err := nomadapi.NewClient(cfg.NomadAPIConfig())
 	if err != nil {
 		return fmt.Errorf("configuring the Nomad client: %w", err)
@@ -209,4 +204,10 @@ func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend
 	return consul.NewStore(cc, cfg.Consul.KVPrefix, el, logger.Named("store")), el, nil
 }
 
-var errNoConsul = errors.New("no Consul client")
+func consulClient(cfg *config.Config) (*consulapi.Client, error) {
+	cc, err := consulapi.NewClient(cfg.ConsulAPIConfig())
+	if err != nil {
+		return nil, fmt.Errorf("configuring the Consul client: %w", err)
+	}
+	return cc, nil
+}

@@ -84,7 +84,8 @@ func formatAgo(t, now time.Time) string {
 		return fmt.Sprintf("%dd ago", int(d.Hours())/24)
 	}
 	if d >= time.Hour {
-		d = d.Round(time.Minute)
+		// Seconds are noise at this scale: "3h0m", not "3h0m0s".
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s") + " ago"
 	}
 	return d.String() + " ago"
 }

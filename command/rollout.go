@@ -23,15 +23,6 @@ Usage: nomad-statefulset rollout <subcommand> [options] <set>
   restart, pause, resume) re-register the parent job in Nomad with a
   check-and-set on its JobModifyIndex.
 
-Subcommands:
-
-  status    Follow a rollout until it is done
-  history   List the set's revisions, or show one revision's template
-  undo      Roll back to an earlier revision
-  restart   Restart every pod with a rolling update
-  pause     Stop moving pods to a new revision
-  resume    Resume a paused rollout
-
 Examples:
 
   $ nomad-statefulset rollout status web
@@ -52,8 +43,20 @@ func (c *RolloutCommand) Run(args []string) int {
 		c.UI.Error("Error: missing rollout subcommand")
 	}
 	c.UI.Error(c.Help())
+	c.UI.Error(rolloutSubcommands)
 	return ExitUsage
 }
+
+// rolloutSubcommands is listed when rollout is run without a subcommand;
+// for -help, hashicorp/cli appends its own list to Help.
+const rolloutSubcommands = `
+Subcommands:
+    history    List a statefulset's revisions, or show one
+    pause      Pause a statefulset's rollout
+    restart    Restart every pod of a statefulset with a rolling update
+    resume     Resume a paused rollout
+    status     Follow a statefulset's rollout until it is done
+    undo       Roll a statefulset back to an earlier revision`
 
 // quote renders s in double quotes for messages.
 func quote(s string) string { return `"` + s + `"` }

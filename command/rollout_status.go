@@ -288,7 +288,12 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 		fmt.Fprintf(&b, "Waiting for rollout of statefulset %q: %d of %d pods updated, %d of %d ready",
 			d.Name, min(st.UpdatedReplicas, sp.Replicas), sp.Replicas, st.ReadyReplicas, sp.Replicas)
 	}
-	if p.Updating != "" {
+	switch {
+	case p.Updating == "":
+	case strings.HasPrefix(p.UpdatingState, "Available, at ") || strings.HasPrefix(p.UpdatingState, "Ready, at "):
+		// Healthy and still at the old revision: not touched yet.
+		fmt.Fprintf(&b, "; next %s (%s)", p.Updating, p.UpdatingState)
+	default:
 		fmt.Fprintf(&b, "; updating %s (%s)", p.Updating, p.UpdatingState)
 	}
 	if st.UpdateRevision != "" {

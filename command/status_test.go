@@ -1,0 +1,204 @@
+package command
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// webDetail is a set halfway through a rolling update: web-2 is updated and
+// ready, web-1 is being replaced, web-0 is still at the old revision.
+func webDetail() *client.SetDetail {
+	return &client.SetDetail{
+		Namespace: "default",
+		Name:      "web",
+		Spec: client.Spec{
+			Replicas: 3, PodManagementPolicy: "OrderedReady", UpdateStrategy: "RollingUpdate",
+			MaxUnavailable: "1", RevisionHistoryLimit: 10, VolumeClaims: []string{"data"},
+			WhenDeleted: "Retain", WhenScaled: "Retain", ProgressDeadline: "10m0s",
+		},
+		Status: client.Status{
+			ObservedGeneration: 42, Replicas: 3, ReadyReplicas: 2, AvailableReplicas: 2,
+			CurrentReplicas: 1, UpdatedReplicas: 2, CurrentRevision: "web-5d8f7c", UpdateRevision: "web-7a9b1e",
+			Conditions: []client.Condition{
+				{Type: "Progressing", Status: true, Reason: "RollingUpdate", Message: "updating web-1 to web-7a9b1e", LastTransitionTime: testNow.Add(-90 * time.Second)},
+				{Type: "Available", Status: false, Reason: "MinimumReplicasUnavailable", Message: "2 of 3 replicas available", LastTransitionTime: testNow.Add(-75 * time.Second)},
+			},
+		},
+		Pods: []client.Pod{
+			{Ordinal: 2, Name: "web-2", Revision: "web-7a9b1e", AllocID: "c3d4e5f6-0000-4000-8000-000000000002", NodeID: "9f8e7d6c-0000-4000-8000-00000000000a", State: "Available", ReadySince: testNow.Add(-62 * time.Second), Volumes: []string{"data-web-2"}},
+			{Ordinal: 0, Name: "web-0", Revision: "web-5d8f7c", AllocID: "a1b2c3d4-0000-4000-8000-000000000000", NodeID: "9f8e7d6c-0000-4000-8000-00000000000a", State: "Available", ReadySince: testNow.Add(-3 * time.Hour), Volumes: []string{"data-web-0"}},
+			{Ordinal: 1, Name: "web-1", Revision: "web-7a9b1e", AllocID: "b2c3d4e5-0000-4000-8000-000000000001", NodeID: "1a2b3c4d-0000-4000-8000-00000000000b", State: "Pending", Volumes: []string{"data-web-1"}},
+		},
+		Revisions: []client.Revision{
+			{Number: 2, Name: "web-7a9b1e", CreatedAt: testNow.Add(-2 * time.Minute), JobVersion: 3, Template: `{"Datacenters":["dc1"],"Group":{"Name":"web"}}`},
+			{Number: 1, Name: "web-5d8f7c", CreatedAt: testNow.Add(-72 * time.Hour), JobVersion: 0, Template: `{"Datacenters":["dc1"],"Group":{"Name":"web","Meta":{"v":"1"}}}`},
+		},
+		Events: []client.Event{
+			{Time: testNow.Add(-2 * time.Minute), Type: "RevisionCreated", Message: "created revision web-7a9b1e from job version 3"},
+			{Time: testNow.Add(-100 * time.Second), Type: "PodDeleted", Message: "deleted web-2 at web-5d8f7c for update"},
+			{Time: testNow.Add(-80 * time.Second), Type: "PodCreated", Message: "created web-2 at web-7a9b1e"},
+			{Time: testNow.Add(-61 * time.Second), Type: "PodDeleted", Message: "deleted web-1 at web-5d8f7c\nfor update"},
+		},
+	}
+}
+
+// dbDetail is a settled set in another namespace, with an invalid-spec
+// sibling to show conditions in the list.
+func dbDetail() *client.SetDetail {
+	return &client.SetDetail{
+		Namespace: "prod", Name: "db",
+		Spec:   client.Spec{Replicas: 2, UpdateStrategy: "OnDelete"},
+		Status: client.Status{ReadyReplicas: 2, CurrentRevision: "db-11aa22", UpdateRevision: "db-11aa22", Conditions: []client.Condition{{Type: "Available", Status: true}}},
+	}
+}
+
+func brokenDetail() *client.SetDetail {
+	return &client.SetDetail{
+		Namespace: "default", Name: "cache",
+		Error: `statefulset_replicas: "three" is not an integer ≥ 0`,
+		Status: client.Status{Conditions: []client.Condition{
+			{Type: "InvalidSpec", Status: true, Reason: "InvalidAnnotation", Message: `statefulset_replicas: "three" is not an integer ≥ 0`, LastTransitionTime: testNow.Add(-5 * time.Minute)},
+		}},
+	}
+}
+
+func runStatus(t *testing.T, agent *fakeAgent, args ...string) (int, string, string) {
+	t.Helper()
+	m, ui := newTestMeta()
+	cmd := &StatusCommand{Meta: m}
+	code := cmd.Run(append([]string{"-address", agent.srv.URL}, args...))
+	return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
+}
+
+func TestStatusListAllNamespacesGolden(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	agent.add(dbDetail())
+	agent.add(brokenDetail())
+	code, out, errOut := runStatus(t, agent, "-namespace", "*")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden(t, "status_list_all", out)
+}
+
+func TestStatusListFiltersNamespace(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	agent.add(dbDetail())
+	agent.add(brokenDetail())
+	code, out, _ := runStatus(t, agent)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	golden(t, "status_list_default", out)
+	if strings.Contains(out, "db") {
+		t.Errorf("set of namespace prod listed under default:\n%s", out)
+	}
+	if got := agent.requests[0]; got != "/v1/statefulsets?namespace=default" {
+		t.Errorf("request = %q, want the namespace sent as a query", got)
+	}
+}
+
+func TestStatusListEmpty(t *testing.T) {
+	agent := newFakeAgent(t)
+	code, out, _ := runStatus(t, agent, "-namespace", "nothing-here")
+	if code != ExitOK || strings.TrimSpace(out) != `No statefulsets in namespace "nothing-here"` {
+		t.Fatalf("exit %d, output %q", code, out)
+	}
+}
+
+func TestStatusSetGolden(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	code, out, errOut := runStatus(t, agent, "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden(t, "status_set", out)
+}
+
+func TestStatusSetVerboseGolden(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	// Flags after the set name work too, as operators type them.
+	code, out, errOut := runStatus(t, agent, "web", "-verbose")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden(t, "status_set_verbose", out)
+}
+
+func TestStatusSetInvalidSpecGolden(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(brokenDetail())
+	code, out, _ := runStatus(t, agent, "cache")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	golden(t, "status_set_invalid", out)
+}
+
+func TestStatusJSON(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	code, out, _ := runStatus(t, agent, "-json", "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	var d client.SetDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("-json output is not a SetDetail: %v\n%s", err, out)
+	}
+	if d.Name != "web" || d.Status.UpdatedReplicas != 2 || len(d.Pods) != 3 {
+		t.Errorf("decoded %+v", d)
+	}
+
+	code, out, _ = runStatus(t, agent, "-json")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	var l client.SetList
+	if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Sets) != 1 || l.Sets[0].Name != "web" {
+		t.Fatalf("-json list: %v %+v\n%s", err, l, out)
+	}
+}
+
+func TestStatusNotFound(t *testing.T) {
+	agent := newFakeAgent(t)
+	code, out, errOut := runStatus(t, agent, "nope")
+	if code != ExitNotFound {
+		t.Fatalf("exit %d, want %d", code, ExitNotFound)
+	}
+	if out != "" || !strings.Contains(errOut, `statefulset "nope" not found in namespace "default"`) {
+		t.Errorf("stdout %q stderr %q", out, errOut)
+	}
+	checkNoCrash(t, errOut)
+}
+
+func TestStatusUsesEnvAddress(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(webDetail())
+	t.Setenv(client.AddressEnv, agent.srv.URL)
+	m, ui := newTestMeta()
+	if code := (&StatusCommand{Meta: m}).Run([]string{"web"}); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, ui.ErrorWriter.String())
+	}
+	if !strings.Contains(ui.OutputWriter.String(), "web-7a9b1e") {
+		t.Errorf("output %q", ui.OutputWriter.String())
+	}
+}
+
+func TestStatusNamespaceFromEnv(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.add(dbDetail())
+	t.Setenv("NOMAD_NAMESPACE", "prod")
+	code, out, errOut := runStatus(t, agent, "db")
+	if code != ExitOK || !strings.Contains(out, "prod") {
+		t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
+	}
+}
