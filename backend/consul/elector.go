@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,6 +284,9 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 			}
 			var err error
 			sess, err = e.newSession(ctx)
+			if isPermissionDenied(err) {
+				return e.deniedError(err)
+			}
 			if err != nil {
 				e.logger.Warn("cannot create a Consul session; retrying", "error", err, "retry_in", backoff)
 				sleep(ctx, backoff)
@@ -291,6 +295,9 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 			}
 		}
 		if err := e.acquire(ctx, sess); err != nil {
+			if isPermissionDenied(err) {
+				return e.deniedError(err)
+			}
 			if ctx.Err() == nil {
 				e.logger.Warn("cannot acquire the leader lock; retrying", "error", err, "retry_in", backoff)
 				sleep(ctx, backoff)
@@ -325,6 +332,24 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 		// back; if not, the keeper notices and a new session is made.
 	}
 	return nil
+}
+
+// isPermissionDenied reports whether Consul refused a request for lack of
+// ACL rights (or an unknown token).
+func isPermissionDenied(err error) bool {
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == 403 {
+		return true
+	}
+	return err != nil && (strings.Contains(err.Error(), "Permission denied") || strings.Contains(err.Error(), "ACL not found"))
+}
+
+// deniedError is Run's error when the Consul token lacks the rights election
+// needs. It is not retried: it will not fix itself.
+func (e *Elector) deniedError(err error) error {
+	e.logger.Error("Consul denied leader election; check the token's ACL policy", "lock_key", e.cfg.LockKey, "error", err)
+	return fmt.Errorf("leader election: Consul denied the request; the token needs session:write (session_prefix \"\") "+
+		"and key:write on the lock key %q: %w", e.cfg.LockKey, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

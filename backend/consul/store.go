@@ -213,6 +213,9 @@ func (s *Store) write(ctx context.Context, what string, ops ...*api.KVTxnOp) (ma
 	}
 	all := append(fenceOps, ops...)
 	ok, resp, _, err := s.kv.Txn(all, (&api.QueryOptions{}).WithContext(ctx))
+	if isPermissionDenied(err) {
+		return nil, fmt.Errorf("%s: Consul denied the write; the token needs key write on the prefix %q and read on the leader key: %w", what, s.prefix+"/", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: consul transaction: %w", what, err)
 	}
