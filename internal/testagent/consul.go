@@ -1,0 +1,177 @@
+package testagent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// ConsulAgent is a real single-server Consul agent on 127.0.0.1. Unlike
+// `consul agent -dev` it keeps its state on disk, so Restart keeps the KV
+// store, sessions and catalog.
+type ConsulAgent struct {
+	// Addr is the HTTP address, "http://127.0.0.1:<port>".
+	Addr string
+	// HostPort is the HTTP address without the scheme, "127.0.0.1:<port>",
+	// the form Consul's own clients and CONSUL_HTTP_ADDR take.
+	HostPort string
+	// HTTPPort, DNSPort, ServerPort, SerfLANPort, SerfWANPort and GRPCPort
+	// are the agent's ports.
+	HTTPPort, DNSPort, ServerPort, SerfLANPort, SerfWANPort, GRPCPort int
+	// Dir is the agent's directory: config, data and log.
+	Dir string
+	// DataDir is Consul's data_dir, kept across Restart.
+	DataDir string
+	// LogPath is the agent's log file.
+	LogPath string
+	// NodeName is the agent's node name.
+	NodeName string
+	// Client is an API client for the agent.
+	Client *consulapi.Client
+
+	t    testing.TB
+	proc *process
+}
+
+// Consul starts a Consul server agent on 127.0.0.1 with free ports and a
+// fresh data directory, waits until a leader is elected and the node is in
+// the catalog, and registers its teardown with t.Cleanup.
+func Consul(t testing.TB) *ConsulAgent {
+	t.Helper()
+	bin := findBinary(t, "consul", "CONSUL_BIN")
+	dir := newAgentDir(t, "consul")
+	ports := FreePorts(t, 6)
+	a := &ConsulAgent{
+		HTTPPort: ports[0], DNSPort: ports[1], ServerPort: ports[2],
+		SerfLANPort: ports[3], SerfWANPort: ports[4], GRPCPort: ports[5],
+		Dir:      dir,
+		DataDir:  filepath.Join(dir, "data"),
+		LogPath:  filepath.Join(dir, "consul.log"),
+		NodeName: "testagent-" + filepath.Base(dir),
+		t:        t,
+	}
+	a.HostPort = fmt.Sprintf("127.0.0.1:%d", a.HTTPPort)
+	a.Addr = "http://" + a.HostPort
+	cfg := fmt.Sprintf(`
+node_name            = %q
+datacenter           = "dc1"
+data_dir             = %q
+server               = true
+bootstrap_expect     = 1
+bind_addr            = "127.0.0.1"
+client_addr          = "127.0.0.1"
+advertise_addr       = "127.0.0.1"
+log_level            = "INFO"
+disable_update_check = true
+enable_script_checks = false
+leave_on_terminate   = false
+ui_config { enabled = false }
+performance { raft_multiplier = 1 }
+connect { enabled = true }
+ports {
+  http     = %d
+  dns      = %d
+  server   = %d
+  serf_lan = %d
+  serf_wan = %d
+  grpc     = %d
+  grpc_tls = -1
+  https    = -1
+}
+`, a.NodeName, a.DataDir, a.HTTPPort, a.DNSPort, a.ServerPort, a.SerfLANPort, a.SerfWANPort, a.GRPCPort)
+	cfgPath := filepath.Join(dir, "consul.hcl")
+	if err := os.MkdirAll(a.DataDir, 0o755); err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
+	a.proc = &process{
+		name:    "consul",
+		bin:     bin,
+		args:    []string{"agent", "-config-file", cfgPath},
+		env:     envWithout("CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_GRPC_ADDR"),
+		dir:     dir,
+		logPath: a.LogPath,
+	}
+	client, err := consulapi.NewClient(&consulapi.Config{Address: a.HostPort, Scheme: "http"})
+	if err != nil {
+		t.Fatalf("testagent: consul client: %v", err)
+	}
+	a.Client = client
+	register(a.proc)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("testagent: last %d lines of the consul log %s:\n%s", TailLines, a.LogPath, a.proc.tail(TailLines))
+		}
+		teardown(a.proc)
+	})
+	a.start()
+	return a
+}
+
+func (a *ConsulAgent) start() {
+	a.t.Helper()
+	start := time.Now()
+	if err := a.proc.start(); err != nil {
+		a.t.Fatalf("testagent: %v", err)
+	}
+	if err := waitFor(a.proc, 60*time.Second, "a Consul leader and the node in the catalog", a.ready); err != nil {
+		a.t.Fatalf("testagent: consul at %s: %v\nlast lines of %s:\n%s", a.Addr, err, a.LogPath, a.proc.tail(TailLines))
+	}
+	a.t.Logf("testagent: consul ready at %s in %s (dir %s)", a.Addr, time.Since(start).Round(time.Millisecond), a.Dir)
+}
+
+// ready checks that a leader is elected and that this node is registered,
+// which means the leader has done its first reconcile and KV writes work.
+func (a *ConsulAgent) ready() error {
+	leader, err := a.Client.Status().Leader()
+	if err != nil {
+		return err
+	}
+	if leader == "" {
+		return fmt.Errorf("no leader yet")
+	}
+	nodes, _, err := a.Client.Catalog().Nodes(nil)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.Node == a.NodeName {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s not in the catalog yet", a.NodeName)
+}
+
+// Stop stops the agent gracefully (SIGINT, then SIGKILL after 30s). The data
+// directory is kept for Restart.
+func (a *ConsulAgent) Stop() { a.proc.stop(30 * time.Second) }
+
+// Kill kills the agent with SIGKILL. The data directory is kept for Restart.
+func (a *ConsulAgent) Kill() { a.proc.kill() }
+
+// Start starts a stopped or killed agent again with the same ports and data
+// directory, and waits until it is ready.
+func (a *ConsulAgent) Start() {
+	a.t.Helper()
+	a.start()
+}
+
+// Restart stops the agent gracefully and starts it again with the same ports
+// and data directory, and waits until it is ready.
+func (a *ConsulAgent) Restart() {
+	a.t.Helper()
+	a.Stop()
+	a.start()
+}
+
+// Running reports whether the agent process is alive.
+func (a *ConsulAgent) Running() bool { return a.proc.running() }
+
+// LogTail returns the last n lines of the agent's log.
+func (a *ConsulAgent) LogTail(n int) string { return a.proc.tail(n) }

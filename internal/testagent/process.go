@@ -1,0 +1,642 @@
+// Package testagent starts real Consul and Nomad agents for tests.
+//
+// Each agent runs on 127.0.0.1 with free ports and its own data directory,
+// is waited on until it is really ready, and is torn down by t.Cleanup: the
+// agent's process group is killed, and so is every process that still
+// refers to the agent's directory (Nomad tasks, executors, logmon). The
+// agents are started with Setpgid and Pdeathsig=SIGKILL, SIGINT and SIGTERM
+// to the test binary tear everything down, and leftovers of a test binary
+// that was killed outright are swept the next time an agent starts.
+//
+// The binaries come from `.cache/bin/` at the root of this module (built by
+// `make tools`), or from the NOMAD_BIN and CONSUL_BIN environment variables.
+// A missing binary fails the test; it is never skipped.
+package testagent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// modulePath is the main module; the binaries live in .cache/bin beside its
+// go.mod.
+const modulePath = "github.com/nomad-statefulset/nomad-statefulset"
+
+// rootDirName is the folder under os.TempDir() that holds every agent's
+// directory, so that leftovers of killed test binaries can be found.
+const rootDirName = "nss-testagent"
+
+// ownerFile, in each agent directory, names the test process that owns it.
+const ownerFile = "owner"
+
+// TailLines is how many lines of an agent's log are printed when a test fails.
+var TailLines = 80
+
+// findBinary returns the path of a tool binary: $envVar if set, else
+// <module root>/.cache/bin/<name>. It fails the test if there is none.
+func findBinary(t testing.TB, name, envVar string) string {
+	t.Helper()
+	if p := os.Getenv(envVar); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("testagent: %s=%s: %v", envVar, p, err)
+		}
+		return p
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatalf("testagent: %v; set %s or run `make tools`", err, envVar)
+	}
+	p := filepath.Join(root, ".cache", "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("testagent: no %s binary at %s: run `make tools` (or set %s)", name, p, envVar)
+	}
+	return p
+}
+
+// ModuleRoot returns the directory of this repository's go.mod, found by
+// walking up from the working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module "+modulePath+"\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of module %s above the working directory", modulePath)
+		}
+		dir = parent
+	}
+}
+
+// portMu and portsTaken keep one test binary from handing out the same port
+// twice.
+var (
+	portMu     sync.Mutex
+	portsTaken = map[int]bool{}
+)
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free when
+// asked (and, for UDP users such as DNS and Serf, free for UDP too).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
+	var ports []int
+	var hold []io.Closer
+	defer func() {
+		for _, c := range hold {
+			_ = c.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("testagent: cannot find %d free ports", n)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testagent: listen: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		hold = append(hold, l)
+		if portsTaken[port] {
+			continue
+		}
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		hold = append(hold, u)
+		portsTaken[port] = true
+		ports = append(ports, port)
+	}
+	return ports
+}
+
+// process is one agent process and its directory.
+type process struct {
+	name    string // "consul" or "nomad", for messages
+	bin     string
+	args    []string
+	env     []string
+	dir     string // the agent's own directory (data dir, config, log)
+	logPath string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+}
+
+// forkRequests carries every process start to one goroutine that is locked to
+// its OS thread for the life of the test binary: Pdeathsig fires when the
+// thread that forked the child exits, so that thread must never exit early.
+var (
+	forkOnce     sync.Once
+	forkRequests chan forkRequest
+)
+
+type forkRequest struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+func startOnLockedThread(cmd *exec.Cmd) error {
+	forkOnce.Do(func() {
+		forkRequests = make(chan forkRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range forkRequests {
+				r.err <- r.cmd.Start()
+			}
+		}()
+	})
+	r := forkRequest{cmd: cmd, err: make(chan error, 1)}
+	forkRequests <- r
+	return <-r.err
+}
+
+// start runs the process, appending its output to the log file.
+func (p *process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !p.exited() {
+		return fmt.Errorf("%s is already running", p.name)
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "==> testagent: starting %s %s at %s\n", p.bin, strings.Join(p.args, " "), time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir = p.dir
+	cmd.Env = p.env
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := startOnLockedThread(cmd); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		_ = logf.Close()
+		p.mu.Lock()
+		p.waitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// exited reports whether the current process has exited. p.mu must be held
+// or the caller must otherwise own p.
+func (p *process) exited() bool {
+	if p.done == nil {
+		return true
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// running reports whether the process is alive.
+func (p *process) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.exited()
+}
+
+// exitErr describes how the process exited.
+func (p *process) exitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.exited() {
+		return nil
+	}
+	if p.waitErr == nil {
+		return errors.New("exited with status 0")
+	}
+	return p.waitErr
+}
+
+// signal sends sig to the process group.
+func (p *process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	_ = cmd.Process.Signal(sig)
+}
+
+// stop asks the process to exit with SIGINT and kills its group after grace.
+func (p *process) stop(grace time.Duration) {
+	p.signal(syscall.SIGINT)
+	if !p.wait(grace) {
+		p.kill()
+	}
+}
+
+// kill SIGKILLs the process group and waits for the exit.
+func (p *process) kill() {
+	p.signal(syscall.SIGKILL)
+	p.wait(10 * time.Second)
+}
+
+// wait waits up to d for the process to exit and reports whether it did.
+func (p *process) wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// tail returns the last n lines of the log.
+func (p *process) tail(n int) string {
+	return tailFile(p.logPath, n)
+}
+
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > 4*n {
+			lines = append(lines[:0], lines[len(lines)-n:]...)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// live holds every agent directory and process this test binary started, for
+// the signal handler.
+var (
+	liveMu    sync.Mutex
+	liveProcs = map[*process]bool{}
+	sigOnce   sync.Once
+)
+
+func register(p *process) {
+	liveMu.Lock()
+	liveProcs[p] = true
+	liveMu.Unlock()
+	sigOnce.Do(installSignalHandler)
+}
+
+func unregister(p *process) {
+	liveMu.Lock()
+	delete(liveProcs, p)
+	liveMu.Unlock()
+}
+
+// installSignalHandler tears every agent down on SIGINT or SIGTERM (go test
+// forwards ^C; the agents are in their own process groups and do not see
+// it), then lets the signal kill the test binary as it would have.
+func installSignalHandler() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-ch
+		liveMu.Lock()
+		procs := make([]*process, 0, len(liveProcs))
+		for p := range liveProcs {
+			procs = append(procs, p)
+		}
+		liveMu.Unlock()
+		for _, p := range procs {
+			fmt.Fprintf(os.Stderr, "testagent: %v: tearing down %s in %s\n", sig, p.name, p.dir)
+			teardown(p)
+		}
+		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
+		_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+		time.Sleep(time.Second)
+		os.Exit(2)
+	}()
+}
+
+// teardown kills the agent and everything that refers to its directory,
+// unmounts what Nomad mounted there, and removes it (unless
+// TESTAGENT_KEEP is set).
+func teardown(p *process) {
+	p.kill()
+	killReferrers(p.dir)
+	unmountUnder(p.dir)
+	if os.Getenv("TESTAGENT_KEEP") == "" {
+		if err := os.RemoveAll(p.dir); err != nil {
+			// A busy mount: detach again and retry once.
+			unmountUnder(p.dir)
+			_ = os.RemoveAll(p.dir)
+		}
+	}
+	unregister(p)
+}
+
+// newAgentDir makes the agent's directory under the shared root, records the
+// owner, and sweeps leftovers of test binaries that died without cleaning up.
+func newAgentDir(t testing.TB, name string) string {
+	t.Helper()
+	root := filepath.Join(os.TempDir(), rootDirName)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
+	sweepStale(root)
+	dir, err := os.MkdirTemp(root, name+"-")
+	if err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
+	owner := fmt.Sprintf("%d %s\n", os.Getpid(), procStartTime(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644); err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
+	return dir
+}
+
+var sweepOnce sync.Once
+
+// sweepStale removes the directories, processes and mounts left by test
+// binaries that are gone.
+func sweepStale(root string) {
+	sweepOnce.Do(func() {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			dir := filepath.Join(root, e.Name())
+			b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+			if err == nil {
+				f := strings.Fields(string(b))
+				if len(f) == 2 {
+					pid, _ := strconv.Atoi(f[0])
+					if pid > 0 && procStartTime(pid) == f[1] {
+						continue // its owner is alive
+					}
+				}
+			} else if info, err := e.Info(); err == nil && time.Since(info.ModTime()) < time.Minute {
+				continue // being created right now
+			}
+			killReferrers(dir)
+			unmountUnder(dir)
+			_ = os.RemoveAll(dir)
+		}
+	})
+}
+
+// procStartTime returns a process's start time in clock ticks (field 22 of
+// /proc/<pid>/stat), which with the PID identifies it uniquely.
+func procStartTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// killReferrers SIGKILLs every process whose command line, working
+// directory, root or executable lies in dir: the Nomad tasks, executors and
+// plugins that outlive the agent.
+func killReferrers(dir string) {
+	for round := 0; round < 5; round++ {
+		pids := referrers(dir)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func referrers(dir string) []int {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || pid == 1 {
+			continue
+		}
+		if refersTo(pid, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func refersTo(pid int, dir string) bool {
+	in := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	for _, l := range []string{"cwd", "root", "exe"} {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/%s", pid, l)); err == nil && in(strings.TrimSuffix(target, " (deleted)")) {
+			return true
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.Contains(b, []byte(dir+"/")) {
+		return true
+	}
+	return false
+}
+
+// unmountUnder detaches every mount point below dir, deepest first, so that
+// removing dir never reaches through a bind mount into the host.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, mp := range points {
+		_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+	}
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		out.WriteByte(s[i])
+	}
+	return out.String()
+}
+
+// envWithout returns the environment without the named variables.
+func envWithout(names ...string) []string {
+	var env []string
+outer:
+	for _, kv := range os.Environ() {
+		for _, n := range names {
+			if strings.HasPrefix(kv, n+"=") {
+				continue outer
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// waitFor polls cond until it returns nil, the process dies, or timeout.
+func waitFor(p *process, timeout time.Duration, what string, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = cond(); last == nil {
+			return nil
+		}
+		if !p.running() {
+			return fmt.Errorf("%s exited while waiting for %s: %v (last check: %v)", p.name, what, p.exitErr(), last)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s: %v", timeout, what, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// Process is any long-running program a test starts with the same care as
+// the agents: its own directory (working directory and log), its own
+// process group, Pdeathsig, teardown at cleanup and on SIGINT/SIGTERM, and
+// the tail of its log when the test fails. The e2e harness runs
+// nomad-statefulset with it.
+type Process struct {
+	p *process
+	t testing.TB
+}
+
+// NewProcess prepares a process named name (for messages and its directory)
+// that runs bin with args and env (nil env means os.Environ()). It does not
+// start it; see Start. Its output goes to LogPath.
+func NewProcess(t testing.TB, name, bin string, args, env []string) *Process {
+	t.Helper()
+	dir := newAgentDir(t, name)
+	if env == nil {
+		env = os.Environ()
+	}
+	p := &process{name: name, bin: bin, args: args, env: env, dir: dir, logPath: filepath.Join(dir, name+".log")}
+	register(p)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("testagent: last %d lines of the %s log %s:\n%s", TailLines, name, p.logPath, p.tail(TailLines))
+		}
+		teardown(p)
+	})
+	return &Process{p: p, t: t}
+}
+
+// Dir is the process's own directory (its working directory), removed at
+// cleanup.
+func (p *Process) Dir() string { return p.p.dir }
+
+// LogPath is the file that receives the process's stdout and stderr.
+func (p *Process) LogPath() string { return p.p.logPath }
+
+// Start starts the process (again, after Stop or Kill).
+func (p *Process) Start() error { return p.p.start() }
+
+// Stop sends SIGINT and SIGKILLs the process group after grace.
+func (p *Process) Stop(grace time.Duration) { p.p.stop(grace) }
+
+// Kill SIGKILLs the process group and waits for the exit.
+func (p *Process) Kill() { p.p.kill() }
+
+// Signal sends sig to the process group.
+func (p *Process) Signal(sig syscall.Signal) { p.p.signal(sig) }
+
+// Running reports whether the process is alive.
+func (p *Process) Running() bool { return p.p.running() }
+
+// ExitErr describes how the process exited, or is nil while it runs.
+func (p *Process) ExitErr() error { return p.p.exitErr() }
+
+// LogTail returns the last n lines of the log.
+func (p *Process) LogTail(n int) string { return p.p.tail(n) }
+
+// SetArgs replaces the arguments used by the next Start (for a config file
+// written into Dir after NewProcess).
+func (p *Process) SetArgs(args ...string) {
+	p.p.mu.Lock()
+	p.p.args = args
+	p.p.mu.Unlock()
+}

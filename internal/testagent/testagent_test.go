@@ -1,0 +1,242 @@
+package testagent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestConsulRestartKeepsKV starts Consul, writes a key, restarts and kills it,
+// and reads the key back each time.
+func TestConsulRestartKeepsKV(t *testing.T) {
+	c := Consul(t)
+	kv := c.Client.KV()
+	if _, err := kv.Put(&consulapi.KVPair{Key: "testagent/probe", Value: []byte("v1")}, nil); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	read := func() string {
+		t.Helper()
+		p, _, err := kv.Get("testagent/probe", &consulapi.QueryOptions{RequireConsistent: true})
+		if err != nil || p == nil {
+			t.Fatalf("get: %v %v", p, err)
+		}
+		return string(p.Value)
+	}
+	c.Restart()
+	if got := read(); got != "v1" {
+		t.Fatalf("after Restart: %q", got)
+	}
+	c.Kill()
+	if c.Running() {
+		t.Fatal("still running after Kill")
+	}
+	c.Start()
+	if got := read(); got != "v1" {
+		t.Fatalf("after Kill and Start: %q", got)
+	}
+}
+
+const probeJob = `
+job "probe" {
+  datacenters = ["*"]
+  update {
+    min_healthy_time  = "1s"
+    healthy_deadline  = "1m"
+    progress_deadline = "2m"
+  }
+  group "g" {
+    volume "data" {
+      type            = "host"
+      source          = "probe-data"
+      access_mode     = "single-node-single-writer"
+      attachment_mode = "file-system"
+    }
+    service {
+      name     = "probe"
+      provider = "consul"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello > /data/hello && exec sleep 3600"]
+      }
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+
+job "mock" {
+  datacenters = ["*"]
+  update {
+    min_healthy_time = "1s"
+  }
+  group "g" {
+    task "t" {
+      driver = "mock_driver"
+      config {
+        run_for = "1h"
+      }
+      resources {
+        cpu    = 10
+        memory = 10
+      }
+    }
+  }
+}
+`
+
+// TestNomadExecHostVolumeACLConsul starts Consul and Nomad with ACLs, creates
+// a dynamic host volume with the mkdir plugin, runs an exec job that writes
+// into it and registers a Consul service, runs a mock_driver job, restarts
+// Nomad, and finally checks that teardown leaves no process behind.
+func TestNomadExecHostVolumeACLConsul(t *testing.T) {
+	var dirs []string
+	t.Run("agents", func(t *testing.T) {
+		c := Consul(t)
+		n := Nomad(t, WithACL(), WithConsul(c))
+		dirs = append(dirs, c.Dir, n.Dir)
+		if n.Token == "" {
+			t.Fatal("no management token")
+		}
+		anon, _ := nomadapi.NewClient(&nomadapi.Config{Address: n.Addr})
+		if _, _, err := anon.Jobs().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Fatalf("ACLs are not enforced: %v", err)
+		}
+
+		vol, _, err := n.Client.HostVolumes().Create(&nomadapi.HostVolumeCreateRequest{Volume: &nomadapi.HostVolume{
+			Name:     "probe-data",
+			PluginID: "mkdir",
+			RequestedCapabilities: []*nomadapi.HostVolumeCapability{{
+				AttachmentMode: nomadapi.HostVolumeAttachmentModeFilesystem,
+				AccessMode:     nomadapi.HostVolumeAccessModeSingleNodeSingleWriter,
+			}},
+		}}, nil)
+		if err != nil {
+			t.Fatalf("create host volume: %v", err)
+		}
+		t.Logf("host volume %s at %s on %s", vol.Volume.ID, vol.Volume.HostPath, vol.Volume.NodeID)
+
+		for _, src := range strings.SplitAfter(probeJob, "\n}\n") {
+			if strings.TrimSpace(src) == "" {
+				continue
+			}
+			job, err := n.Client.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: src, Canonicalize: true})
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if _, _, err := n.Client.Jobs().Register(job, nil); err != nil {
+				t.Fatalf("register %s: %v", *job.ID, err)
+			}
+		}
+		for _, id := range []string{"probe", "mock"} {
+			waitHealthy(t, n, id)
+		}
+		hello := filepath.Join(vol.Volume.HostPath, "hello")
+		eventually(t, 10*time.Second, "the exec task's file in the host volume", func() error {
+			b, err := os.ReadFile(hello)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(string(b)) != "hello" {
+				return fmt.Errorf("%s holds %q", hello, b)
+			}
+			return nil
+		})
+		eventually(t, 30*time.Second, "the probe service in Consul", func() error {
+			svcs, _, err := c.Client.Catalog().Service("probe", "", nil)
+			if err != nil {
+				return err
+			}
+			if len(svcs) != 1 {
+				return fmt.Errorf("%d instances", len(svcs))
+			}
+			return nil
+		})
+
+		n.Restart()
+		if len(referrers(n.Dir)) == 0 {
+			t.Fatal("the exec task should survive an agent restart")
+		}
+		waitHealthy(t, n, "probe")
+	})
+	for _, d := range dirs {
+		if pids := referrers(d); len(pids) > 0 {
+			t.Errorf("processes left behind in %s: %v", d, pids)
+		}
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s was not removed", d)
+		}
+	}
+}
+
+func waitHealthy(t *testing.T, n *NomadAgent, jobID string) {
+	t.Helper()
+	eventually(t, 90*time.Second, jobID+" healthy", func() error {
+		allocs, _, err := n.Client.Jobs().Allocations(jobID, false, nil)
+		if err != nil {
+			return err
+		}
+		for _, a := range allocs {
+			if a.ClientStatus == "running" && a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+				return nil
+			}
+		}
+		var s []string
+		for _, a := range allocs {
+			s = append(s, a.ClientStatus+"/"+a.DesiredStatus)
+			for name, ts := range a.TaskStates {
+				for _, e := range ts.Events {
+					s = append(s, name+": "+e.Type+" "+e.DisplayMessage)
+				}
+			}
+		}
+		return fmt.Errorf("allocations: %v", s)
+	})
+}
+
+func TestFreePortsDistinct(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 5; i++ {
+		for _, p := range FreePorts(t, 4) {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/tmp/a\040b\011c`); got != "/tmp/a b\tc" {
+		t.Fatalf("%q", got)
+	}
+}
