@@ -63,13 +63,13 @@ func (c *RolloutRestartCommand) Run(args []string) int {
 		if tg.Meta == nil {
 			tg.Meta = map[string]string{}
 		}
-		now := c.now().UTC()
-		stamp := now.Format(time.RFC3339)
 		// Two restarts within one second would write the same stamp and so
-		// make no new revision; the finer stamp keeps each restart real.
-		if tg.Meta[RestartedAtKey] == stamp {
-			stamp = now.Format(time.RFC3339Nano)
+		// make no new revision: the stamp always moves past the last one.
+		now := c.now().UTC().Truncate(time.Second)
+		if prev, err := time.Parse(time.RFC3339, tg.Meta[RestartedAtKey]); err == nil && !now.After(prev) {
+			now = prev.UTC().Add(time.Second)
 		}
+		stamp := now.Format(time.RFC3339)
 		tg.Meta[RestartedAtKey] = stamp
 		return true, fmt.Sprintf("Restarting statefulset %q: group meta %s = %s", set, RestartedAtKey, stamp), nil
 	})
