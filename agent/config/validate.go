@@ -328,7 +328,12 @@ func contains(list []string, s string) bool {
 func suggest(got string, candidates []string) string {
 	best, bestDist := "", 3
 	for _, c := range candidates {
-		if d := levenshtein(got, c); d < bestDist {
+		d := levenshtein(got, c)
+		// "warning" is three edits from "warn", but plainly meant it.
+		if len(got) >= 3 && (strings.HasPrefix(got, c) || strings.HasPrefix(c, got)) {
+			d = 1
+		}
+		if d < bestDist {
 			best, bestDist = c, d
 		}
 	}
