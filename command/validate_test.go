@@ -1,0 +1,172 @@
+package command
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// badJob breaks several rules at once: every one must be reported.
+func badJob() *api.Job {
+	j := parentJob("web")
+	j.Meta["statefulset_replicas"] = "three"
+	j.Meta["statefulset_update_strategy"] = "Rolling"
+	j.Meta["statefulset_volume_claims"] = "data"
+	j.TaskGroups[0].Count = ptrTo(2)
+	return j
+}
+
+func writeJSONJob(t *testing.T, job *api.Job, wrap bool) string {
+	t.Helper()
+	var v any = job
+	if wrap {
+		v = map[string]any{"Job": job}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "web.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runValidate(t *testing.T, nomadAddr string, args ...string) (int, string, string) {
+	t.Helper()
+	m, ui := newTestMeta()
+	code := (&ValidateCommand{Meta: m}).Run(append([]string{"-nomad-address", nomadAddr}, args...))
+	return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
+}
+
+func TestValidateBadJobListsEveryProblemGolden(t *testing.T) {
+	path := writeJSONJob(t, badJob(), true)
+	// A JSON job needs no Nomad: the address is dead on purpose.
+	code, out, errOut := runValidate(t, closedAddress(t), path)
+	if code != ExitError {
+		t.Fatalf("exit %d, want %d; stderr %q", code, ExitError, errOut)
+	}
+	golden(t, "validate_bad", strings.ReplaceAll(out, path, "web.json"))
+	for _, key := range []string{"statefulset_replicas", "statefulset_update_strategy", "statefulset_volume_claims", "count"} {
+		if !strings.Contains(out, "  - "+key+" = ") {
+			t.Errorf("problem with %s not listed:\n%s", key, out)
+		}
+	}
+}
+
+func TestValidateBadJobJSON(t *testing.T) {
+	path := writeJSONJob(t, badJob(), false)
+	code, out, _ := runValidate(t, closedAddress(t), "-json", path)
+	if code != ExitError {
+		t.Fatalf("exit %d", code)
+	}
+	var got validateOutput
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got.Valid || len(got.Problems) < 4 || got.Job != "web" || got.Spec != nil {
+		t.Errorf("decoded %+v", got)
+	}
+	for _, p := range got.Problems {
+		if p.Key == "" || p.Rule == "" {
+			t.Errorf("problem without key or rule: %+v", p)
+		}
+	}
+}
+
+func TestValidateGoodJobGolden(t *testing.T) {
+	path := writeJSONJob(t, parentJob("web"), true)
+	code, out, errOut := runValidate(t, closedAddress(t), path)
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q, out %q", code, errOut, out)
+	}
+	golden(t, "validate_good", strings.ReplaceAll(out, path, "web.json"))
+}
+
+func TestValidateNotAStatefulset(t *testing.T) {
+	j := parentJob("web")
+	delete(j.Meta, "statefulset")
+	code, out, _ := runValidate(t, closedAddress(t), writeJSONJob(t, j, true))
+	if code != ExitError || !strings.Contains(out, `statefulset = "": is not "true"`) {
+		t.Fatalf("exit %d, out %q", code, out)
+	}
+}
+
+func TestValidateHCLThroughNomadParseAPI(t *testing.T) {
+	nomad := newFakeNomad(t)
+	nomad.parseJob = badJob()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "web.nomad.hcl")
+	if err := os.WriteFile(path, []byte(`job "web" { }`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vars := filepath.Join(dir, "vars.hcl")
+	if err := os.WriteFile(vars, []byte(`image = "nginx"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runValidate(t, nomad.srv.URL, "-var-file", vars, path)
+	if code != ExitError || !strings.Contains(out, "statefulset_replicas") {
+		t.Fatalf("exit %d, out %q", code, out)
+	}
+	if nomad.parseReq == nil || nomad.parseReq.JobHCL != `job "web" { }` || !strings.Contains(nomad.parseReq.Variables, `image = "nginx"`) {
+		t.Errorf("parse request %+v", nomad.parseReq)
+	}
+
+	nomad.parseJob = parentJob("web")
+	if code, out, errOut := runValidate(t, nomad.srv.URL, path); code != ExitOK || !strings.Contains(out, "is a valid statefulset") {
+		t.Errorf("good HCL: exit %d, out %q, err %q", code, out, errOut)
+	}
+
+	nomad.parseStatus, nomad.parseErr = http.StatusBadRequest, "web.nomad.hcl:1,13-14: Missing required argument"
+	code, _, errOut := runValidate(t, nomad.srv.URL, path)
+	if code != ExitError || !strings.Contains(errOut, "does not parse: web.nomad.hcl:1,13-14: Missing required argument") {
+		t.Errorf("HCL error: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestValidateHCLWithoutNomadExits5(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "web.nomad.hcl")
+	if err := os.WriteFile(path, []byte(`job "web" {}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runValidate(t, closedAddress(t), path)
+	if code != ExitUnreachable {
+		t.Fatalf("exit %d, want %d", code, ExitUnreachable)
+	}
+	if out != "" || !strings.Contains(errOut, "cannot reach Nomad") || !strings.Contains(errOut, "validate needs Nomad to parse HCL job files") {
+		t.Errorf("stdout %q stderr %q", out, errOut)
+	}
+	checkNoCrash(t, errOut)
+}
+
+func TestValidateStdinAndMissingFile(t *testing.T) {
+	b, err := json.Marshal(parentJob("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ui := newTestMeta()
+	code := (&ValidateCommand{Meta: m, Stdin: strings.NewReader(string(b))}).Run([]string{"-"})
+	if code != ExitOK || !strings.Contains(ui.OutputWriter.String(), "standard input is a valid statefulset") {
+		t.Errorf("stdin: exit %d, out %q, err %q", code, ui.OutputWriter.String(), ui.ErrorWriter.String())
+	}
+
+	code, _, errOut := runValidate(t, closedAddress(t), filepath.Join(t.TempDir(), "nope.hcl"))
+	if code != ExitError || !strings.Contains(errOut, "reading job file") || !strings.Contains(errOut, "no such file") {
+		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"Job": [}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runValidate(t, closedAddress(t), bad)
+	if code != ExitError || !strings.Contains(errOut, "the JSON job file does not parse") {
+		t.Errorf("bad JSON: exit %d, stderr %q", code, errOut)
+	}
+}
