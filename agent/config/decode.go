@@ -100,7 +100,12 @@ func infoFor(t reflect.Type) *structInfo {
 type decoder struct {
 	ctx     *hcl.EvalContext
 	origins map[string]origin
+	// secrets are the source ranges of Secret-typed values, masked in
+	// diagnostic snippets (see Error.WriteDiagnostics).
+	secrets []hcl.Range
 }
+
+var secretType = reflect.TypeOf(Secret(""))
 
 // join builds an attribute path: "" + "nomad" = "nomad", "nomad" + "address" =
 // "nomad.address".
@@ -208,6 +213,9 @@ func (d *decoder) decodeLabeled(b *hcl.Block, list reflect.Value, path string) h
 // field keeps its previous value, so later validation does not pile follow-on
 // errors onto a value the user already has to fix.
 func (d *decoder) decodeAttr(a *hcl.Attribute, field reflect.Value, path string) hcl.Diagnostics {
+	if field.Type() == secretType {
+		d.secrets = append(d.secrets, a.Expr.Range())
+	}
 	val, diags := a.Expr.Value(d.ctx)
 	if diags.HasErrors() {
 		return diags

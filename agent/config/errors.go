@@ -48,11 +48,37 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Diagnostics }
 
 // WriteDiagnostics prints the problems the way HashiCorp tools do, with the
-// offending source lines, wrapped at width columns (0: no wrapping).
+// offending source lines, wrapped at width columns (0: no wrapping). Token
+// values in those lines are masked with '*', so the output is safe to log.
 func (e *Error) WriteDiagnostics(w io.Writer, width uint, color bool) error {
 	wr := hcl.NewDiagnosticTextWriter(w, e.files, width, color)
 	if err := wr.WriteDiagnostics(e.Diagnostics); err != nil {
 		return fmt.Errorf("writing config diagnostics: %w", err)
 	}
 	return nil
+}
+
+// maskSecrets returns copies of the files in which the source of every
+// Secret-typed attribute value is overwritten with '*' (newlines kept, so
+// positions stay right). Snippets print whole lines, so without this a type
+// error on `token = [...]` would print the token.
+func maskSecrets(files map[string]*hcl.File, secrets []hcl.Range) map[string]*hcl.File {
+	out := make(map[string]*hcl.File, len(files))
+	for name, f := range files {
+		cp := *f
+		cp.Bytes = append([]byte(nil), f.Bytes...)
+		out[name] = &cp
+	}
+	for _, r := range secrets {
+		f, ok := out[r.Filename]
+		if !ok {
+			continue
+		}
+		for i := r.Start.Byte; i < r.End.Byte && i < len(f.Bytes); i++ {
+			if f.Bytes[i] != '\n' && f.Bytes[i] != '\r' {
+				f.Bytes[i] = '*'
+			}
+		}
+	}
+	return out
 }

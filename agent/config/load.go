@@ -133,7 +133,7 @@ func load(lookup lookupEnvFunc, srcs []source, diags hcl.Diagnostics) (*Config, 
 	diags = append(diags, c.validate()...)
 	if diags.HasErrors() {
 		sortDiagnostics(diags, order)
-		return nil, &Error{Diagnostics: diags, files: parser.Files()}
+		return nil, &Error{Diagnostics: diags, files: maskSecrets(parser.Files(), d.secrets)}
 	}
 	return c, nil
 }
