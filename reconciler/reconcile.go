@@ -8,9 +8,9 @@ import (
 
 // MaxReplicas bounds the replica count the reconciler acts on. A larger
 // value (which the annotation parser should already reject) is treated as
-// MaxReplicas, so that a bad input cannot make a reconcile allocate without
-// limit.
-const MaxReplicas = 1 << 20
+// MaxReplicas, so that a bad input cannot make one reconcile allocate
+// gigabytes of actions.
+const MaxReplicas = 100000
 
 // maxOrdinalsStart bounds OrdinalsStart (Kubernetes uses int32) so that
 // start+replicas never overflows.
@@ -30,6 +30,8 @@ type slot struct {
 	vols uint64
 	// acted is set once this reconcile deleted or created the pod.
 	acted bool
+	// healthy caches r.healthy of the kept pod: it is asked many times.
+	healthy bool
 }
 
 // reconciler holds one decision in progress. It lives for a single call.
@@ -163,6 +165,11 @@ func (r *reconciler) observe() {
 		r.dupes = true
 		if better(p, &in.Pods[s.pod]) {
 			s.pod = int32(i)
+		}
+	}
+	for i := range r.slots {
+		if s := &r.slots[i]; s.pod != noPod {
+			s.healthy = r.healthy(&in.Pods[s.pod])
 		}
 	}
 	if len(r.condemned) > 1 {
@@ -439,7 +446,7 @@ func (r *reconciler) createVolumes(i int) {
 func (r *reconciler) firstUnhealthy() int32 {
 	for i := range r.slots {
 		s := &r.slots[i]
-		if s.pod == noPod || s.acted || s.extra > 0 || !r.healthy(&r.in.Pods[s.pod]) {
+		if s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
 			if s.pod == noPod {
 				return noPod // a missing pod: no existing pod is "first"
 			}
@@ -503,7 +510,7 @@ func (r *reconciler) rollingUpdate() {
 			budget--
 		case r.in.Pods[s.pod].Terminating:
 			budget--
-		case !r.healthy(&r.in.Pods[s.pod]) && r.in.Pods[s.pod].Revision == r.update.Name:
+		case !s.healthy && r.in.Pods[s.pod].Revision == r.update.Name:
 			budget--
 		}
 	}
@@ -516,7 +523,7 @@ func (r *reconciler) rollingUpdate() {
 		if p.Terminating || p.Revision == r.update.Name {
 			continue
 		}
-		if r.healthy(p) {
+		if s.healthy {
 			if budget <= 0 {
 				r.wait(i, "to be updated when the maxUnavailable budget allows")
 				continue

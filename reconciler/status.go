@@ -109,11 +109,10 @@ func (r *reconciler) settled() bool {
 		if s.pod == noPod || s.acted {
 			return false
 		}
-		p := &r.in.Pods[s.pod]
-		if !r.healthy(p) {
+		if !s.healthy {
 			return false
 		}
-		if r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name {
+		if r.updating() && i >= r.spec.Partition && r.in.Pods[s.pod].Revision != r.update.Name {
 			return false
 		}
 	}
@@ -138,7 +137,7 @@ func (r *reconciler) revisionsPending() bool {
 func (r *reconciler) availableInRange() int {
 	n := 0
 	for i := range r.slots {
-		if s := &r.slots[i]; s.pod != noPod && !s.acted && r.healthy(&r.in.Pods[s.pod]) {
+		if s := &r.slots[i]; s.pod != noPod && !s.acted && s.healthy {
 			n++
 		}
 	}

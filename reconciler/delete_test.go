@@ -1,0 +1,69 @@
+package reconciler
+
+import (
+	"testing"
+)
+
+// TestCascadingDelete: pods go in reverse ordinal order one at a time under
+// OrderedReady (all at once under Parallel), volumes follow whenDeleted once
+// their pods are gone, and DeleteSetState comes last.
+func TestCascadingDelete(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 3
+		w := newWorld(spec, "v1")
+		converge(t, w)
+		w.spec.Deleted = true
+		var order []int
+		for i := 0; i < 50 && !w.stateDeleted; i++ {
+			out := mustStep(t, w)
+			deletes := 0
+			for k, a := range out.Actions {
+				switch a.Type {
+				case ActionDeletePod:
+					order = append(order, a.Ordinal)
+					deletes++
+				case ActionDeleteSetState:
+					if k != len(out.Actions)-1 {
+						t.Fatalf("DeleteSetState is not last: %+v", out.Actions)
+					}
+				case ActionCreatePod, ActionCreateVolume, ActionCreateRevision:
+					t.Fatalf("%s during a delete", a.Type)
+				}
+			}
+			if spec.PodManagementPolicy == OrderedReady && deletes > 1 {
+				t.Fatalf("%d pods deleted at once under OrderedReady", deletes)
+			}
+			w.advanceAll()
+		}
+		if !w.stateDeleted || len(w.pods) != 0 {
+			t.Fatalf("not torn down:\n%s", w.dump())
+		}
+		if spec.PodManagementPolicy == OrderedReady && (len(order) != 3 || order[0] != 2 || order[1] != 1 || order[2] != 0) {
+			t.Fatalf("delete order %v, want [2 1 0]", order)
+		}
+		if want := map[RetentionPolicy]int{Retain: 3, Delete: 0}[spec.WhenDeleted]; len(w.volumes) != want {
+			t.Fatalf("whenDeleted=%s left %d volumes, want %d", spec.WhenDeleted, len(w.volumes), want)
+		}
+	})
+}
+
+// TestDeleteWaitsForTerminatingPod: under OrderedReady nothing else is
+// deleted while the highest pod terminates, and a volume whose pod still
+// exists is kept even under whenDeleted=Delete.
+func TestDeleteWaitsForTerminatingPod(t *testing.T) {
+	w := newWorld(Spec{Replicas: 2, VolumeClaims: []string{"data"}, WhenDeleted: Delete}, "v1")
+	converge(t, w)
+	w.spec.Deleted = true
+	out := mustStep(t, w)
+	if len(out.Actions) != 1 || out.Actions[0].Type != ActionDeletePod || out.Actions[0].Ordinal != 1 {
+		t.Fatalf("first teardown step %+v", out.Actions)
+	}
+	if out := mustStep(t, w); len(out.Actions) != 0 {
+		t.Fatalf("acted while pod 1 terminates: %+v", out.Actions)
+	}
+	w.advanceAll() // pod 1 gone
+	out = mustStep(t, w)
+	if len(out.Actions) != 2 || out.Actions[0].Ordinal != 0 || out.Actions[1].Type != ActionDeleteVolume || out.Actions[1].Volume.Ordinal != 1 {
+		t.Fatalf("second teardown step %+v", out.Actions)
+	}
+}

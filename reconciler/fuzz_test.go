@@ -1,0 +1,97 @@
+package reconciler
+
+import (
+	"testing"
+	"time"
+)
+
+// fuzzInput decodes fuzz bytes into an observation: a spec from a few knobs,
+// and pods, volumes and revisions from data, including the bad cases
+// (duplicate ordinals, negative and out-of-range ordinals, unknown
+// revisions, garbage phases, a pod both ready and failed...).
+func fuzzInput(knobs uint64, now int64, data []byte) Input {
+	b := func(shift uint) int { return int(knobs >> shift & 0xff) }
+	spec := Spec{
+		Name:                 "web",
+		Replicas:             b(0)%12 - 1,
+		OrdinalsStart:        b(8)%5 - 1,
+		Partition:            b(16)%10 - 1,
+		MaxUnavailable:       IntOrPercent{Value: b(24)%120 - 5, Percent: b(24)&1 == 1},
+		MinReadySeconds:      b(32) % 4,
+		RevisionHistoryLimit: b(40)%4 - 1,
+		ProgressDeadline:     time.Duration(b(48)%4) * time.Minute,
+		Generation:           uint64(b(56)),
+	}
+	flags := b(32) >> 2
+	spec.PodManagementPolicy = []PodManagementPolicy{OrderedReady, Parallel, "", "Bogus"}[flags&3]
+	spec.UpdateStrategy = []UpdateStrategy{RollingUpdate, OnDelete}[flags>>2&1]
+	spec.WhenScaled = []RetentionPolicy{Retain, Delete}[flags>>3&1]
+	spec.WhenDeleted = []RetentionPolicy{Retain, Delete}[flags>>4&1]
+	spec.Paused = flags>>5&1 == 1
+	spec.Deleted = b(40)&0x80 != 0
+	if b(48)&0x10 != 0 {
+		spec.VolumeClaims = []string{"data"}
+	}
+	if b(48)&0x20 != 0 {
+		spec.VolumeClaims = append(spec.VolumeClaims, "logs")
+	}
+	t0 := epoch.Add(time.Duration(now%100000) * time.Second)
+	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}}
+	names := []string{"", "web-x", "garbage"}
+	for r := 0; r < b(16)>>4%4; r++ {
+		d := []byte{'v', byte('0' + r)}
+		rev := Revision{Name: RevisionName("web", HashRevision(d, 0)), Number: int64(r + 1), Data: d}
+		in.Revisions = append(in.Revisions, rev)
+		names = append(names, rev.Name)
+	}
+	if b(8)&0x80 != 0 {
+		in.Previous.CurrentRevision = names[b(8)>>5%len(names)]
+		in.Previous.UpdateRevision = names[b(0)>>5%len(names)]
+		in.Previous.LastProgressTime = t0.Add(-time.Duration(b(24)) * time.Second)
+	}
+	phases := []Phase{PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, "", "Exploded"}
+	for len(data) >= 4 {
+		c := data[:4]
+		data = data[4:]
+		if c[0]&0x80 != 0 { // a volume
+			in.Volumes = append(in.Volumes, Volume{
+				Claim: []string{"data", "logs", "other"}[int(c[1])%3], Ordinal: int(int8(c[2])) % 16,
+			})
+			continue
+		}
+		p := Pod{
+			Ordinal:     int(int8(c[1])) % 16,
+			Revision:    names[int(c[0])%len(names)],
+			Phase:       phases[int(c[2])%len(phases)],
+			Ready:       c[2]&0x10 != 0,
+			Terminating: c[2]&0x20 != 0,
+			Drifted:     c[2]&0x40 != 0,
+			Created:     t0.Add(-time.Duration(c[3]) * time.Second),
+		}
+		if p.Ready && c[3]&1 == 0 {
+			p.ReadySince = t0.Add(-time.Duration(c[3]>>1) * time.Second)
+		}
+		in.Pods = append(in.Pods, p)
+	}
+	return in
+}
+
+// FuzzReconcile feeds arbitrary observations to Reconcile: it must never
+// panic and every decision must pass checkSafety.
+//
+//	go test ./reconciler -run '^$' -fuzz FuzzReconcile -fuzztime 5m
+func FuzzReconcile(f *testing.F) {
+	// Seeds: a steady set, duplicates, a failed pod, condemned pods,
+	// garbage phases and unknown revisions, a deleted set.
+	f.Add(uint64(0x0000_0000_0000_0004), int64(100), []byte{3, 0, 0x11, 10, 3, 1, 0x11, 10, 3, 2, 0x11, 10})
+	f.Add(uint64(0x0000_0030_0000_0003), int64(5), []byte{3, 1, 0x11, 1, 3, 1, 0x00, 2, 0x80, 0, 1, 0})
+	f.Add(uint64(0x0010_0004_0000_0005), int64(7), []byte{4, 0, 3, 0, 3, 9, 1, 0, 3, 250, 0x15, 0})
+	f.Add(uint64(0x0000_8014_3000_0002), int64(9), []byte{0, 0, 5, 0, 1, 1, 4, 9, 0x80, 1, 3, 0, 0x80, 0, 7, 0})
+	f.Add(uint64(0x00f0_0000_a0ff_ff0b), int64(1), []byte{2, 5, 0x31, 3, 2, 6, 0x71, 3})
+	f.Fuzz(func(t *testing.T, knobs uint64, now int64, data []byte) {
+		in := fuzzInput(knobs, now, data)
+		if _, err := checkSafety(in); err != nil {
+			t.Fatalf("%v\ninput: %+v", err, in)
+		}
+	})
+}

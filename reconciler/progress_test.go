@@ -1,0 +1,101 @@
+package reconciler
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// startBrokenRollout converges a 3-replica set at v1 and starts a rollout to
+// a template whose pods never become ready.
+func startBrokenRollout(t *testing.T, p PodManagementPolicy) *world {
+	t.Helper()
+	w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, ProgressDeadline: 5 * time.Minute}, "v1")
+	w.broken["bad"] = true
+	converge(t, w)
+	w.template = []byte("bad")
+	for i := 0; i < 6; i++ {
+		mustStep(t, w)
+		w.advanceAll()
+	}
+	return w
+}
+
+// TestProgressDeadline: a rollout that makes no progress for the deadline
+// sets RolloutStuck, with a transition time that then stays put.
+func TestProgressDeadline(t *testing.T) {
+	w := startBrokenRollout(t, OrderedReady)
+	start := w.now
+	out := mustStep(t, w)
+	if c := condition(out.Status, ConditionProgressing); !c.Status || c.Reason != ReasonRollingUpdate {
+		t.Fatalf("Progressing %+v", c)
+	}
+	if out.Requeue <= 0 || out.Requeue > 5*time.Minute {
+		t.Fatalf("requeue %v, want the time left to the deadline", out.Requeue)
+	}
+	w.now = start.Add(4 * time.Minute)
+	if out := mustStep(t, w); condition(out.Status, ConditionRolloutStuck).Status {
+		t.Fatal("stuck before the deadline")
+	}
+	w.now = start.Add(out.Requeue)
+	out = mustStep(t, w)
+	stuck := condition(out.Status, ConditionRolloutStuck)
+	if !stuck.Status || stuck.Reason != ReasonProgressDeadlineExceeded || !stuck.LastTransitionTime.Equal(w.now) {
+		t.Fatalf("RolloutStuck %+v at %v", stuck, w.now)
+	}
+	if c := condition(out.Status, ConditionProgressing); c.Status || c.Reason != ReasonProgressDeadlineExceeded {
+		t.Fatalf("Progressing %+v", c)
+	}
+	if c := condition(out.Status, ConditionAvailable); c.Status {
+		t.Fatalf("Available %+v with a pod down", c)
+	}
+	w.now = w.now.Add(time.Minute)
+	if c := condition(mustStep(t, w).Status, ConditionRolloutStuck); !c.LastTransitionTime.Equal(stuck.LastTransitionTime) {
+		t.Fatalf("transition time moved from %v to %v", stuck.LastTransitionTime, c.LastTransitionTime)
+	}
+}
+
+// TestStuckRolloutRecoveredByRevert is Kubernetes issue 67250: once the
+// template goes back to a working revision (or on to a new working one), the
+// pod stuck not-ready at the abandoned revision is replaced without anyone
+// deleting it.
+func TestStuckRolloutRecoveredByRevert(t *testing.T) {
+	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
+		for _, fix := range []string{"v1", "v3"} {
+			t.Run(string(p)+"/"+fix, func(t *testing.T) {
+				w := startBrokenRollout(t, p)
+				w.now = w.now.Add(10 * time.Minute)
+				if out := mustStep(t, w); !condition(out.Status, ConditionRolloutStuck).Status {
+					t.Fatal("rollout not stuck")
+				}
+				w.template = []byte(fix)
+				converge(t, w)
+				if got := podRevisions(w, 0, 3); slices.ContainsFunc(got, func(r string) bool { return r != revName("web", fix) }) {
+					t.Fatalf("revisions %v", got)
+				}
+				st := w.last.Status
+				if condition(st, ConditionRolloutStuck).Status || !condition(st, ConditionAvailable).Status {
+					t.Fatalf("conditions after recovery %+v", st.Conditions)
+				}
+			})
+		}
+	}
+}
+
+// TestConditionTransitionTimesKept: an unchanged condition keeps its
+// transition time across reconciles.
+func TestConditionTransitionTimesKept(t *testing.T) {
+	w := newWorld(Spec{Replicas: 1, ProgressDeadline: time.Minute}, "v1")
+	converge(t, w)
+	before := w.last.Status.Conditions
+	w.now = w.now.Add(time.Hour)
+	after := mustStep(t, w).Status.Conditions
+	for i := range before {
+		if !before[i].LastTransitionTime.Equal(after[i].LastTransitionTime) {
+			t.Fatalf("%s transition time moved: %v -> %v", before[i].Type, before[i].LastTransitionTime, after[i].LastTransitionTime)
+		}
+	}
+	if c := condition(w.last.Status, ConditionRolloutStuck); c.Status {
+		t.Fatalf("a settled set is stuck: %+v", c)
+	}
+}

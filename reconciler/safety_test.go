@@ -1,0 +1,111 @@
+package reconciler
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+)
+
+// checkSafety checks the properties every decision must have, whatever the
+// observation: it is what the fuzzer and the bad-observation tests assert.
+//   - never a CreatePod for an ordinal that has a pod (terminating included),
+//     outside the range, twice, for a deleted set, or before its volumes;
+//   - never a DeletePod of a terminating pod or of a pod that is not observed;
+//   - never a DeleteVolume while a pod of its ordinal exists, against the
+//     retention policy, or for an ordinal in the range of a live set;
+//   - never a DeleteRevision of a live revision;
+//   - DeleteSetState only last, when no pod is left;
+//   - the decision is deterministic and leaves the input unchanged.
+func checkSafety(in Input) (Output, error) {
+	before := cloneInput(in)
+	out := Reconcile(in)
+	if !reflect.DeepEqual(before, in) {
+		return out, fmt.Errorf("Reconcile modified its input")
+	}
+	if again := Reconcile(in); !reflect.DeepEqual(out, again) {
+		return out, fmt.Errorf("Reconcile is not deterministic")
+	}
+	spec := normalize(in.Spec)
+	inRange := func(o int) bool { return o >= spec.OrdinalsStart && o-spec.OrdinalsStart < spec.Replicas }
+	hasPod := map[int]bool{}
+	for _, p := range in.Pods {
+		hasPod[p.Ordinal] = true
+	}
+	vols := map[[2]any]bool{}
+	for _, v := range in.Volumes {
+		vols[[2]any{v.Claim, v.Ordinal}] = true
+	}
+	created := map[int]bool{}
+	for i, a := range out.Actions {
+		switch a.Type {
+		case ActionCreatePod:
+			switch {
+			case spec.Deleted:
+				return out, fmt.Errorf("CreatePod for a deleted set")
+			case hasPod[a.Ordinal]:
+				return out, fmt.Errorf("CreatePod %d while a pod of that ordinal exists", a.Ordinal)
+			case created[a.Ordinal]:
+				return out, fmt.Errorf("CreatePod %d twice", a.Ordinal)
+			case !inRange(a.Ordinal):
+				return out, fmt.Errorf("CreatePod %d outside the range", a.Ordinal)
+			}
+			for _, c := range spec.VolumeClaims {
+				if !vols[[2]any{c, a.Ordinal}] {
+					return out, fmt.Errorf("CreatePod %d before volume %s", a.Ordinal, c)
+				}
+			}
+			created[a.Ordinal] = true
+		case ActionCreateVolume:
+			if vols[[2]any{a.Volume.Claim, a.Volume.Ordinal}] {
+				return out, fmt.Errorf("CreateVolume %s that exists", a.Volume.Name)
+			}
+			vols[[2]any{a.Volume.Claim, a.Volume.Ordinal}] = true
+		case ActionDeletePod:
+			found := false
+			for _, p := range in.Pods {
+				found = found || (p == a.Pod && !p.Terminating)
+			}
+			if !found {
+				return out, fmt.Errorf("DeletePod of a pod not observed or terminating: %+v", a.Pod)
+			}
+		case ActionDeleteVolume:
+			switch {
+			case hasPod[a.Volume.Ordinal]:
+				return out, fmt.Errorf("DeleteVolume %s while its pod exists", a.Volume.Name)
+			case spec.Deleted && spec.WhenDeleted != Delete:
+				return out, fmt.Errorf("DeleteVolume %s against whenDeleted=%s", a.Volume.Name, spec.WhenDeleted)
+			case !spec.Deleted && (spec.WhenScaled != Delete || inRange(a.Volume.Ordinal)):
+				return out, fmt.Errorf("DeleteVolume %s against whenScaled=%s", a.Volume.Name, spec.WhenScaled)
+			}
+		case ActionDeleteRevision:
+			name := a.Revision.Name
+			if name == out.Status.CurrentRevision || name == out.Status.UpdateRevision || name == in.Previous.CurrentRevision {
+				return out, fmt.Errorf("DeleteRevision of live revision %s", name)
+			}
+			for _, p := range in.Pods {
+				if p.Revision == name {
+					return out, fmt.Errorf("DeleteRevision of %s used by pod %d", name, p.Ordinal)
+				}
+			}
+		case ActionDeleteSetState:
+			if len(in.Pods) > 0 || i != len(out.Actions)-1 {
+				return out, fmt.Errorf("DeleteSetState with %d pods left, at %d of %d", len(in.Pods), i, len(out.Actions))
+			}
+		}
+	}
+	return out, nil
+}
+
+func cloneInput(in Input) Input {
+	c := in
+	c.Spec.VolumeClaims = slices.Clone(in.Spec.VolumeClaims)
+	c.TemplateData = slices.Clone(in.TemplateData)
+	c.Revisions = slices.Clone(in.Revisions)
+	for i := range c.Revisions {
+		c.Revisions[i].Data = slices.Clone(c.Revisions[i].Data)
+	}
+	c.Pods = slices.Clone(in.Pods)
+	c.Volumes = slices.Clone(in.Volumes)
+	c.Previous.Conditions = slices.Clone(in.Previous.Conditions)
+	return c
+}
