@@ -45,6 +45,9 @@ type Options struct {
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
+	// ExpectationTTL is how long a write may stay unseen in the event stream
+	// before the agent re-lists Nomad (default 2m).
+	ExpectationTTL time.Duration
 }
 
 // Agent is the daemon.
@@ -82,6 +85,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.RetryBaseDelay <= 0 {
 		opts.RetryBaseDelay = 100 * time.Millisecond
+	}
+	if opts.ExpectationTTL <= 0 {
+		opts.ExpectationTTL = defaultExpectationTTL
 	}
 	if opts.RetryMaxDelay <= 0 {
 		opts.RetryMaxDelay = time.Minute
@@ -152,7 +158,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	cache := nomad.NewCache()
 	c := &controller{
 		log: log, api: a.api, store: a.store, cache: cache, queue: q,
-		expect: newExpectations(expectationTTL), clock: a.opts.Clock,
+		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
 		volumes: a.opts.Volumes, metrics: a.metrics, views: a.views,
 		lastSpec: map[backend.SetKey]reconciler.Spec{},
 	}

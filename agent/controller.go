@@ -22,9 +22,9 @@ import (
 // leaves a write half-done; this keeps a hung call from blocking shutdown.
 const effectTimeout = 30 * time.Second
 
-// expectationTTL is how long a write may stay unobserved before the cache is
-// distrusted and re-listed.
-const expectationTTL = 2 * time.Minute
+// defaultExpectationTTL is how long a write may stay unobserved before the
+// cache is distrusted and re-listed.
+const defaultExpectationTTL = 2 * time.Minute
 
 // VolumeOptions are the provisioner settings for per-ordinal host volumes.
 type VolumeOptions struct {
@@ -80,7 +80,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	obs := c.cache.Observe(key, spec.VolumeClaims, now)
 	if waiting, expired := c.expect.pending(key, obs, now); len(waiting) > 0 || expired {
 		if expired {
-			log.Warn("a write was not observed in time; re-listing Nomad", "ttl", expectationTTL)
+			log.Warn("a write was not observed in time; re-listing Nomad", "ttl", c.expect.ttl)
 			c.watcher.RequestResync()
 			return nil
 		}
@@ -161,7 +161,12 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		}
 		c.views.update(key, *spec, out.Status, c.cache.Observe(key, spec.VolumeClaims, now), finalRevs, "")
 	}
-	if out.Requeue > 0 {
+	switch {
+	case len(out.Actions) > 0 && !stateDeleted:
+		// Look again once our writes are visible: some (volume writes) make
+		// no event, and the expectations gate keeps an early look harmless.
+		c.queue.Add(key.String())
+	case out.Requeue > 0:
 		c.queue.AddAfter(key.String(), out.Requeue)
 	}
 	return nil

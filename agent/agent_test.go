@@ -1,0 +1,339 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// parentJob builds an annotated parent job as `nomad job run` would submit it.
+func parentJob(name string, meta map[string]string, image string) *api.Job {
+	m := map[string]string{"statefulset": "true", "statefulset_volume_claims": "data"}
+	for k, v := range meta {
+		m[k] = v
+	}
+	return &api.Job{
+		ID: ptr(name), Name: ptr(name), Namespace: ptr("default"), Type: ptr("service"),
+		Datacenters: []string{"*"}, Meta: m,
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr(name), Count: ptr(0),
+			Volumes: map[string]*api.VolumeRequest{"data": {
+				Name: "data", Type: "host", Source: "data",
+				AccessMode: "single-node-single-writer", AttachmentMode: "file-system",
+			}},
+			Tasks: []*api.Task{{
+				Name: "app", Driver: "exec",
+				Config:       map[string]any{"command": "/bin/sh", "args": []string{"-c", image}},
+				VolumeMounts: []*api.VolumeMount{{Volume: ptr("data"), Destination: ptr("/data")}},
+			}},
+		}},
+	}
+}
+
+type harness struct {
+	t     *testing.T
+	sim   *memory.Nomad
+	store backend.Store
+	agent *Agent
+	stop  func()
+}
+
+func startAgent(t *testing.T, cfg memory.Config) *harness {
+	t.Helper()
+	sim := memory.New(cfg)
+	store := memory.NewStore()
+	a, err := New(Options{
+		Logger:         hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+		Nomad:          sim, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
+		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
+		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	h := &harness{t: t, sim: sim, store: store, agent: a, stop: func() { cancel(); <-done; sim.Close() }}
+	t.Cleanup(h.stop)
+	return h
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (h *harness) register(job *api.Job) {
+	h.t.Helper()
+	if _, err := h.sim.RegisterJob(context.Background(), job, false, 0); err != nil {
+		h.t.Fatalf("registering %s: %v", *job.ID, err)
+	}
+}
+
+// healthyChildren returns, per ordinal, the revision of children whose one
+// running allocation is healthy.
+func (h *harness) healthyChildren(set string) map[int]string {
+	out := map[int]string{}
+	stubs, _, _ := h.sim.ListJobs(context.Background(), "default")
+	for _, s := range stubs {
+		if s.Meta["statefulset_parent"] != set || s.Stop {
+			continue
+		}
+		ord, _ := strconv.Atoi(s.Meta["statefulset_ordinal"])
+		for _, a := range h.sim.Allocs("default", s.ID) {
+			if a.ClientStatus == "running" && a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+				out[ord] = s.Meta["statefulset_revision"]
+			}
+		}
+	}
+	return out
+}
+
+func (h *harness) liveChildren(set string) int {
+	n := 0
+	stubs, _, _ := h.sim.ListJobs(context.Background(), "default")
+	for _, s := range stubs {
+		if s.Meta["statefulset_parent"] == set && !s.Stop {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes; the message says
+// what was awaited and what was last seen.
+func (h *harness) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+}
+
+func (h *harness) waitConverged(set string, replicas int, revision func(string) bool) {
+	h.t.Helper()
+	h.waitFor(fmt.Sprintf("%s to have %d healthy children", set, replicas), 20*time.Second, func() (bool, string) {
+		hc := h.healthyChildren(set)
+		if len(hc) != replicas || h.liveChildren(set) != replicas {
+			return false, fmt.Sprintf("healthy=%v live=%d", hc, h.liveChildren(set))
+		}
+		for o, r := range hc {
+			if o >= replicas || (revision != nil && !revision(r)) {
+				return false, fmt.Sprintf("healthy=%v", hc)
+			}
+		}
+		return true, ""
+	})
+}
+
+func fastSim() memory.Config {
+	return memory.Config{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
+}
+
+func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("web", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("web", 3, nil)
+
+	// Volumes were created per ordinal, before their children.
+	vols := map[string]bool{}
+	for _, v := range h.sim.HostVolumes() {
+		vols[v.Name] = true
+	}
+	for i := 0; i < 3; i++ {
+		if !vols["data-web-"+strconv.Itoa(i)] {
+			t.Fatalf("volume data-web-%d missing; have %v", i, vols)
+		}
+	}
+
+	// Scale up and down.
+	job := h.sim.Job("default", "web")
+	job.Meta["statefulset_replicas"] = "5"
+	h.register(job)
+	h.waitConverged("web", 5, nil)
+	job = h.sim.Job("default", "web")
+	job.Meta["statefulset_replicas"] = "2"
+	h.register(job)
+	h.waitConverged("web", 2, nil)
+
+	// A template change rolls every pod to the new revision.
+	before := h.healthyChildren("web")[0]
+	job = h.sim.Job("default", "web")
+	job.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "v2"}
+	h.register(job)
+	h.waitConverged("web", 2, func(r string) bool { return r != before })
+
+	if got := h.sim.MaxConcurrentAllocsPerJob(); got > 1 {
+		t.Fatalf("an ordinal ran %d allocations at once", got)
+	}
+	revs, err := h.store.ListRevisions(context.Background(), backend.SetKey{Namespace: "default", Name: "web"})
+	if err != nil || len(revs) != 2 {
+		t.Fatalf("want 2 stored revisions, got %d (%v)", len(revs), err)
+	}
+
+	// Steady state makes no Nomad writes.
+	h.waitFor("status to settle", 5*time.Second, func() (bool, string) {
+		d, ok := h.agent.views.get(backend.SetKey{Namespace: "default", Name: "web"})
+		return ok && d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2, fmt.Sprintf("%+v", d.Status)
+	})
+	h.sim.ResetCalls()
+	h.agent.current.Load().watcher.RequestResync()
+	h.waitFor("a resync", 5*time.Second, func() (bool, string) {
+		return h.sim.Calls()["ListJobs"] > 0, fmt.Sprint(h.sim.Calls())
+	})
+	time.Sleep(200 * time.Millisecond)
+	if w := h.sim.Writes(); w != 0 {
+		t.Fatalf("steady state made %d Nomad writes: %v", w, h.sim.Calls())
+	}
+}
+
+func TestAgentHTTPAPI(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("api", map[string]string{"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}, "v1"))
+	h.waitConverged("api", 2, nil)
+	base := "http://" + h.agent.HTTPAddr()
+	for _, path := range []string{"/v1/health", "/v1/metrics", "/v1/statefulsets", "/v1/statefulset/default/api"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s = %d", path, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(base + "/v1/statefulset/default/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("unknown set: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
+	h := startAgent(t, fastSim())
+	bad := parentJob("bad", map[string]string{"statefulset_replicas": "-1", "statefulset_partition": "x"}, "v1")
+	h.register(bad)
+	h.register(parentJob("good", map[string]string{"statefulset_replicas": "2"}, "v1"))
+	h.waitConverged("good", 2, nil)
+	key := backend.SetKey{Namespace: "default", Name: "bad"}
+	h.waitFor("the invalid set's condition", 5*time.Second, func() (bool, string) {
+		st, found, err := h.store.GetStatus(context.Background(), key)
+		if err != nil || !found {
+			return false, fmt.Sprint(err)
+		}
+		for _, c := range st.Conditions {
+			if c.Type == reconciler.ConditionInvalidSpec && c.Status &&
+				strings.Contains(c.Message, "statefulset_replicas") && strings.Contains(c.Message, "statefulset_partition") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", st.Conditions)
+	})
+	if n := h.liveChildren("bad"); n != 0 {
+		t.Fatalf("an invalid set got %d children", n)
+	}
+}
+
+func TestAgentCascadingDelete(t *testing.T) {
+	for _, policy := range []string{"Retain", "Delete"} {
+		t.Run(policy, func(t *testing.T) {
+			h := startAgent(t, fastSim())
+			h.register(parentJob("db", map[string]string{"statefulset_replicas": "3", "statefulset_volume_retention_when_deleted": policy}, "v1"))
+			h.waitConverged("db", 3, nil)
+			if err := h.sim.DeregisterJob(context.Background(), "default", "db", false); err != nil {
+				t.Fatal(err)
+			}
+			key := backend.SetKey{Namespace: "default", Name: "db"}
+			h.waitFor("the cascade to finish", 20*time.Second, func() (bool, string) {
+				revs, _ := h.store.ListRevisions(context.Background(), key)
+				return h.liveChildren("db") == 0 && len(revs) == 0, fmt.Sprintf("live=%d revisions=%d", h.liveChildren("db"), len(revs))
+			})
+			n := len(h.sim.HostVolumes())
+			if policy == "Retain" && n != 3 {
+				t.Fatalf("Retain kept %d volumes, want 3", n)
+			}
+			if policy == "Delete" && n != 0 {
+				t.Fatalf("Delete left %d volumes", n)
+			}
+		})
+	}
+}
+
+func TestAgentConvergesDespiteAFailureAtEveryCall(t *testing.T) {
+	// Find how many calls a clean run takes, then fail each one in turn.
+	const calls = 40
+	var mu sync.Mutex
+	failures := 0
+	for n := 1; n <= calls; n++ {
+		t.Run(fmt.Sprintf("call-%d", n), func(t *testing.T) {
+			h := startAgent(t, fastSim())
+			// The fault is armed after the test's own register, so it hits
+			// the agent's n-th call from then on.
+			h.register(parentJob("f", map[string]string{"statefulset_replicas": "3"}, "v1"))
+			h.sim.FailCall(n, memory.ServerError())
+			h.waitConverged("f", 3, nil)
+			if got := h.sim.MaxConcurrentAllocsPerJob(); got > 1 {
+				t.Fatalf("an ordinal ran %d allocations at once", got)
+			}
+			if got := len(h.sim.HostVolumes()); got != 3 {
+				t.Fatalf("%d volumes, want exactly 3 (no duplicates, none lost)", got)
+			}
+			mu.Lock()
+			failures++
+			mu.Unlock()
+		})
+	}
+	if failures != calls {
+		t.Fatalf("only %d of %d fault runs converged", failures, calls)
+	}
+}
+
+func TestAgentRecoversFromEventStreamGap(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("gap", map[string]string{"statefulset_replicas": "2"}, "v1"))
+	h.waitConverged("gap", 2, nil)
+	relists := h.agent.current.Load().watcher.Relists()
+	// Events are lost and then the stream breaks, as when Nomad drops a slow
+	// subscriber: the watcher must re-list rather than trust its cache.
+	h.sim.DropEvents(2)
+	job := h.sim.Job("default", "gap")
+	job.Meta["statefulset_replicas"] = "4"
+	h.register(job)
+	h.sim.CloseEventStreams(fmt.Errorf("connection reset"))
+	h.waitConverged("gap", 4, nil)
+	if h.agent.current.Load().watcher.Relists() <= relists {
+		t.Fatal("the watcher did not re-list after the stream broke")
+	}
+}

@@ -1,0 +1,108 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+const examplesDir = "../../examples/agent"
+
+// exampleFiles lists every example agent config; each one is loaded below.
+func exampleFiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(examplesDir, "*.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("found %d example configs in %s, want at least agent.hcl and dev.hcl", len(files), examplesDir)
+	}
+	return files
+}
+
+// TestExamples_Load: every example loads and validates, as is and in -dev.
+func TestExamples_Load(t *testing.T) {
+	for _, f := range exampleFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			c, err := load(noEnv, []source{{name: f}}, nil)
+			if err != nil {
+				t.Fatalf("example does not load:\n%v", err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Errorf("example does not validate: %v", err)
+			}
+			c.ApplyDev()
+			if err := c.Validate(); err != nil {
+				t.Errorf("example does not validate under -dev: %v", err)
+			}
+			// Examples never carry a literal token.
+			text, _ := os.ReadFile(f)
+			if regexp.MustCompile(`(?m)^\s*token\s*=\s*"`).Match(text) {
+				t.Errorf("example sets a literal token; use the environment")
+			}
+		})
+	}
+}
+
+// TestExamples_AgentShowsDefaults: agent.hcl claims to show every default.
+// Loaded, it must equal Default() plus its example plugin and hook.
+func TestExamples_AgentShowsDefaults(t *testing.T) {
+	c, err := load(noEnv, []source{{name: filepath.Join(examplesDir, "agent.hcl")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Plugins = append(want.Plugins, &PluginConfig{
+		Name: "drain", Driver: "http-hook", Args: []string{"-log-level=info"},
+		Config: map[string]string{"url": "http://127.0.0.1:8080/decommission", "token": ""},
+	})
+	want.Hooks = []*HookConfig{{
+		Name: "drain-before-delete", Plugin: "drain", Events: []HookEvent{HookPreDelete},
+		Timeout: DefaultHookTimeout, FailurePolicy: FailureBlock,
+	}}
+	assertEqualConfig(t, c, want)
+}
+
+// TestExamples_AgentDocumentsEverything: agent.hcl mentions every attribute
+// of the schema, set or in a "# name = value" comment. Uncommenting those
+// lines must give a file in which every attribute is set and decodes.
+func TestExamples_AgentDocumentsEverything(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(examplesDir, "agent.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncomment := regexp.MustCompile(`(?m)^(\s*)# ([a-z_]+\s+=\s.*)$`)
+	text := uncomment.ReplaceAll(raw, []byte("$1$2"))
+
+	f, diags := hclparse.NewParser().ParseHCL(text, "agent-uncommented.hcl")
+	if diags.HasErrors() {
+		t.Fatalf("uncommented example does not parse: %v", diags)
+	}
+	c := Default()
+	c.origins = map[string]origin{}
+	d := &decoder{ctx: &hcl.EvalContext{Functions: map[string]function.Function{"env": envFunction(noEnv)}}, origins: c.origins}
+	if diags := d.decodeBody(f.Body, c, ""); diags.HasErrors() {
+		t.Fatalf("uncommented example does not decode: %v", diags)
+	}
+	set := map[string]bool{}
+	labeled := regexp.MustCompile(`^(plugin|hook)\.[^.]+\.`)
+	for p := range c.origins {
+		set[labeled.ReplaceAllString(p, "$1.*.")] = true
+	}
+	for _, p := range schemaPaths(reflect.TypeOf(Config{}), "") {
+		if strings.HasSuffix(p, ".*.name") {
+			continue // labels
+		}
+		if !set[p] {
+			t.Errorf("agent.hcl does not document %s", p)
+		}
+	}
+}

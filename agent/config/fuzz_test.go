@@ -1,0 +1,77 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// FuzzLoad feeds arbitrary text, as HCL or as JSON, through the whole load:
+// parse, decode, derive, validate. Properties:
+//
+//   - no panic;
+//   - a failure is an *Error, and every error in it names the file, a line
+//     and a column (no env is set, so nothing is positionless);
+//   - a success validates, and its rendering loads back to the same config
+//     (so the merge, the derived defaults and String agree).
+func FuzzLoad(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		`workers = 8`,
+		`log_level = "debug"` + "\n" + `log_json = true`,
+		`nomad { address = "https://n:4646" token = env("T", "") }`,
+		"nomad {\n  address = \"unix:///run/nomad.sock\"\n}\n",
+		"consul {\n  kv_prefix = \"a/b\"\n  ssl = true\n}\n",
+		"high_availability {\n  session_ttl = \"20s\"\n  monitor_retries = 9\n}\n",
+		"state {\n  backend = \"embedded\"\n}\n",
+		"plugin \"p\" {\n  driver = \"d\"\n  args = [\"a\"]\n  config = { k = 1 }\n}\nhook \"h\" {\n  plugin = \"p\"\n  events = [\"pre_delete\"]\n  timeout = \"1s\"\n}\n",
+		"volume_provisioner {\n  config = { plugin_id = \"mkdir\", capacity_min = \"1GiB\" }\n}\n",
+		`data_dir = "$${x}%%{y}\t\"q\""`,
+		`{"workers": 3, "plugin": {"p": {"driver": "x"}}}`,
+		`workers = "x"` + "\n" + `nomd {}`,
+		`resync_interval = 5`,
+	} {
+		f.Add(seed, strings.HasPrefix(seed, "{"))
+	}
+	for _, name := range exampleFiles(f) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(b), false)
+	}
+
+	f.Fuzz(func(t *testing.T, text string, asJSON bool) {
+		name := "fuzz.hcl"
+		if asJSON {
+			name = "fuzz.json"
+		}
+		c, err := load(noEnv, []source{{name: name, src: []byte(text)}}, nil)
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error is %T: %v", err, err)
+			}
+			if len(ce.Diagnostics) == 0 || ce.Error() == "" {
+				t.Fatalf("empty error")
+			}
+			for _, d := range ce.Diagnostics {
+				if d.Subject == nil || d.Subject.Filename != name || d.Subject.Start.Line < 1 || d.Subject.Start.Column < 1 {
+					t.Fatalf("diagnostic without a position in %q: %s; %s", text, d.Summary, d.Detail)
+				}
+			}
+			return
+		}
+		if verr := c.Validate(); verr != nil {
+			t.Fatalf("Load succeeded but Validate fails: %v", verr)
+		}
+		rendered := c.render(false)
+		back, err := load(noEnv, []source{{name: "rendered.hcl", src: []byte(rendered)}}, nil)
+		if err != nil {
+			t.Fatalf("rendering of %q does not load:\n%s\n%v", text, rendered, err)
+		}
+		assertEqualConfig(t, back, c)
+		_ = c.String()
+	})
+}
