@@ -57,8 +57,8 @@ func startAgent(t *testing.T, cfg memory.Config) *harness {
 	sim := memory.New(cfg)
 	store := memory.NewStore()
 	a, err := New(Options{
-		Logger:         hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
-		Nomad:          sim, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+		Nomad:  sim, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
 		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
 		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
 	})
