@@ -222,7 +222,7 @@ const RegisterEnforceIndexErrPrefix = "Enforcing job modify index"
 // with meta=true) and a JobSummary, sorted by namespace and ID like Nomad's
 // index; the returned index is the current Raft index.
 func (s *Nomad) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
-	if _, err := s.enter(ctx, VerbListJobs); err != nil {
+	if err := s.enterRead(ctx, VerbListJobs); err != nil {
 		return nil, 0, err
 	}
 	s.mu.Lock()
@@ -245,7 +245,7 @@ func (s *Nomad) ListJobs(ctx context.Context, namespace string) ([]*api.JobListS
 
 // GetJob implements nomad.API.
 func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
-	if _, err := s.enter(ctx, VerbGetJob); err != nil {
+	if err := s.enterRead(ctx, VerbGetJob); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -269,6 +269,14 @@ func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mod
 	if err != nil {
 		return nil, err
 	}
+	resp, err := s.registerJob(job, enforce, modifyIndex)
+	if after != nil {
+		return nil, after // the response was lost, whatever it was
+	}
+	return resp, err
+}
+
+func (s *Nomad) registerJob(job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
 	if job == nil {
 		return nil, ResponseError(400, "Job must be specified")
 	}
@@ -303,7 +311,7 @@ func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mod
 			EvalCreateIndex: idx,
 			JobModifyIndex:  *rec.job.JobModifyIndex,
 			QueryMeta:       api.QueryMeta{LastIndex: idx},
-		}, after
+		}, nil
 	}
 
 	tx := s.begin(typeJobRegistered)
@@ -329,7 +337,7 @@ func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mod
 		EvalCreateIndex: tx.index,
 		JobModifyIndex:  tx.index,
 		QueryMeta:       api.QueryMeta{LastIndex: tx.index},
-	}, after
+	}, nil
 }
 
 // enforceIndexError returns the message Nomad's Job.Register gives when the
@@ -375,12 +383,17 @@ func (s *Nomad) DeregisterJob(ctx context.Context, namespace, id string, purge b
 	if err != nil {
 		return err
 	}
+	s.deregisterJob(namespace, id, purge)
+	return after
+}
+
+func (s *Nomad) deregisterJob(namespace, id string, purge bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := jobKey{namespaceOrDefault(namespace), id}
 	rec, ok := s.jobs[key]
 	if !ok {
-		return after
+		return
 	}
 	tx := s.begin(typeJobDeregistered)
 	if purge {
@@ -400,14 +413,13 @@ func (s *Nomad) DeregisterJob(ctx context.Context, namespace, id string, purge b
 	}
 	tx.commit(s)
 	s.schedulePlan(key)
-	return after
 }
 
 // JobAllocations implements nomad.API: every allocation ever placed for the
 // job ID and not yet garbage collected, oldest first, including those of a
 // purged or earlier incarnation of the job (as Nomad lists them).
 func (s *Nomad) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
-	if _, err := s.enter(ctx, VerbJobAllocations); err != nil {
+	if err := s.enterRead(ctx, VerbJobAllocations); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -430,6 +442,14 @@ func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api
 	if err != nil {
 		return nil, err
 	}
+	v, err := s.createHostVolume(vol)
+	if after != nil {
+		return nil, after
+	}
+	return v, err
+}
+
+func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 	if vol == nil {
 		return nil, ResponseError(400, "missing volume definition")
 	}
@@ -498,7 +518,7 @@ func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api
 			s.schedulePlan(k)
 		}
 	}
-	return deepCopy(v), after
+	return deepCopy(v), nil
 }
 
 // placeVolume picks the volume's node: the given one if it exists, else the
@@ -537,7 +557,7 @@ func (s *Nomad) placeVolume(v *api.HostVolume) error {
 // all) whose name or ID starts with prefix, as Nomad's list filters, in
 // namespace and ID order.
 func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
-	if _, err := s.enter(ctx, VerbListHostVolumes); err != nil {
+	if err := s.enterRead(ctx, VerbListHostVolumes); err != nil {
 		return nil, err
 	}
 	ns := namespaceOrDefault(namespace)
@@ -576,6 +596,13 @@ func (s *Nomad) DeleteHostVolume(ctx context.Context, namespace, id string) erro
 	if err != nil {
 		return err
 	}
+	if err := s.deleteHostVolume(namespace, id); after == nil {
+		return err
+	}
+	return after
+}
+
+func (s *Nomad) deleteHostVolume(namespace, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.vols[id]
@@ -607,7 +634,7 @@ func (s *Nomad) DeleteHostVolume(ctx context.Context, namespace, id string) erro
 	}
 	tx.volumeEvent(s, rec.vol, true)
 	tx.commit(s)
-	return after
+	return nil
 }
 
 // namespaceOrDefault maps the empty namespace to "default", as the api

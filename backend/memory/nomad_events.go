@@ -87,7 +87,7 @@ func (s *Nomad) publish(ev *api.Events) {
 // server (CloseEventStreams, SetUnreachable) it first carries one
 // api.Events whose Err says why.
 func (s *Nomad) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
-	if _, err := s.enter(ctx, VerbEvents); err != nil {
+	if err := s.enterRead(ctx, VerbEvents); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -228,6 +228,16 @@ func (s *Nomad) ResetCalls() {
 	clear(s.calls)
 }
 
+// enterRead admits one call of a read verb, for which a lost response is
+// just a failure.
+func (s *Nomad) enterRead(ctx context.Context, verb string) error {
+	after, err := s.enter(ctx, verb)
+	if err != nil {
+		return err
+	}
+	return after
+}
+
 // enter admits one call of verb: it applies latency, counts the call and
 // decides its fault. err is returned to the caller at once; after, when not
 // nil, is returned after a write has been applied.
