@@ -47,21 +47,41 @@ type IntOrPercent struct {
 // Spec is the desired state of one set, parsed from the parent job's
 // statefulset_* annotations. Every field has the DESIGN §1 default applied.
 type Spec struct {
-	Namespace            string
-	Name                 string
-	Replicas             int
-	OrdinalsStart        int
-	PodManagementPolicy  PodManagementPolicy
-	UpdateStrategy       UpdateStrategy
-	Partition            int
-	MaxUnavailable       IntOrPercent
-	MinReadySeconds      int
+	// Namespace is the Nomad namespace of the parent job and its children.
+	Namespace string
+	// Name is the set's name: the parent job ID, prefix of every pod,
+	// volume and revision name.
+	Name string
+	// Replicas is the desired number of pods (statefulset_replicas).
+	Replicas int
+	// OrdinalsStart is the first ordinal (statefulset_ordinals_start); the
+	// set's pods are OrdinalsStart .. OrdinalsStart+Replicas-1.
+	OrdinalsStart int
+	// PodManagementPolicy is OrderedReady or Parallel.
+	PodManagementPolicy PodManagementPolicy
+	// UpdateStrategy is RollingUpdate or OnDelete.
+	UpdateStrategy UpdateStrategy
+	// Partition: a rolling update touches only pods whose index (ordinal -
+	// OrdinalsStart) is at least Partition; the others keep, and are
+	// recreated at, the current revision.
+	Partition int
+	// MaxUnavailable is how many pods a rolling update may take down at
+	// once (a percentage of Replicas rounds up; at least 1).
+	MaxUnavailable IntOrPercent
+	// MinReadySeconds is how long a pod must be Ready to count as available.
+	MinReadySeconds int
+	// RevisionHistoryLimit is how many revisions no pod uses are kept.
 	RevisionHistoryLimit int
 	// VolumeClaims are the group volume names that become per-ordinal volumes.
-	VolumeClaims     []string
-	WhenDeleted      RetentionPolicy
-	WhenScaled       RetentionPolicy
-	Paused           bool
+	VolumeClaims []string
+	// WhenDeleted says what happens to the volumes when the set is deleted.
+	WhenDeleted RetentionPolicy
+	// WhenScaled says what happens to a condemned ordinal's volumes.
+	WhenScaled RetentionPolicy
+	// Paused stops updates; replicas are still kept.
+	Paused bool
+	// ProgressDeadline is how long a rollout or scale may go without
+	// progress before RolloutStuck is set; zero disables it.
 	ProgressDeadline time.Duration
 	// Generation identifies the parent job version this spec came from (its
 	// JobModifyIndex); it is echoed into Status.ObservedGeneration.
@@ -104,11 +124,14 @@ const (
 
 // Pod is the observed state of one child job ("pod").
 type Pod struct {
+	// Ordinal is the pod's ordinal, from the child job's meta.
 	Ordinal int
 	// Revision is the revision name the child was rendered from.
 	Revision string
-	Created  time.Time
-	Phase    Phase
+	// Created is when the child job was registered.
+	Created time.Time
+	// Phase is the pod's lifecycle phase; an unknown value counts as Pending.
+	Phase Phase
 	// Ready means Running and healthy according to Nomad.
 	Ready bool
 	// ReadySince is when the pod last became Ready; zero if not Ready.
@@ -122,7 +145,9 @@ type Pod struct {
 
 // Volume is an observed per-ordinal volume.
 type Volume struct {
-	Claim   string
+	// Claim is the claim (group volume) name the volume was made for.
+	Claim string
+	// Ordinal is the ordinal the volume belongs to.
 	Ordinal int
 	// Name is "<claim>-<set>-<ordinal>".
 	Name string
@@ -147,25 +172,41 @@ const (
 
 // Condition is one status condition, in the Kubernetes style.
 type Condition struct {
-	Type               ConditionType
-	Status             bool
-	Reason             string
-	Message            string
+	// Type names the condition.
+	Type ConditionType
+	// Status is whether the condition holds.
+	Status bool
+	// Reason is a CamelCase word for tools (the Reason* constants).
+	Reason string
+	// Message explains the reason to a human.
+	Message string
+	// LastTransitionTime is when Status last changed.
 	LastTransitionTime time.Time
 }
 
 // Status is the observed status of a set, as reported to users.
 type Status struct {
+	// ObservedGeneration is the Spec.Generation this status was computed for.
 	ObservedGeneration uint64
-	Replicas           int
-	ReadyReplicas      int
-	AvailableReplicas  int
-	CurrentReplicas    int
-	UpdatedReplicas    int
-	CurrentRevision    string
-	UpdateRevision     string
-	CollisionCount     int
-	Conditions         []Condition
+	// Replicas counts the observed pods, terminating ones included.
+	Replicas int
+	// ReadyReplicas counts the pods that are Running and Ready.
+	ReadyReplicas int
+	// AvailableReplicas counts the pods Ready for at least MinReadySeconds.
+	AvailableReplicas int
+	// CurrentReplicas counts the pods, not terminating, at CurrentRevision.
+	CurrentReplicas int
+	// UpdatedReplicas counts the pods, not terminating, at UpdateRevision.
+	UpdatedReplicas int
+	// CurrentRevision is the revision the set is rolling out from; it
+	// becomes UpdateRevision once every pod is updated and ready.
+	CurrentRevision string
+	// UpdateRevision is the revision of the template as it is now.
+	UpdateRevision string
+	// CollisionCount is the hash collision count used to name new revisions.
+	CollisionCount int
+	// Conditions are Progressing, Available and RolloutStuck.
+	Conditions []Condition
 	// LastProgressTime is when the set last made progress; the progress
 	// deadline is measured from it.
 	LastProgressTime time.Time
