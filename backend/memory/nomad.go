@@ -23,7 +23,7 @@ import (
 // fail or get lost, deployments, dynamic host volumes and an event stream
 // with Nomad's index and buffer semantics.
 //
-// Time is either manual (Config.Manual: nothing moves until the test calls
+// Time is either manual (NomadConfig.Manual: nothing moves until the test calls
 // Step, Advance or Settle) or real (transitions fire after the configured
 // durations on a background goroutine). Every call can have a fault injected
 // into it, and every call is counted by verb.
@@ -32,7 +32,7 @@ import (
 // deep copies; event payloads are shared by all subscribers and must be
 // treated as read-only.
 type Nomad struct {
-	cfg Config
+	cfg NomadConfig
 
 	mu sync.Mutex
 
@@ -78,9 +78,9 @@ type Nomad struct {
 	latency     time.Duration
 }
 
-// Config sets up a simulated Nomad. The zero value is a valid configuration:
+// NomadConfig sets up a simulated Nomad. The zero value is a valid configuration:
 // real time, with every transition immediate.
-type Config struct {
+type NomadConfig struct {
 	// Manual freezes time: transitions wait for Step, Advance or Settle.
 	// Use it for deterministic tests; leave it off for benchmarks and agent
 	// tests that run against the clock.
@@ -152,8 +152,8 @@ type volRec struct {
 	claims map[*allocRec]struct{}
 }
 
-// New starts a simulated Nomad. Close it when done.
-func New(cfg Config) *Nomad {
+// NewNomad starts a simulated Nomad. Close it when done.
+func NewNomad(cfg NomadConfig) *Nomad {
 	if cfg.EventBufferSize <= 0 {
 		cfg.EventBufferSize = 100
 	}

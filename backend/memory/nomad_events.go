@@ -40,7 +40,7 @@ type subscription struct {
 }
 
 // payload wraps an object under its payload key, typed or, with
-// Config.JSONPayloads, as the generic map the real client decodes.
+// NomadConfig.JSONPayloads, as the generic map the real client decodes.
 func (s *Nomad) payload(key string, obj any) map[string]any {
 	if !s.cfg.JSONPayloads {
 		return map[string]any{key: obj}

@@ -71,7 +71,7 @@ func TestEventsOrderAndPayloads(t *testing.T) {
 			name = "json"
 		}
 		t.Run(name, func(t *testing.T) {
-			s := manual(t, func(c *Config) { c.JSONPayloads = jsonPayloads })
+			s := manual(t, func(c *NomadConfig) { c.JSONPayloads = jsonPayloads })
 			ch, cancel := subscribe(t, s, 0)
 			defer cancel()
 			ctx := context.Background()
@@ -151,7 +151,7 @@ func TestEventsOrderAndPayloads(t *testing.T) {
 // eventBuffer.StartAtClosest, including the silent gap when the index is
 // older than the buffer.
 func TestEventsStartIndex(t *testing.T) {
-	s := manual(t, func(c *Config) { c.EventBufferSize = 5 })
+	s := manual(t, func(c *NomadConfig) { c.EventBufferSize = 5 })
 	// Ten registers publish indexes 1..10 (their plans wait for the
 	// clock, which does not move). Like Nomad's, the buffer trims to
 	// EventBufferSize items after an append and so keeps 5..10.
@@ -252,7 +252,7 @@ func TestEventsPauseAndDrop(t *testing.T) {
 }
 
 func TestEventsSlowStreamInRealTime(t *testing.T) {
-	s := New(Config{})
+	s := NewNomad(NomadConfig{})
 	defer s.Close()
 	s.SetEventDelay(20 * time.Millisecond)
 	ch, cancel := subscribe(t, s, 0)

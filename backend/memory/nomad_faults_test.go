@@ -208,7 +208,7 @@ func TestServerErrors(t *testing.T) {
 // check-and-set, readers and a subscriber against a real-time simulation;
 // run it with -race.
 func TestConcurrentUse(t *testing.T) {
-	s := New(Config{})
+	s := NewNomad(NomadConfig{})
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -327,7 +327,7 @@ func waitQuiet(t testing.TB, s *Nomad) {
 // TestRealTime runs the lifecycle against the clock, waiting on the event
 // stream for the allocation to become healthy.
 func TestRealTime(t *testing.T) {
-	s := New(Config{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: time.Millisecond})
+	s := NewNomad(NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: time.Millisecond})
 	defer s.Close()
 	ch, cancel := subscribe(t, s, 0)
 	defer cancel()

@@ -23,13 +23,13 @@ const (
 	tStop    = 5 * time.Second
 )
 
-func manual(t testing.TB, mod ...func(*Config)) *Nomad {
+func manual(t testing.TB, mod ...func(*NomadConfig)) *Nomad {
 	t.Helper()
-	cfg := Config{Manual: true, PlaceDelay: tPlace, StartDelay: tStart, HealthyDelay: tHealthy, StopDelay: tStop}
+	cfg := NomadConfig{Manual: true, PlaceDelay: tPlace, StartDelay: tStart, HealthyDelay: tHealthy, StopDelay: tStop}
 	for _, m := range mod {
 		m(&cfg)
 	}
-	s := New(cfg)
+	s := NewNomad(cfg)
 	t.Cleanup(s.Close)
 	return s
 }
