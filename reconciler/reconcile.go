@@ -393,13 +393,21 @@ func (r *reconciler) processReplica(i int) bool {
 		r.wait(i, "to terminate")
 		return true
 	}
+	stale := r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name
+	if p.Drifted && !(stale && !runningAndReady(p)) {
+		// Repair before the readiness gate: the drift may be why the pod is
+		// not ready, and waiting for it would then block for ever.
+		if rev := r.revisionByName(p.Revision); rev != nil {
+			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: *rev, Pod: *p, Reason: "child job drifted from its revision"})
+		}
+	}
 	if !runningAndReady(p) {
 		// A pod in the update range that is not at the update revision and is
 		// not ready would be replaced anyway; waiting for it can block for
 		// ever (a revert of a broken rollout, Kubernetes issue 67250, or an
 		// old revision that never worked, issue 137409). Replace it now: it is
 		// unavailable already, so this costs no availability.
-		if r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name {
+		if stale {
 			r.deletePod(p, "not ready at an outdated revision; replacing it with the update revision")
 			s.acted = true
 			r.wait(i, "to be replaced")
@@ -411,11 +419,6 @@ func (r *reconciler) processReplica(i int) bool {
 	if !r.available(p) {
 		r.wait(i, "to be available for minReadySeconds")
 		return true
-	}
-	if p.Drifted {
-		if rev := r.revisionByName(p.Revision); rev != nil {
-			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: *rev, Pod: *p, Reason: "child job drifted from its revision"})
-		}
 	}
 	return false
 }

@@ -143,3 +143,16 @@ func TestDriftedPodIsRepaired(t *testing.T) {
 		t.Fatalf("after repair: %+v", out.Actions)
 	}
 }
+
+// TestDriftedUnreadyPodIsRepaired: under OrderedReady a drifted pod that is
+// not ready is repaired rather than waited for; the drift may be the cause.
+func TestDriftedUnreadyPodIsRepaired(t *testing.T) {
+	w := newWorld(Spec{Replicas: 3}, "v1")
+	converge(t, w)
+	i := w.podIndex(0)
+	w.pods[i].Drifted, w.pods[i].Ready = true, false
+	out := mustStep(t, w)
+	if len(out.Actions) != 1 || out.Actions[0].Type != ActionRepairPod || out.Actions[0].Ordinal != 0 {
+		t.Fatalf("want pod 0 repaired, got %+v", out.Actions)
+	}
+}
