@@ -52,9 +52,9 @@ type harness struct {
 	stop  func()
 }
 
-func startAgent(t *testing.T, cfg memory.Config) *harness {
+func startAgent(t *testing.T, cfg memory.NomadConfig) *harness {
 	t.Helper()
-	sim := memory.New(cfg)
+	sim := memory.NewNomad(cfg)
 	store := memory.NewStore()
 	a, err := New(Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
@@ -155,8 +155,8 @@ func (h *harness) waitConverged(set string, replicas int, revision func(string) 
 	})
 }
 
-func fastSim() memory.Config {
-	return memory.Config{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
+func fastSim() memory.NomadConfig {
+	return memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
 }
 
 func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {

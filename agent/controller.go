@@ -20,7 +20,14 @@ import (
 // effectTimeout bounds one Nomad or store call made on behalf of an action.
 // Effects run on a context detached from shutdown so that a SIGTERM never
 // leaves a write half-done; this keeps a hung call from blocking shutdown.
-const effectTimeout = 30 * time.Second
+// Every effect is idempotent or check-and-set, so one cut short by the
+// timeout is simply redone from fresh observations.
+const effectTimeout = 5 * time.Second
+
+// StopTimeout is the longest the agent takes to stop acting once its
+// leadership context is cancelled: the one effect in flight, plus slack. The
+// leader election's lock-delay arithmetic is built on it.
+const StopTimeout = effectTimeout + time.Second
 
 // defaultExpectationTTL is how long a write may stay unobserved before the
 // cache is distrusted and re-listed.

@@ -149,6 +149,18 @@ func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs n
 	if req.PluginID == "" {
 		req.PluginID = "mkdir"
 	}
+	// Nomad does not keep host volume names unique, so a create that timed
+	// out but succeeded would be duplicated by a blind retry. Look first.
+	existing, err := c.api.ListHostVolumes(ctx, key.Namespace, req.Name)
+	if err != nil {
+		return err
+	}
+	for _, v := range existing {
+		if v.Name == req.Name {
+			c.cache.PutVolume(v)
+			return nil
+		}
+	}
 	if p := obs.Parent; p != nil {
 		// The volume pins the ordinal to a node, so it must be placed where
 		// the set's jobs may run.

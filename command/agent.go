@@ -194,14 +194,16 @@ func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend
 		return consul.NewStore(cc, cfg.Consul.KVPrefix, nil, logger.Named("store")), backend.AlwaysLeader{}, nil
 	}
 	ha := cfg.HighAvailability
-	el, err := consul.NewElector(cc, consul.ElectorConfig{
+	ecfg := consul.ElectorConfig{
 		LockKey: ha.LockKey, SessionTTL: ha.SessionTTL, LockDelay: ha.LockDelay,
 		MonitorRetries: ha.MonitorRetries, MonitorRetryTime: ha.MonitorRetryTime,
-	}, logger.Named("leader"))
-	if err != nil {
+		StopTimeout: agent.StopTimeout,
+	}.WithDefaults()
+	if err := ecfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("configuring leader election: %w", err)
 	}
-	return consul.NewStore(cc, cfg.Consul.KVPrefix, el, logger.Named("store")), el, nil
+	el := consul.NewElector(cc, ecfg, logger.Named("leader"))
+	return consul.NewStore(cc, cfg.Consul.KVPrefix, el.Fence(), logger.Named("store")), el, nil
 }
 
 func consulClient(cfg *config.Config) (*consulapi.Client, error) {

@@ -48,9 +48,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // flag values never leak between commands.
 func commands(meta command.Meta, stdin io.Reader) map[string]cli.CommandFactory {
 	return map[string]cli.CommandFactory{
-		// ---- agent: the daemon. The lead adds its entry here: ----
-		// "agent": func() (cli.Command, error) { return &command.AgentCommand{Meta: meta}, nil },
-		// ---- end agent ----
+		"agent": func() (cli.Command, error) {
+			return &command.AgentCommand{Meta: meta}, nil
+		},
 
 		"status": func() (cli.Command, error) {
 			return &command.StatusCommand{Meta: meta}, nil
