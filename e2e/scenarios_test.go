@@ -1,0 +1,480 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// convergeTimeout bounds one wait for a set to converge on a real agent; a
+// pod takes a few seconds (placement, start, min_healthy_time).
+const convergeTimeout = 3 * time.Minute
+
+// setSpec is a fast annotated parent job for the scenarios: exec driver, a
+// per-ordinal data volume, and a 1s min_healthy_time.
+type setSpec struct {
+	name   string
+	meta   map[string]string
+	script string
+	// noVolume drops the claim, for scenarios that need none.
+	noVolume bool
+}
+
+func (s setSpec) hcl() string {
+	meta := map[string]string{"statefulset": "true"}
+	if !s.noVolume {
+		meta["statefulset_volume_claims"] = "data"
+	}
+	for k, v := range s.meta {
+		meta[k] = v
+	}
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var m strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&m, "    %s = %q\n", k, meta[k])
+	}
+	script := s.script
+	if script == "" {
+		script = `echo "$STATEFULSET_POD_NAME" >> /data/identity; while true; do sleep 1; done`
+	}
+	volume, mount := "", ""
+	if !s.noVolume {
+		volume = `
+    volume "data" {
+      type            = "host"
+      source          = "data"
+      access_mode     = "single-node-single-writer"
+      attachment_mode = "file-system"
+    }`
+		mount = `
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }`
+	} else {
+		script = strings.ReplaceAll(script, "/data/", "/tmp/")
+	}
+	return fmt.Sprintf(`job %q {
+  datacenters = ["*"]
+  meta {
+%s  }
+  group "app" {
+    count = 0
+%s
+    update {
+      min_healthy_time = "1s"
+      healthy_deadline = "2m"
+    }
+    task "app" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+%s
+      resources {
+        cpu    = 20
+        memory = 24
+      }
+    }
+  }
+}
+`, s.name, m.String(), volume, script, mount)
+}
+
+// setStatus reads GET /v1/statefulset/default/<set> from the daemon.
+func setStatus(d *Daemon, set string) (client.SetDetail, error) {
+	var out client.SetDetail
+	resp, err := http.Get(d.Addr + "/v1/statefulset/default/" + set)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("GET status of %s: %s", set, resp.Status)
+	}
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// healthyRevisions returns, per ordinal, the revision of each live child
+// whose newest allocation is healthy, and the number of live children.
+func healthyRevisions(t *testing.T, c *Cluster, set string) (map[int]string, int) {
+	out := map[int]string{}
+	live := 0
+	for _, j := range ChildJobs(t, c.Nomad.Client, "default", set) {
+		if j.Stop {
+			continue
+		}
+		live++
+		allocs := Allocations(t, c.Nomad.Client, "default", j.ID)
+		if len(allocs) > 0 && Healthy(allocs[0]) {
+			ord, _ := strconv.Atoi(j.Meta[MetaOrdinal])
+			out[ord] = j.Meta["statefulset_revision"]
+		}
+	}
+	return out, live
+}
+
+// waitConverged waits until the set has exactly replicas live children, all
+// healthy, and the daemon's status agrees; want, if set, checks revisions.
+func waitConverged(t *testing.T, c *Cluster, d *Daemon, set string, replicas int, want func(ord int, rev string) error) map[int]string {
+	t.Helper()
+	var revs map[int]string
+	Eventually(t, convergeTimeout, fmt.Sprintf("%s to converge to %d healthy pods", set, replicas), func() error {
+		var live int
+		revs, live = healthyRevisions(t, c, set)
+		if live != replicas || len(revs) != replicas {
+			return fmt.Errorf("%d live children, healthy: %v", live, revs)
+		}
+		for o, r := range revs {
+			if o < 0 || o >= replicas {
+				return fmt.Errorf("ordinal %d out of range: %v", o, revs)
+			}
+			if want != nil {
+				if err := want(o, r); err != nil {
+					return err
+				}
+			}
+		}
+		st, err := setStatus(d, set)
+		if err != nil {
+			return err
+		}
+		if st.Status.ReadyReplicas != replicas || st.Status.Replicas != replicas {
+			return fmt.Errorf("daemon status: ready %d replicas %d", st.Status.ReadyReplicas, st.Status.Replicas)
+		}
+		return nil
+	})
+	return revs
+}
+
+func updateParent(t *testing.T, c *Cluster, set string, change func(j *nomadapi.Job)) {
+	t.Helper()
+	job, _, err := c.Nomad.Client.Jobs().Info(set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(job)
+	if _, _, err := c.Nomad.Client.Jobs().EnforceRegister(job, *job.JobModifyIndex, nil); err != nil {
+		t.Fatalf("updating parent %s: %v", set, err)
+	}
+}
+
+func setMeta(k, v string) func(*nomadapi.Job) {
+	return func(j *nomadapi.Job) { j.Meta[k] = v }
+}
+
+// changeTemplate makes a new revision by changing the task's script.
+func changeTemplate(marker string) func(*nomadapi.Job) {
+	return func(j *nomadapi.Job) {
+		args := j.TaskGroups[0].Tasks[0].Config["args"].([]any)
+		args[1] = "echo " + marker + "; " + args[1].(string)
+	}
+}
+
+// Scenario 1: ordered create of 3 with a host volume; web-1 is registered
+// only after web-0 is healthy; data in /data survives a restart of the pod.
+func TestScenarioOrderedCreateWithVolume(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "web", meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	waitConverged(t, c, d, "web", 3, nil)
+
+	recs := map[string]ChildRecord{}
+	for _, r := range c.Watchdog.Children("web") {
+		recs[r.JobID] = r
+	}
+	for i := 1; i < 3; i++ {
+		prev, cur := recs[fmt.Sprintf("web-%d", i-1)], recs[fmt.Sprintf("web-%d", i)]
+		if prev.HealthyAt.IsZero() || cur.RegisteredAt.Before(prev.HealthyAt) {
+			t.Fatalf("web-%d registered at %s, before web-%d was healthy at %s", i, cur.RegisteredAt, i-1, prev.HealthyAt)
+		}
+	}
+	vols := HostVolumes(t, c.Nomad.Client, "default", "data-web-")
+	if len(vols) != 3 {
+		t.Fatalf("want volumes data-web-0..2, got %d", len(vols))
+	}
+	identity := filepath.Join(c.Nomad.HostVolumesDir, vols[0].ID, "identity")
+	Eventually(t, time.Minute, "web-0 to write its identity", func() error {
+		b, err := os.ReadFile(identity)
+		if err != nil || strings.Count(string(b), "web-0") != 1 {
+			return fmt.Errorf("identity file: %q %v", b, err)
+		}
+		return nil
+	})
+
+	// Restart web-0 by stopping its child: the daemon recreates it on the
+	// same volume, which still holds what the first run wrote.
+	if _, _, err := c.Nomad.Client.Jobs().Deregister("web-0", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, convergeTimeout, "web-0 to come back and append to its volume", func() error {
+		b, err := os.ReadFile(identity)
+		if err != nil || strings.Count(string(b), "web-0") != 2 {
+			return fmt.Errorf("identity file: %q %v", b, err)
+		}
+		return nil
+	})
+	waitConverged(t, c, d, "web", 3, nil)
+}
+
+// Scenario 2: Parallel create registers every ordinal without waiting.
+func TestScenarioParallelCreate(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "par", meta: map[string]string{
+		"statefulset_replicas": "3", "statefulset_pod_management_policy": "Parallel"}}.hcl())
+	waitConverged(t, c, d, "par", 3, nil)
+	var firstHealthy time.Time
+	var lastRegistered time.Time
+	for _, r := range c.Watchdog.Children("par") {
+		if firstHealthy.IsZero() || r.HealthyAt.Before(firstHealthy) {
+			firstHealthy = r.HealthyAt
+		}
+		if r.RegisteredAt.After(lastRegistered) {
+			lastRegistered = r.RegisteredAt
+		}
+	}
+	if !lastRegistered.Before(firstHealthy) {
+		t.Fatalf("under Parallel every child must be registered before any is healthy: last registered %s, first healthy %s", lastRegistered, firstHealthy)
+	}
+}
+
+// Scenario 3: ordered scale up 3→5 and down 5→2.
+func TestScenarioOrderedScale(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "sc", noVolume: true, meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	waitConverged(t, c, d, "sc", 3, nil)
+	updateParent(t, c, "sc", setMeta("statefulset_replicas", "5"))
+	waitConverged(t, c, d, "sc", 5, nil)
+	recs := map[string]ChildRecord{}
+	for _, r := range c.Watchdog.Children("sc") {
+		recs[r.JobID] = r
+	}
+	if recs["sc-4"].RegisteredAt.Before(recs["sc-3"].HealthyAt) {
+		t.Fatalf("sc-4 was registered before sc-3 was healthy")
+	}
+	updateParent(t, c, "sc", setMeta("statefulset_replicas", "2"))
+	waitConverged(t, c, d, "sc", 2, nil)
+	// Reverse order, one at a time: the daemon's events record the deletions.
+	st, err := setStatus(d, "sc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, e := range st.Events {
+		if e.Type == "DeletePod" {
+			deleted = append(deleted, strings.Fields(e.Message)[1])
+		}
+	}
+	if strings.Join(deleted, ",") != "sc-4,sc-3,sc-2" {
+		t.Fatalf("scale-down deleted %v, want sc-4, sc-3, sc-2 in that order", deleted)
+	}
+}
+
+// Scenario 5: rolling update from the highest ordinal down, partition 2 then
+// 0; a pod deleted below the partition comes back at the old revision.
+func TestScenarioRollingUpdateWithPartition(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "ru", noVolume: true, meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	old := waitConverged(t, c, d, "ru", 3, nil)[0]
+
+	updateParent(t, c, "ru", func(j *nomadapi.Job) {
+		setMeta("statefulset_partition", "2")(j)
+		changeTemplate("v2")(j)
+	})
+	waitConverged(t, c, d, "ru", 3, func(o int, r string) error {
+		if (o >= 2) != (r != old) {
+			return fmt.Errorf("ordinal %d at %s with partition 2 (old %s)", o, r, old)
+		}
+		return nil
+	})
+	// Delete ru-0, below the partition: it must come back at the old revision.
+	if _, _, err := c.Nomad.Client.Jobs().Deregister("ru-0", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	waitConverged(t, c, d, "ru", 3, func(o int, r string) error {
+		if o == 0 && r != old {
+			return fmt.Errorf("ru-0 came back at %s, want the current revision %s", r, old)
+		}
+		return nil
+	})
+	updateParent(t, c, "ru", setMeta("statefulset_partition", "0"))
+	waitConverged(t, c, d, "ru", 3, func(o int, r string) error {
+		if r == old {
+			return fmt.Errorf("ordinal %d still at the old revision", o)
+		}
+		return nil
+	})
+	st, err := setStatus(d, "ru")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range st.Events {
+		if e.Type == "DeletePod" {
+			order = append(order, strings.Fields(e.Message)[1])
+		}
+	}
+	// ru-2 (partition 2), ru-0 by hand is not the daemon's, then ru-1, ru-0.
+	if len(order) < 3 || order[0] != "ru-2" || order[len(order)-2] != "ru-1" || order[len(order)-1] != "ru-0" {
+		t.Fatalf("update deletions %v, want ru-2 first and ru-1 then ru-0 last", order)
+	}
+}
+
+// Scenario 6: OnDelete changes nothing until a child is stopped, which then
+// comes back at the new revision.
+func TestScenarioOnDelete(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "od", noVolume: true, meta: map[string]string{
+		"statefulset_replicas": "2", "statefulset_update_strategy": "OnDelete"}}.hcl())
+	old := waitConverged(t, c, d, "od", 2, nil)[0]
+	updateParent(t, c, "od", changeTemplate("v2"))
+	Eventually(t, time.Minute, "the daemon to see the new revision", func() error {
+		st, err := setStatus(d, "od")
+		if err != nil {
+			return err
+		}
+		if st.Status.UpdateRevision == old || st.Status.UpdateRevision == "" {
+			return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	waitConverged(t, c, d, "od", 2, func(o int, r string) error {
+		if r != old {
+			return fmt.Errorf("OnDelete updated od-%d by itself", o)
+		}
+		return nil
+	})
+	if _, _, err := c.Nomad.Client.Jobs().Deregister("od-1", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	waitConverged(t, c, d, "od", 2, func(o int, r string) error {
+		if (o == 1) != (r != old) {
+			return fmt.Errorf("od-%d at %s (old %s): only od-1 may move", o, r, old)
+		}
+		return nil
+	})
+}
+
+// Scenario 8: stopping the parent cascades; volumes follow when_deleted.
+func TestScenarioCascadingDelete(t *testing.T) {
+	for _, policy := range []string{"Retain", "Delete"} {
+		t.Run(policy, func(t *testing.T) {
+			c := NewCluster(t)
+			d := c.StartDaemon()
+			name := "cd" + strings.ToLower(policy)
+			RegisterHCL(t, c.Nomad.Client, setSpec{name: name, meta: map[string]string{
+				"statefulset_replicas": "2", "statefulset_volume_retention_when_deleted": policy}}.hcl())
+			waitConverged(t, c, d, name, 2, nil)
+			if _, _, err := c.Nomad.Client.Jobs().Deregister(name, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			Eventually(t, convergeTimeout, "the cascade to finish", func() error {
+				_, live := healthyRevisions(t, c, name)
+				if live != 0 {
+					return fmt.Errorf("%d live children", live)
+				}
+				if _, err := setStatus(d, name); err == nil {
+					return fmt.Errorf("the daemon still shows the set")
+				}
+				return nil
+			})
+			vols := HostVolumes(t, c.Nomad.Client, "default", "data-"+name+"-")
+			if policy == "Retain" && len(vols) != 2 {
+				t.Fatalf("Retain kept %d volumes, want 2", len(vols))
+			}
+			if policy == "Delete" {
+				Eventually(t, time.Minute, "volumes to be deleted", func() error {
+					if n := len(HostVolumes(t, c.Nomad.Client, "default", "data-"+name+"-")); n != 0 {
+						return fmt.Errorf("%d volumes left", n)
+					}
+					return nil
+				})
+			}
+		})
+	}
+}
+
+// Scenario 9: SIGKILL the daemon mid-rollout and restart it: it converges,
+// never runs two allocations of one ordinal (the watchdog), and makes no
+// extra revision.
+func TestScenarioDaemonKilledMidRollout(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "k", noVolume: true, meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	old := waitConverged(t, c, d, "k", 3, nil)[0]
+	updateParent(t, c, "k", changeTemplate("v2"))
+	Eventually(t, time.Minute, "the rollout to start", func() error {
+		revs, _ := healthyRevisions(t, c, "k")
+		if revs[2] == old {
+			return fmt.Errorf("k-2 still at %s", old)
+		}
+		return nil
+	})
+	d.Kill()
+	d.Start()
+	waitConverged(t, c, d, "k", 3, func(o int, r string) error {
+		if r == old {
+			return fmt.Errorf("k-%d still at the old revision", o)
+		}
+		return nil
+	})
+	st, err := setStatus(d, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Revisions) != 2 {
+		t.Fatalf("want exactly 2 revisions after a restart mid-rollout, got %+v", st.Revisions)
+	}
+}
+
+// Scenario 10: bad annotations give a clear condition; other sets work.
+func TestScenarioBadAnnotations(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "bad", noVolume: true, meta: map[string]string{
+		"statefulset_replicas": "three", "statefulset_partiton": "1"}}.hcl())
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "good", noVolume: true, meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
+	waitConverged(t, c, d, "good", 2, nil)
+	Eventually(t, time.Minute, "the bad set to report its problems", func() error {
+		st, err := setStatus(d, "bad")
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{"statefulset_replicas", `"three"`, "statefulset_partiton", "statefulset_partition"} {
+			if !strings.Contains(st.Error, want) {
+				return fmt.Errorf("error %q does not mention %s", st.Error, want)
+			}
+		}
+		return nil
+	})
+	if kids := ChildJobs(t, c.Nomad.Client, "default", "bad"); len(kids) != 0 {
+		t.Fatalf("the bad set got %d children", len(kids))
+	}
+	out, err := d.CLI("status", "bad")
+	if !strings.Contains(out, "statefulset_replicas") {
+		t.Fatalf("`status bad` does not show the problem (err %v):\n%s", err, out)
+	}
+}
