@@ -34,6 +34,7 @@ func TestUsageErrors(t *testing.T) {
 		{"scale negative after --", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"--", "web", "-1"}, `not "-1"`},
 		{"validate no file", func(m Meta) cli.Command { return &ValidateCommand{Meta: m} }, nil, "missing arguments"},
 		{"version with argument", func(m Meta) cli.Command { return &VersionCommand{Meta: m} }, []string{"now"}, "takes no arguments"},
+		{"scale wildcard namespace", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"-namespace", "*", "web", "2"}, `-namespace "*" names no single namespace`},
 		{"rollout bare", func(m Meta) cli.Command { return &RolloutCommand{Meta: m} }, nil, "missing rollout subcommand"},
 		{"rollout unknown", func(m Meta) cli.Command { return &RolloutCommand{Meta: m} }, []string{"rewind"}, `unknown rollout subcommand "rewind"`},
 	}

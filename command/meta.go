@@ -280,5 +280,10 @@ func (m *Meta) parse(name string, f *flag.FlagSet, args []string, minArgs, maxAr
 			return nil, m.usageError(name, "too many arguments (%s); usage: %s", strings.Join(pos, " "), usage), false
 		}
 	}
+	// "*" means every namespace, which only a listing can show; a set
+	// lives in exactly one, and Nomad would refuse a write to "*".
+	if strings.Contains(m.namespace, "*") && minArgs > 0 && name != "validate" {
+		return nil, m.usageError(name, "-namespace %q names no single namespace; give the set's namespace", m.namespace), false
+	}
 	return pos, ExitOK, true
 }

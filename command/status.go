@@ -80,6 +80,9 @@ func (c *StatusCommand) Run(args []string) int {
 		return ExitOK
 	}
 	ns, name := c.Namespace(), pos[0]
+	if strings.Contains(ns, "*") {
+		return c.usageError("status", "-namespace %q names no single namespace; give the set's namespace", ns)
+	}
 	d, err := ac.GetSet(ctx, ns, name)
 	if err != nil {
 		return c.report(setNotFound(ns, name, err))
