@@ -135,8 +135,10 @@ func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 }
 
 // checkState checks the world after a step: at most one pod per ordinal,
-// storage for every pod, and, when enabled, the Kubernetes monotonic and
-// update invariants and the maxUnavailable bound.
+// the burst invariants of assertBurstInvariants (every pod has its storage;
+// identity is the ordinal itself here), a consistent status, no volume lost
+// under Retain, and, when enabled, the Kubernetes monotonic and update
+// invariants and the maxUnavailable bound.
 func (w *world) checkState() error {
 	seen := map[int]bool{}
 	for _, p := range w.pods {

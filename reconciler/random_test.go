@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -49,6 +50,9 @@ func TestRandomized(t *testing.T) {
 	}
 	cs := cells()
 	per := max(*flagRuns/len(cs), 1)
+	t.Cleanup(func() {
+		t.Logf("%d randomized runs, %d reconciles, each checked", per*len(cs), randomSteps.Load())
+	})
 	for ci, c := range cs {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
 			t.Parallel()
@@ -61,6 +65,9 @@ func TestRandomized(t *testing.T) {
 		})
 	}
 }
+
+// randomSteps counts the reconciles of all randomized runs, for the log.
+var randomSteps atomic.Int64
 
 var templates = []string{"v1", "v2", "v3", "bad"}
 
@@ -105,6 +112,7 @@ func randomRun(seed uint64) (err error) {
 	w.broken["bad"] = true
 	phase := "create"
 	defer func() {
+		randomSteps.Add(int64(w.steps))
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w\n%s", phase, err, w.dump())
 		}

@@ -59,6 +59,7 @@ type world struct {
 
 	last  Output
 	trace []string
+	steps int
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -179,6 +180,7 @@ func (w *world) step() error {
 	in := w.input()
 	out := Reconcile(in)
 	w.last = out
+	w.steps++
 	if err := checkDecision(w, in, out); err != nil {
 		return err
 	}
