@@ -44,8 +44,11 @@
 // down, again one at a time under OrderedReady. Last, a RollingUpdate deletes
 // pods that are not at the update revision, from the highest ordinal down to
 // the partition, as many as maxUnavailable allows; the next reconciles
-// recreate them at the update revision. OnDelete leaves that to the user, and
-// a paused set makes no update at all, though it still keeps its replicas.
+// recreate them at the update revision. OnDelete leaves that to the user: a
+// pod recreated after a deletion takes the update revision, while a pod from
+// a scale-up takes the current one (Status.PopulatedOrdinalsEnd tells them
+// apart). A paused set makes no update at all, though it still keeps its
+// replicas, creating missing pods at the current revision.
 //
 // Two departures from Kubernetes let a rollout never freeze on pods it is
 // going to replace anyway: a pod in the update range that is not ready and
