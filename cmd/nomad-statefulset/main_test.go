@@ -19,7 +19,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 func TestEveryVerbIsWired(t *testing.T) {
 	cmds := commands(command.Meta{}, nil)
 	for _, verb := range []string{
-		"status", "rollout", "rollout status", "rollout history", "rollout undo",
+		"agent", "status", "rollout", "rollout status", "rollout history", "rollout undo",
 		"rollout restart", "rollout pause", "rollout resume", "scale", "validate", "version",
 	} {
 		f, ok := cmds[verb]
