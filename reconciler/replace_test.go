@@ -156,3 +156,28 @@ func TestDriftedUnreadyPodIsRepaired(t *testing.T) {
 		t.Fatalf("want pod 0 repaired, got %+v", out.Actions)
 	}
 }
+
+// TestUpdateSetStatusFailure: while no status can be written the set still
+// scales and rolls out correctly, since every decision is made from the
+// observation; the status catches up once writes work.
+func TestUpdateSetStatusFailure(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas = 3
+		w := newWorld(spec, "v1")
+		w.dropStatus = true
+		w.checkMonotonic = true
+		converge(t, w)
+		w.checkMonotonic = false
+		w.template = []byte("v2")
+		w.checkUpdateOrder = true
+		converge(t, w)
+		if w.status.UpdateRevision != "" {
+			t.Fatal("a status was written")
+		}
+		w.dropStatus = false
+		mustStep(t, w)
+		if st := w.status; st.UpdateRevision != revName("web", "v2") || st.ReadyReplicas != 3 {
+			t.Fatalf("status after writes resume: %+v", st)
+		}
+	})
+}

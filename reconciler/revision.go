@@ -129,12 +129,29 @@ func (r *reconciler) selectRevisions() {
 	}
 
 	// The current revision is the one the last status named, if it still
-	// exists; otherwise (a new set, or lost history) the update revision.
+	// exists. Kubernetes falls back to the update revision, which after a
+	// lost status write would turn a partitioned rollout into a full one;
+	// here the revision of the lowest-ordinal pod (the last one a rollout
+	// reaches) is used when it is stored, and the update revision only for a
+	// set with no such pod.
 	r.current = r.update
-	if name := in.Previous.CurrentRevision; name != "" && name != r.update.Name {
-		if c := r.findRevision(name); c != nil {
-			r.current = c
+	var c *Revision
+	if name := in.Previous.CurrentRevision; name != "" {
+		c = r.findRevision(name)
+	}
+	if c == nil {
+		lowest := -1
+		for i := range in.Pods {
+			if o := in.Pods[i].Ordinal; o >= 0 && (lowest < 0 || o < in.Pods[lowest].Ordinal) {
+				lowest = i
+			}
 		}
+		if lowest >= 0 {
+			c = r.findRevision(in.Pods[lowest].Revision)
+		}
+	}
+	if c != nil && c.Name != r.update.Name {
+		r.current = c
 	}
 }
 

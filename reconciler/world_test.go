@@ -32,8 +32,10 @@ type world struct {
 	// calls counts the actions attempted; failAt fails the action with that
 	// number (1-based), once. failAt 0 never fails.
 	calls, failAt int
-	// failAll makes every CreatePod fail (CreatePodFailure).
+	// failCreatePod makes every CreatePod fail (CreatePodFailure).
 	failCreatePod bool
+	// dropStatus makes every status write fail (UpdateSetStatusFailure).
+	dropStatus bool
 	// broken names template data whose pods never become ready.
 	broken map[string]bool
 
@@ -194,7 +196,9 @@ func (w *world) step() error {
 			return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
 		}
 	}
-	w.status = out.Status
+	if !w.dropStatus {
+		w.status = out.Status
+	}
 	return w.checkState()
 }
 
