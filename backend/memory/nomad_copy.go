@@ -1,6 +1,9 @@
 package memory
 
-import "reflect"
+import (
+	"reflect"
+	"sync"
+)
 
 // deepCopy returns a copy of v that shares no mutable memory with it. The
 // simulated Nomad copies every job and volume on the way in and on the way
@@ -30,11 +33,7 @@ func copyValue(dst, src reflect.Value) {
 		dst.Set(n)
 	case reflect.Struct:
 		dst.Set(src)
-		t := src.Type()
-		for i := 0; i < src.NumField(); i++ {
-			if !t.Field(i).IsExported() || !needsDeep(t.Field(i).Type.Kind()) {
-				continue
-			}
+		for _, i := range deepFields(src.Type()) {
 			copyValue(dst.Field(i), src.Field(i))
 		}
 	case reflect.Slice:
@@ -91,4 +90,24 @@ func needsDeep(k reflect.Kind) bool {
 		return true
 	}
 	return false
+}
+
+// fieldPlans caches, per struct type, the indexes of the exported fields
+// that need a deep copy: looking fields up through reflection on every copy
+// costs more than the copy itself.
+var fieldPlans sync.Map // reflect.Type → []int
+
+func deepFields(t reflect.Type) []int {
+	if p, ok := fieldPlans.Load(t); ok {
+		return p.([]int)
+	}
+	var plan []int
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.IsExported() && needsDeep(f.Type.Kind()) {
+			plan = append(plan, i)
+		}
+	}
+	fieldPlans.Store(t, plan)
+	return plan
 }
