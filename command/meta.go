@@ -282,7 +282,7 @@ func (m *Meta) parse(name string, f *flag.FlagSet, args []string, minArgs, maxAr
 	}
 	// "*" means every namespace, which only a listing can show; a set
 	// lives in exactly one, and Nomad would refuse a write to "*".
-	if strings.Contains(m.namespace, "*") && minArgs > 0 && name != "validate" {
+	if strings.Contains(m.namespace, "*") && minArgs > 0 {
 		return nil, m.usageError(name, "-namespace %q names no single namespace; give the set's namespace", m.namespace), false
 	}
 	return pos, ExitOK, true

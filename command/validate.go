@@ -122,6 +122,12 @@ func (c *ValidateCommand) Run(args []string) int {
 		return c.report(fmt.Errorf("%s: %w", displayPath(path), err))
 	}
 
+	// A job file without a namespace is run in the CLI's namespace, as
+	// `nomad job run` does; validate it there.
+	if job.Namespace == nil || *job.Namespace == "" {
+		ns := c.Namespace()
+		job.Namespace = &ns
+	}
 	out := validateOutput{File: displayPath(path), Namespace: strOrDefault(job.Namespace, "default"), Job: strOrDefault(job.ID, ""), Problems: []validateProblem{}}
 	spec, err := jobs.Parse(job)
 	var verr *jobs.ValidationError
