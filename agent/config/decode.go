@@ -45,10 +45,11 @@ type fieldInfo struct {
 }
 
 type structInfo struct {
-	fields []fieldInfo
-	byName map[string]fieldInfo
-	label  int // field index of the label, or -1
-	schema *hcl.BodySchema
+	fields    []fieldInfo
+	byName    map[string]fieldInfo
+	label     int    // struct field index of the label, or -1
+	labelName string // the label's name in the schema, e.g. "name"
+	schema    *hcl.BodySchema
 }
 
 var structInfos sync.Map // reflect.Type -> *structInfo
@@ -73,12 +74,13 @@ func infoFor(t reflect.Type) *structInfo {
 		case opt == "label":
 			fi.kind = kindLabel
 			si.label = i
+			si.labelName = name
 		case opt == "block" && f.Type.Kind() == reflect.Slice:
 			fi.kind = kindBlockList
 			elem := infoFor(f.Type.Elem().Elem())
 			si.schema.Blocks = append(si.schema.Blocks, hcl.BlockHeaderSchema{
 				Type:       name,
-				LabelNames: []string{elem.fields[elem.label].name},
+				LabelNames: []string{elem.labelName},
 			})
 		case opt == "block":
 			fi.kind = kindBlock
@@ -290,27 +292,11 @@ func decodeDuration(val cty.Value) (time.Duration, error) {
 	return dur, nil
 }
 
-// describeConvError words a cty conversion error for a user, naming the
-// element at fault inside a list or map.
+// describeConvError words a cty conversion error for a user. cty already
+// names the element at fault inside a list or map ("element 1: string
+// required"), so the message is used as it is.
 func describeConvError(err error) string {
-	msg := err.Error()
-	if pe, ok := err.(cty.PathError); ok && len(pe.Path) > 0 {
-		var where []string
-		for _, step := range pe.Path {
-			switch s := step.(type) {
-			case cty.IndexStep:
-				if s.Key.Type() == cty.String {
-					where = append(where, fmt.Sprintf("[%q]", s.Key.AsString()))
-				} else if s.Key.Type() == cty.Number {
-					where = append(where, fmt.Sprintf("[%s]", s.Key.AsBigFloat().Text('f', -1)))
-				}
-			case cty.GetAttrStep:
-				where = append(where, fmt.Sprintf("[%q]", s.Name))
-			}
-		}
-		msg = fmt.Sprintf("element %s: %s", strings.Join(where, ""), msg)
-	}
-	return msg
+	return err.Error()
 }
 
 // validName is the shape of plugin and hook names and plugin drivers. A
