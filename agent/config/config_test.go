@@ -280,6 +280,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 }
 
 func TestLoad_DirectoryMergeOrder(t *testing.T) {
+	clearEnv(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		// Lexical order: 10-… before 2-…, which is the documented order.
@@ -338,6 +339,7 @@ plugin "x" {
 }
 
 func TestLoad_SeveralPathsInOrder(t *testing.T) {
+	clearEnv(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"conf.d/a.hcl": "log_json = true\nworkers = 2\n",
@@ -369,6 +371,7 @@ func TestLoad_SeveralPathsInOrder(t *testing.T) {
 }
 
 func TestLoad_EmptyDirectoryIsDefaults(t *testing.T) {
+	clearEnv(t)
 	c, err := Load(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

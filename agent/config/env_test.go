@@ -99,6 +99,7 @@ func TestEnv_Precedence(t *testing.T) {
 
 // TestEnv_ProcessEnvironment: the exported Load reads the real environment.
 func TestEnv_ProcessEnvironment(t *testing.T) {
+	clearEnv(t)
 	t.Setenv("NOMAD_ADDR", "https://from-process-env:4646")
 	t.Setenv("CONSUL_HTTP_TOKEN", "process-token")
 	c, err := Load()

@@ -248,6 +248,7 @@ func TestLoad_JSONErrorPositions(t *testing.T) {
 }
 
 func TestLoad_MissingPath(t *testing.T) {
+	clearEnv(t)
 	missing := filepath.Join(t.TempDir(), "nope.hcl")
 	_, err := Load(missing)
 	if err == nil || !strings.Contains(err.Error(), "Cannot read configuration") || !strings.Contains(err.Error(), missing) {
@@ -258,6 +259,7 @@ func TestLoad_MissingPath(t *testing.T) {
 // TestLoad_FileErrorsNameTheRealPath: errors from files on disk carry the
 // path as given, line and column.
 func TestLoad_FileErrorsNameTheRealPath(t *testing.T) {
+	clearEnv(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a.hcl": "workers = 1\n", "b.hcl": "\n\nlog_level = \"nope\"\n"})
 	_, err := Load(dir)
@@ -268,6 +270,7 @@ func TestLoad_FileErrorsNameTheRealPath(t *testing.T) {
 }
 
 func TestError_WriteDiagnostics(t *testing.T) {
+	clearEnv(t)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(p, []byte("nomad {\n  adress = \"x\"\n}\n"), 0o644); err != nil {

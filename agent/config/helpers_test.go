@@ -115,3 +115,13 @@ func schemaPaths(t reflect.Type, prefix string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// clearEnv blanks every honoured variable for tests that go through the
+// exported Load, which reads the process environment; an empty variable
+// counts as unset, so the developer's own NOMAD_ADDR cannot leak in.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, name := range EnvVars() {
+		t.Setenv(name, "")
+	}
+}
