@@ -6,7 +6,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -371,7 +370,7 @@ func specChanged(old, next *api.Job) bool {
 	c.ModifyIndex = old.ModifyIndex
 	c.JobModifyIndex = old.JobModifyIndex
 	c.SubmitTime = old.SubmitTime
-	return !reflect.DeepEqual(old, &c)
+	return !deepEqual(old, &c)
 }
 
 // DeregisterJob implements nomad.API. Stopping sets Stop, which is a new

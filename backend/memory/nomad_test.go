@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -622,5 +623,46 @@ func TestDeepCopies(t *testing.T) {
 	v.Parameters["a"] = "3"
 	if p := s.HostVolumes()[0].Parameters["a"]; p != "1" {
 		t.Fatalf("volume parameters changed from outside: %q", p)
+	}
+}
+
+// TestCopyAndEqual checks the reflection helpers against reflect.DeepEqual
+// on a canonical job and on single-field changes at every depth.
+func TestCopyAndEqual(t *testing.T) {
+	j := withVolume(testJob("web-0"), "data-web-0")
+	j.TaskGroups[0].Tasks[0].Config = map[string]any{"run_for": "1h", "args": []any{"a", 1.5}}
+	j.Canonicalize()
+	c := deepCopy(j)
+	if !reflect.DeepEqual(j, c) || !deepEqual(j, c) {
+		t.Fatal("a copy differs from its original")
+	}
+	if c.TaskGroups[0] == j.TaskGroups[0] || c.TaskGroups[0].Tasks[0].Config["args"].([]any)[1] != 1.5 {
+		t.Fatal("the copy shares its task groups")
+	}
+	changes := map[string]func(*api.Job){
+		"top-level pointer": func(x *api.Job) { *x.Priority = 1 },
+		"meta value":        func(x *api.Job) { x.Meta["statefulset_revision"] = "r9" },
+		"meta key":          func(x *api.Job) { x.Meta["extra"] = "" },
+		"group count":       func(x *api.Job) { *x.TaskGroups[0].Count = 2 },
+		"volume source":     func(x *api.Job) { x.TaskGroups[0].Volumes["data"].Source = "other" },
+		"task config":       func(x *api.Job) { x.TaskGroups[0].Tasks[0].Config["args"].([]any)[0] = "b" },
+		"nil vs empty": func(x *api.Job) {
+			if x.Datacenters == nil {
+				x.Datacenters = []string{}
+			} else {
+				x.Datacenters = nil
+			}
+		},
+		"duration": func(x *api.Job) { *x.TaskGroups[0].Update.MinHealthyTime = 1 },
+	}
+	for name, change := range changes {
+		d := deepCopy(j)
+		change(d)
+		if deepEqual(j, d) || reflect.DeepEqual(j, d) {
+			t.Fatalf("%s: change not seen", name)
+		}
+		if !deepEqual(j, deepCopy(j)) {
+			t.Fatalf("%s: the change leaked into the original", name)
+		}
 	}
 }
