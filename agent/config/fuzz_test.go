@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 
 // FuzzLoad feeds arbitrary text, as HCL or as JSON, through the whole load:
 // parse, decode, derive, validate. Properties:
+//
+// A NUL in the text splits it into several files, so the merge is fuzzed
+// too.
 //
 //   - no panic;
 //   - a failure is an *Error, and every error in it names the file, a line
@@ -31,6 +35,9 @@ func FuzzLoad(f *testing.F) {
 		`{"workers": 3, "plugin": {"p": {"driver": "x"}}}`,
 		`workers = "x"` + "\n" + `nomd {}`,
 		`resync_interval = 5`,
+		"log_json = true\nplugin \"p\" { args = [\"a\"] }\x00log_json = false\nplugin \"p\" { config = { k = \"v\" } }",
+		"state { backend = \"embedded\" }\x00high_availability { enabled = true }",
+		"nomad {}\x00nomad {}\x00nomad { region = \"x\" }",
 	} {
 		f.Add(seed, strings.HasPrefix(seed, "{"))
 	}
@@ -43,11 +50,19 @@ func FuzzLoad(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, text string, asJSON bool) {
-		name := "fuzz.hcl"
+		ext := ".hcl"
 		if asJSON {
-			name = "fuzz.json"
+			ext = ".json"
 		}
-		c, err := load(noEnv, []source{{name: name, src: []byte(text)}}, nil)
+		// A NUL splits the text into several files, to fuzz the merge.
+		var srcs []source
+		names := map[string]bool{}
+		for i, part := range strings.Split(text, "\x00") {
+			name := fmt.Sprintf("fuzz%d%s", i, ext)
+			names[name] = true
+			srcs = append(srcs, source{name: name, src: []byte(part)})
+		}
+		c, err := load(noEnv, srcs, nil)
 		if err != nil {
 			var ce *Error
 			if !errors.As(err, &ce) {
@@ -57,7 +72,7 @@ func FuzzLoad(f *testing.F) {
 				t.Fatalf("empty error")
 			}
 			for _, d := range ce.Diagnostics {
-				if d.Subject == nil || d.Subject.Filename != name || d.Subject.Start.Line < 1 || d.Subject.Start.Column < 1 {
+				if d.Subject == nil || !names[d.Subject.Filename] || d.Subject.Start.Line < 1 || d.Subject.Start.Column < 1 {
 					t.Fatalf("diagnostic without a position in %q: %s; %s", text, d.Summary, d.Detail)
 				}
 			}
