@@ -90,7 +90,10 @@ type rolloutProgress struct {
 	Paused          bool   `json:"paused"`
 	CurrentRevision string `json:"current_revision"`
 	UpdateRevision  string `json:"update_revision"`
-	// Updating is the pod being updated now, and UpdatingState its state.
+	// Action is what is happening to the pod Updating: "removing",
+	// "replacing", "updating", "creating" or "next".
+	Action string `json:"action,omitempty"`
+	// Updating is the pod being worked on now, and UpdatingState its state.
 	Updating      string `json:"updating,omitempty"`
 	UpdatingState string `json:"updating_state,omitempty"`
 }
@@ -262,7 +265,10 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 			d.Name, orDash(oneLine(cond.Message)), orDash(cond.Reason), st.UpdatedReplicas, p.Target, st.ReadyReplicas, sp.Replicas)
 		return p
 	}
-	done := st.ReadyReplicas >= sp.Replicas
+	// Extra pods (a scale down in progress) keep it waiting: kubectl does
+	// not check this, but a script running `scale` then `rollout status`
+	// means "until the set has its new size".
+	done := st.ReadyReplicas >= sp.Replicas && st.Replicas <= sp.Replicas
 	if sp.Partition > 0 {
 		done = done && st.UpdatedReplicas >= p.Target
 	} else {
@@ -272,14 +278,14 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 		p.Phase = "done"
 		if sp.Partition > 0 {
 			p.Message = fmt.Sprintf("Partitioned rollout of statefulset %q complete: %d of %d pods updated to revision %s (partition %d keeps the ordinals below it), %d of %d ready",
-				d.Name, st.UpdatedReplicas, p.Target, orDash(st.UpdateRevision), sp.Partition, st.ReadyReplicas, sp.Replicas)
+				d.Name, min(st.UpdatedReplicas, p.Target), p.Target, orDash(st.UpdateRevision), sp.Partition, st.ReadyReplicas, sp.Replicas)
 		} else {
 			p.Message = fmt.Sprintf("Rollout of statefulset %q complete: %d of %d pods at revision %s and ready",
 				d.Name, st.UpdatedReplicas, sp.Replicas, orDash(st.UpdateRevision))
 		}
 		return p
 	}
-	p.Updating, p.UpdatingState = updatingPod(d)
+	p.Action, p.Updating, p.UpdatingState = updatingPod(d)
 	var b strings.Builder
 	if sp.Partition > 0 {
 		fmt.Fprintf(&b, "Waiting for partitioned rollout of statefulset %q: %d of %d pods updated (partition %d), %d of %d ready",
@@ -290,11 +296,10 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 	}
 	switch {
 	case p.Updating == "":
-	case strings.HasPrefix(p.UpdatingState, "Available, at ") || strings.HasPrefix(p.UpdatingState, "Ready, at "):
-		// Healthy and still at the old revision: not touched yet.
-		fmt.Fprintf(&b, "; next %s (%s)", p.Updating, p.UpdatingState)
+	case p.UpdatingState == "":
+		fmt.Fprintf(&b, "; %s %s", p.Action, p.Updating)
 	default:
-		fmt.Fprintf(&b, "; updating %s (%s)", p.Updating, p.UpdatingState)
+		fmt.Fprintf(&b, "; %s %s (%s)", p.Action, p.Updating, p.UpdatingState)
 	}
 	if st.UpdateRevision != "" {
 		fmt.Fprintf(&b, " to revision %s", st.UpdateRevision)
@@ -306,30 +311,54 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 	return p
 }
 
-// updatingPod names the pod the rollout is working on: walking down from
-// the highest ordinal (the order of a rolling update) to the partition, the
-// first that is absent, not at the update revision, or not yet ready.
-func updatingPod(d *client.SetDetail) (name, state string) {
+// updatingPod names the pod the rollout is working on and what is
+// happening to it, in this order:
+//   - a pod above the replica count (scale down), highest first: "removing";
+//   - a pod in flight (terminating or not ready), highest first: "replacing"
+//     if it is still at an old revision, else "updating";
+//   - an ordinal with no pod, lowest first (creation goes up): "creating";
+//   - the highest pod at or above the partition still at an old revision
+//     and healthy, the next a rolling update will take: "next".
+func updatingPod(d *client.SetDetail) (verb, name, state string) {
 	sp, st := d.Spec, d.Status
 	byOrdinal := map[int]client.Pod{}
+	maxOrd := sp.OrdinalsStart - 1
 	for _, p := range d.Pods {
 		byOrdinal[p.Ordinal] = p
+		maxOrd = max(maxOrd, p.Ordinal)
 	}
-	low := sp.OrdinalsStart + sp.Partition
-	for ord := sp.OrdinalsStart + sp.Replicas - 1; ord >= low; ord-- {
-		p, ok := byOrdinal[ord]
-		if !ok {
-			return fmt.Sprintf("%s-%d", d.Name, ord), "not created yet"
+	first, last := sp.OrdinalsStart, sp.OrdinalsStart+sp.Replicas-1
+	describe := func(p client.Pod) string {
+		s := orDash(p.State)
+		if p.Revision != st.UpdateRevision {
+			s += ", at " + orDash(p.Revision)
 		}
-		if p.Revision != st.UpdateRevision || !podReady(p) {
-			state := orDash(p.State)
+		return s
+	}
+	for ord := maxOrd; ord > last; ord-- {
+		if p, ok := byOrdinal[ord]; ok {
+			return "removing", orDash(p.Name), describe(p)
+		}
+	}
+	for ord := last; ord >= first; ord-- {
+		if p, ok := byOrdinal[ord]; ok && (p.State == "Terminating" || !podReady(p)) {
 			if p.Revision != st.UpdateRevision {
-				state += ", at " + orDash(p.Revision)
+				return "replacing", orDash(p.Name), describe(p)
 			}
-			return orDash(p.Name), state
+			return "updating", orDash(p.Name), describe(p)
 		}
 	}
-	return "", ""
+	for ord := first; ord <= last; ord++ {
+		if _, ok := byOrdinal[ord]; !ok {
+			return "creating", fmt.Sprintf("%s-%d", d.Name, ord), ""
+		}
+	}
+	for ord := last; ord >= first+sp.Partition; ord-- {
+		if p := byOrdinal[ord]; p.Revision != st.UpdateRevision {
+			return "next", orDash(p.Name), describe(p)
+		}
+	}
+	return "", "", ""
 }
 
 // podReady reads readiness from the agent's pod state names (DESIGN §2),

@@ -279,21 +279,31 @@ func TestRolloutStatusNotFoundAndUnreachable(t *testing.T) {
 }
 
 func TestEvaluateRolloutUpdatingPod(t *testing.T) {
-	// An absent ordinal is reported as not created yet.
+	// An absent ordinal is being created.
 	d := rolloutStep(func(d *client.SetDetail) {
 		setPods(d, []string{oldRev, oldRev}, []string{"Available", "Available"})
 		d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 2, 0
 	})
 	p := evaluateRollout(d, 0)
-	if p.Updating != "web-2" || p.UpdatingState != "not created yet" {
-		t.Errorf("updating %q (%q)", p.Updating, p.UpdatingState)
+	if p.Action != "creating" || p.Updating != "web-2" || p.UpdatingState != "" || !strings.HasSuffix(p.Message, "; creating web-2 to revision "+newRev) {
+		t.Errorf("%s %q (%q): %s", p.Action, p.Updating, p.UpdatingState, p.Message)
 	}
 	// A pod at the old revision names it.
 	d = rolloutStep(func(d *client.SetDetail) {
 		setPods(d, []string{oldRev, oldRev, newRev}, []string{"Available", "Terminating", "Available"})
 	})
 	p = evaluateRollout(d, 0)
-	if p.Updating != "web-1" || p.UpdatingState != "Terminating, at "+oldRev {
-		t.Errorf("updating %q (%q)", p.Updating, p.UpdatingState)
+	if p.Action != "replacing" || p.Updating != "web-1" || p.UpdatingState != "Terminating, at "+oldRev {
+		t.Errorf("%s %q (%q)", p.Action, p.Updating, p.UpdatingState)
+	}
+	// A scale down names the pod going away.
+	d = rolloutStep(func(d *client.SetDetail) {
+		d.Spec.Replicas = 2
+		setPods(d, []string{newRev, newRev, newRev}, []string{"Available", "Available", "Terminating"})
+		d.Status.CurrentRevision, d.Status.Replicas, d.Status.ReadyReplicas, d.Status.UpdatedReplicas = newRev, 3, 2, 3
+	})
+	p = evaluateRollout(d, 0)
+	if p.Phase != "waiting" || p.Action != "removing" || p.Updating != "web-2" {
+		t.Errorf("scale down: %s %s %q: %s", p.Phase, p.Action, p.Updating, p.Message)
 	}
 }
