@@ -123,8 +123,10 @@ func historyC(m Meta) interface{ Run([]string) int }       { return &RolloutHist
 func undoC(m Meta) interface{ Run([]string) int }          { return &RolloutUndoCommand{Meta: m} }
 func restartC(m Meta) interface{ Run([]string) int }       { return &RolloutRestartCommand{Meta: m} }
 func pauseC(m Meta) interface{ Run([]string) int }         { return &RolloutPauseCommand{Meta: m} }
-func resumeC(m Meta) interface{ Run([]string) int }        { return &RolloutPauseCommand{Meta: m, Resume: true} }
-func scaleC(m Meta) interface{ Run([]string) int }         { return &ScaleCommand{Meta: m} }
+func resumeC(m Meta) interface{ Run([]string) int } {
+	return &RolloutPauseCommand{Meta: m, Resume: true}
+}
+func scaleC(m Meta) interface{ Run([]string) int } { return &ScaleCommand{Meta: m} }
 
 // detail reads the set as `status -json` shows it.
 func (s *stack) detail(set string) *client.SetDetail {
