@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -58,6 +59,10 @@ func (e *Error) WriteDiagnostics(w io.Writer, width uint, color bool) error {
 	return nil
 }
 
+// tokenLiteral matches the quoted value of a token-like assignment; group 1
+// is the text inside the quotes (up to the end of the line when unclosed).
+var tokenLiteral = regexp.MustCompile(`(?i)token"?\s*[=:]\s*"([^"\n]*)`)
+
 // maskSecrets returns copies of the files in which the source of every
 // Secret-typed attribute value is overwritten with '*' (newlines kept, so
 // positions stay right). Snippets print whole lines, so without this a type
@@ -68,6 +73,15 @@ func maskSecrets(files map[string]*hcl.File, secrets []hcl.Range) map[string]*hc
 		cp := *f
 		cp.Bytes = append([]byte(nil), f.Bytes...)
 		out[name] = &cp
+	}
+	// A file that did not parse was not decoded, so its Secret ranges are
+	// unknown; mask anything that looks like a token assignment as well.
+	for _, f := range out {
+		for _, m := range tokenLiteral.FindAllSubmatchIndex(f.Bytes, -1) {
+			for i := m[2]; i < m[3]; i++ {
+				f.Bytes[i] = '*'
+			}
+		}
 	}
 	for _, r := range secrets {
 		f, ok := out[r.Filename]

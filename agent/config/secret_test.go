@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -96,6 +97,36 @@ consul { token = ["`+secretValue+`"] }`)
 	for _, want := range []string{`consul { token = ********`, `Inappropriate value for attribute "token"`, `address = 42`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("WriteDiagnostics output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestSecret_NotInSyntaxErrorSnippets: a file that does not parse is never
+// decoded, yet its snippet must not show a token either.
+func TestSecret_NotInSyntaxErrorSnippets(t *testing.T) {
+	for _, text := range []string{
+		"nomad {\n  token = \"" + secretValue + "\" }\n",  // single-line block rule broken
+		"nomad {\n  token = \"" + secretValue + "\n}\n",   // unterminated string
+		"{\"nomad\": {\"token\": \"" + secretValue + "\"", // truncated JSON
+	} {
+		name := "f.hcl"
+		if strings.HasPrefix(text, "{") {
+			name = "f.json"
+		}
+		_, err := load(noEnv, []source{{name: name, src: []byte(text)}}, nil)
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("%q: want a syntax error, got %v", text, err)
+		}
+		var buf bytes.Buffer
+		if err := ce.WriteDiagnostics(&buf, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), secretValue) || strings.Contains(ce.Error(), secretValue) {
+			t.Errorf("syntax error output leaks the token:\n%s", buf.String())
+		}
+		if !strings.Contains(buf.String(), "Error: ") {
+			t.Errorf("no diagnostic written:\n%s", buf.String())
 		}
 	}
 }
