@@ -107,6 +107,7 @@ type decoder struct {
 	secrets []hcl.Range
 }
 
+// secretType is the type of token fields, whose source is masked in snippets.
 var secretType = reflect.TypeOf(Secret(""))
 
 // join builds an attribute path: "" + "nomad" = "nomad", "nomad" + "address" =
