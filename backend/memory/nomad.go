@@ -47,6 +47,9 @@ type Nomad struct {
 	maxRunning  int
 	vols        map[string]*volRec
 	volNames    map[jobKey][]string // (namespace, name) → volume IDs
+	// volNameIndex holds the keys of volNames sorted, so that a list by
+	// name prefix is a binary search, not a scan of every volume.
+	volNameIndex []jobKey
 	blocked     map[jobKey]struct{}
 	behavior    func(job *api.Job, group string) AllocBehavior
 	nodeCursor  int
@@ -503,6 +506,9 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 		rec = &volRec{claims: make(map[*allocRec]struct{})}
 		s.vols[v.ID] = rec
 		nk := jobKey{v.Namespace, v.Name}
+		if len(s.volNames[nk]) == 0 {
+			s.indexVolumeName(nk, true)
+		}
 		s.volNames[nk] = append(s.volNames[nk], v.ID)
 	}
 	rec.vol = v
@@ -563,20 +569,39 @@ func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*api.HostVolumeStub
-	for _, r := range s.vols {
-		v := r.vol
-		if namespace != "*" && v.Namespace != ns {
-			continue
+	seen := make(map[string]bool)
+	add := func(v *api.HostVolume) {
+		if seen[v.ID] || (namespace != "*" && v.Namespace != ns) {
+			return
 		}
-		if !strings.HasPrefix(v.Name, prefix) && !strings.HasPrefix(v.ID, prefix) {
-			continue
-		}
+		seen[v.ID] = true
 		out = append(out, &api.HostVolumeStub{
 			Namespace: v.Namespace, ID: v.ID, Name: v.Name, PluginID: v.PluginID,
 			NodePool: v.NodePool, NodeID: v.NodeID, CapacityBytes: v.CapacityBytes,
 			State: v.State, CreateIndex: v.CreateIndex, CreateTime: v.CreateTime,
 			ModifyIndex: v.ModifyIndex, ModifyTime: v.ModifyTime,
 		})
+	}
+	if prefix == "" || namespace == "*" || couldBeID(prefix) {
+		// Rare in practice: every volume has to be looked at.
+		for _, r := range s.vols {
+			if strings.HasPrefix(r.vol.Name, prefix) || strings.HasPrefix(r.vol.ID, prefix) {
+				add(r.vol)
+			}
+		}
+	} else {
+		i := sort.Search(len(s.volNameIndex), func(i int) bool {
+			return !keyLess(s.volNameIndex[i], jobKey{ns, prefix})
+		})
+		for ; i < len(s.volNameIndex); i++ {
+			k := s.volNameIndex[i]
+			if k.ns != ns || !strings.HasPrefix(k.id, prefix) {
+				break
+			}
+			for _, id := range s.volNames[k] {
+				add(s.vols[id].vol)
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
@@ -585,6 +610,39 @@ func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) (
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// couldBeID reports whether prefix could start a volume ID (hex digits and
+// dashes); only then must the list look beyond names.
+func couldBeID(prefix string) bool {
+	for _, c := range prefix {
+		if !strings.ContainsRune("0123456789abcdef-", c) {
+			return false
+		}
+	}
+	return true
+}
+
+func keyLess(a, b jobKey) bool {
+	if a.ns != b.ns {
+		return a.ns < b.ns
+	}
+	return a.id < b.id
+}
+
+// indexVolumeName adds a (namespace, name) key to the sorted name index, or
+// removes it. Callers hold s.mu.
+func (s *Nomad) indexVolumeName(k jobKey, add bool) {
+	i := sort.Search(len(s.volNameIndex), func(i int) bool { return !keyLess(s.volNameIndex[i], k) })
+	found := i < len(s.volNameIndex) && s.volNameIndex[i] == k
+	switch {
+	case add && !found:
+		s.volNameIndex = append(s.volNameIndex, jobKey{})
+		copy(s.volNameIndex[i+1:], s.volNameIndex[i:])
+		s.volNameIndex[i] = k
+	case !add && found:
+		s.volNameIndex = append(s.volNameIndex[:i], s.volNameIndex[i+1:]...)
+	}
 }
 
 // DeleteHostVolume implements nomad.API with Nomad's errors: an unknown ID
@@ -628,6 +686,7 @@ func (s *Nomad) deleteHostVolume(namespace, id string) error {
 	}
 	if len(ids) == 0 {
 		delete(s.volNames, nk)
+		s.indexVolumeName(nk, false)
 	} else {
 		s.volNames[nk] = ids
 	}

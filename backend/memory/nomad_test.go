@@ -550,6 +550,9 @@ func TestHostVolumes(t *testing.T) {
 		t.Fatal("a volume on a missing node was created")
 	}
 	other, _ := s.CreateHostVolume(ctx, &api.HostVolume{Name: "logs-web-0"})
+	if _, err := s.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0", Namespace: "other"}); err != nil {
+		t.Fatal(err)
+	}
 
 	s.Settle()
 	a := only(t, s, "web-0")
@@ -564,10 +567,13 @@ func TestHostVolumes(t *testing.T) {
 	if list, _ := s.ListHostVolumes(ctx, "default", other.ID[:12]); len(list) != 1 || list[0].ID != other.ID {
 		t.Fatalf("list by ID prefix: %v", list)
 	}
-	if list, _ := s.ListHostVolumes(ctx, "other", ""); len(list) != 0 {
+	if list, _ := s.ListHostVolumes(ctx, "other", "data"); len(list) != 1 || list[0].Namespace != "other" {
 		t.Fatalf("other namespace: %v", list)
 	}
-	if list, _ := s.ListHostVolumes(ctx, "*", ""); len(list) != 3 {
+	if list, _ := s.ListHostVolumes(ctx, "default", "data-web-0x"); len(list) != 0 {
+		t.Fatalf("a longer prefix: %v", list)
+	}
+	if list, _ := s.ListHostVolumes(ctx, "*", ""); len(list) != 4 {
 		t.Fatalf("all namespaces: %v", list)
 	}
 
@@ -586,7 +592,7 @@ func TestHostVolumes(t *testing.T) {
 	if _, body := responseBody(t, err); body != "no such volume: "+v.ID {
 		t.Fatalf("delete twice: %q", body)
 	}
-	if n := len(s.HostVolumes()); n != 2 {
+	if n := len(s.HostVolumes()); n != 3 {
 		t.Fatalf("%d volumes left", n)
 	}
 }
