@@ -215,11 +215,6 @@ func (s *Nomad) Close() {
 
 var _ nomad.API = (*Nomad)(nil)
 
-// RegisterEnforceIndexErrPrefix starts the message of every register that
-// fails its check-and-set, in Nomad (nomad/job_endpoint.go) and here. Over
-// HTTP Nomad answers 500 with the message as the body.
-const RegisterEnforceIndexErrPrefix = "Enforcing job modify index"
-
 // ListJobs implements nomad.API. Stubs carry Meta (as the real API gives
 // with meta=true) and a JobSummary, sorted by namespace and ID like Nomad's
 // index; the returned index is the current Raft index.
@@ -265,7 +260,7 @@ func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (*api.Job, err
 // and ModifyIndex become the new index. With enforce, the check-and-set is
 // Nomad's exactly, a stopped job counting as existing; a conflict is a 500
 // api.UnexpectedResponseError whose body starts with
-// RegisterEnforceIndexErrPrefix.
+// api.RegisterEnforceIndexErrPrefix, exactly as the real client returns it.
 func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
 	after, err := s.enter(ctx, VerbRegisterJob)
 	if err != nil {
@@ -347,16 +342,16 @@ func (s *Nomad) registerJob(job *api.Job, enforce bool, modifyIndex uint64) (*ap
 func enforceIndexError(rec *jobRec, jmi uint64) string {
 	if rec != nil {
 		if jmi == 0 {
-			return fmt.Sprintf("%s 0: job already exists", RegisterEnforceIndexErrPrefix)
+			return fmt.Sprintf("%s 0: job already exists", api.RegisterEnforceIndexErrPrefix)
 		}
 		if jmi != *rec.job.JobModifyIndex {
 			return fmt.Sprintf("%s %d: job exists with conflicting job modify index: %d",
-				RegisterEnforceIndexErrPrefix, jmi, *rec.job.JobModifyIndex)
+				api.RegisterEnforceIndexErrPrefix, jmi, *rec.job.JobModifyIndex)
 		}
 		return ""
 	}
 	if jmi != 0 {
-		return fmt.Sprintf("%s %d: job does not exist", RegisterEnforceIndexErrPrefix, jmi)
+		return fmt.Sprintf("%s %d: job does not exist", api.RegisterEnforceIndexErrPrefix, jmi)
 	}
 	return ""
 }

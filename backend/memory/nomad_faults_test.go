@@ -249,7 +249,7 @@ func TestConcurrentUse(t *testing.T) {
 					next.Meta["writer"] = fmt.Sprintf("%d-%d", w, u)
 					_, err = s.RegisterJob(ctx, next, true, jmi)
 					if err != nil {
-						if !strings.Contains(err.Error(), RegisterEnforceIndexErrPrefix) {
+						if !strings.Contains(err.Error(), api.RegisterEnforceIndexErrPrefix) {
 							t.Errorf("register: %v", err)
 							return
 						}
