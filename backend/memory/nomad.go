@@ -50,9 +50,9 @@ type Nomad struct {
 	// volNameIndex holds the keys of volNames sorted, so that a list by
 	// name prefix is a binary search, not a scan of every volume.
 	volNameIndex []jobKey
-	blocked     map[jobKey]struct{}
-	behavior    func(job *api.Job, group string) AllocBehavior
-	nodeCursor  int
+	blocked      map[jobKey]struct{}
+	behavior     func(job *api.Job, group string) AllocBehavior
+	nodeCursor   int
 
 	// Time and the transitions waiting for it.
 	now     time.Time
