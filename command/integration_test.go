@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ type stack struct {
 	sim       *memory.Nomad
 	agentAddr string
 	nomadAddr string
+	// beforeRegister, if set, runs once before the facade's next register:
+	// someone else's `nomad job run` landing between read and write.
+	beforeRegister func()
+	mu             sync.Mutex
 }
 
 func startStack(t *testing.T) *stack {
@@ -53,6 +58,7 @@ func startStack(t *testing.T) *stack {
 
 	// The facade answers as Nomad's HTTP API does, errors included: the
 	// simulator's enforce-index conflict is Nomad's own 500 and text.
+	s := &stack{t: t, sim: sim, agentAddr: "http://" + a.HTTPAddr()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/job/{id}", func(w http.ResponseWriter, r *http.Request) {
 		job, err := sim.GetJob(r.Context(), nsOf(r), r.PathValue("id"))
@@ -72,6 +78,13 @@ func startStack(t *testing.T) *stack {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		s.mu.Lock()
+		f := s.beforeRegister
+		s.beforeRegister = nil
+		s.mu.Unlock()
+		if f != nil {
+			f()
+		}
 		resp, err := sim.RegisterJob(r.Context(), req.Job, req.EnforceIndex, req.JobModifyIndex)
 		var ue api.UnexpectedResponseError
 		if errors.As(err, &ue) {
@@ -86,7 +99,8 @@ func startStack(t *testing.T) *stack {
 	})
 	facade := httptest.NewServer(mux)
 	t.Cleanup(facade.Close)
-	return &stack{t: t, sim: sim, agentAddr: "http://" + a.HTTPAddr(), nomadAddr: facade.URL}
+	s.nomadAddr = facade.URL
+	return s
 }
 
 // cli runs one command with both addresses set, the way e2e and scripts do
@@ -227,6 +241,28 @@ func TestEveryVerbAgainstTheRealAgent(t *testing.T) {
 	}
 	if !renumbered {
 		t.Errorf("undo made no rollback: revisions %+v", d.Revisions)
+	}
+
+	// A write that loses the check-and-set race writes nothing and says so.
+	s.mu.Lock()
+	s.beforeRegister = func() {
+		other, err := s.sim.GetJob(context.Background(), "default", "web")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		other.Meta["owner"] = "someone-else"
+		if _, err := s.sim.RegisterJob(context.Background(), other, false, 0); err != nil {
+			t.Error(err)
+		}
+	}
+	s.mu.Unlock()
+	code, _, errOut := s.cli(scaleC, "web", "5")
+	if code != ExitConflict || !strings.Contains(errOut, "run the command again") {
+		t.Fatalf("conflict: exit %d, stderr %q", code, errOut)
+	}
+	if d := s.detail("web"); d.Spec.Replicas != 3 {
+		t.Fatalf("the conflicting scale was applied: replicas %d", d.Spec.Replicas)
 	}
 
 	// Scale down: the highest ordinal goes.
