@@ -483,14 +483,16 @@ func (r *reconciler) processCondemned(pi, firstUnhealthy int32) bool {
 }
 
 // waitableBelow reports whether a condemned pod below ord is unhealthy in a
-// way worth waiting for: terminating, or at the update revision (so it may
-// still become ready). The first-unhealthy-pod rule blocks a scale-down on
-// such a pod. A pod stuck unready at an outdated revision is not waited for:
-// with two of them Kubernetes deadlocks, each waiting on the other.
+// way worth waiting for: terminating (it will be gone), or at the update
+// revision and not finished (it may still become ready). The
+// first-unhealthy-pod rule blocks a scale-down on such a pod. A Failed pod,
+// or one stuck unready at an outdated revision, is not waited for: it will
+// never be ready, and with two of them Kubernetes deadlocks, each waiting on
+// the other.
 func (r *reconciler) waitableBelow(ord int) bool {
 	for _, pi := range r.condemned {
 		p := &r.in.Pods[pi]
-		if p.Ordinal < ord && !r.healthy(p) && (p.Terminating || p.Revision == r.update.Name) {
+		if p.Ordinal < ord && !r.healthy(p) && (p.Terminating || (p.Revision == r.update.Name && !finished(p))) {
 			return true
 		}
 	}

@@ -200,3 +200,20 @@ func TestParallelScaleLarge(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleDownPastFailedPods: two failed condemned pods do not wait on each
+// other (Kubernetes deadlocks here: neither is the first unhealthy pod for
+// the other, and a condemned pod is never recreated).
+func TestScaleDownPastFailedPods(t *testing.T) {
+	w := newWorld(Spec{Replicas: 4}, "v1")
+	converge(t, w)
+	for _, o := range []int{2, 3} {
+		i := w.podIndex(o)
+		w.pods[i].Phase, w.pods[i].Ready = PhaseFailed, false
+	}
+	w.spec.Replicas = 2
+	converge(t, w)
+	if len(w.pods) != 2 {
+		t.Fatalf("scale-down stuck:\n%s", w.dump())
+	}
+}
