@@ -12,6 +12,7 @@ import (
 var (
 	flagSeed = flag.Uint64("seed", 0, "replay the randomized run with this seed (printed on failure)")
 	flagRuns = flag.Int("runs", 10240, "number of randomized runs in TestRandomized")
+	flagFrom = flag.Int("seedfrom", 0, "first run number per cell, to explore seeds beyond the default ones")
 )
 
 // cell is one combination of the matrix the randomized runs cover.
@@ -57,7 +58,7 @@ func TestRandomized(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
 			t.Parallel()
 			for k := 0; k < per; k++ {
-				seed := uint64(ci)<<32 | uint64(k+1)
+				seed := uint64(ci)<<32 | uint64(*flagFrom+k+1)
 				if err := randomRun(seed); err != nil {
 					t.Fatalf("seed %d: %v\nreplay: go test ./reconciler -run TestRandomized -seed=%d", seed, err, seed)
 				}
