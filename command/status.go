@@ -73,7 +73,11 @@ func (c *StatusCommand) Run(args []string) int {
 			return c.outputJSON(list)
 		}
 		if len(list.Sets) == 0 {
-			c.UI.Output(fmt.Sprintf("No statefulsets in namespace %q", c.Namespace()))
+			if c.Namespace() == "*" {
+				c.UI.Output("No statefulsets")
+			} else {
+				c.UI.Output(fmt.Sprintf("No statefulsets in namespace %q", c.Namespace()))
+			}
 			return ExitOK
 		}
 		c.UI.Output(formatSetList(list.Sets))
