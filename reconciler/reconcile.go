@@ -386,13 +386,11 @@ func (r *reconciler) processReplica(i int) bool {
 		r.wait(i, "to be recreated")
 		return true
 	}
-	if !p.Terminating {
-		r.createVolumes(i)
-	}
 	if p.Terminating {
 		r.wait(i, "to terminate")
 		return true
 	}
+	r.createVolumes(i)
 	stale := r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name
 	if p.Drifted && !(stale && !runningAndReady(p)) {
 		// Repair before the readiness gate: the drift may be why the pod is
