@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"time"
 )
 
 // checkSafety checks the properties every decision must have, whatever the
 // observation: it is what the fuzzer and the bad-observation tests assert.
+//   - under OrderedReady, at most one CreatePod, and only once every lower
+//     ordinal has exactly one Running, Ready and available pod;
 //   - never a CreatePod for an ordinal that has a pod (terminating included),
 //     outside the range, twice, for a deleted set, or before its volumes;
 //   - never a DeletePod of a terminating pod or of a pod that is not observed;
@@ -35,10 +38,30 @@ func checkSafety(in Input) (Output, error) {
 	for _, v := range in.Volumes {
 		vols[[2]any{v.Claim, v.Ordinal}] = true
 	}
+	podsAt := map[int][]Pod{}
+	for _, p := range in.Pods {
+		podsAt[p.Ordinal] = append(podsAt[p.Ordinal], p)
+	}
+	healthy := func(p Pod) bool {
+		if p.Terminating || p.Phase != PhaseRunning || !p.Ready {
+			return false
+		}
+		return spec.MinReadySeconds == 0 ||
+			(!p.ReadySince.IsZero() && !in.Now.Before(p.ReadySince.Add(time.Duration(spec.MinReadySeconds)*time.Second)))
+	}
+	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {
 		switch a.Type {
 		case ActionCreatePod:
+			if monotonic && len(created) > 0 {
+				return out, fmt.Errorf("OrderedReady: two CreatePod in one decision")
+			}
+			for o := spec.OrdinalsStart; monotonic && o < a.Ordinal; o++ {
+				if ps := podsAt[o]; len(ps) != 1 || !healthy(ps[0]) {
+					return out, fmt.Errorf("OrderedReady: CreatePod %d while %d is not one healthy pod", a.Ordinal, o)
+				}
+			}
 			switch {
 			case spec.Deleted:
 				return out, fmt.Errorf("CreatePod for a deleted set")
