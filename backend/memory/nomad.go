@@ -403,7 +403,7 @@ func (s *Nomad) deregisterJob(namespace, id string, purge bool) {
 		j.Version = ptr(*j.Version + 1)
 		j.ModifyIndex = ptr(tx.index)
 		j.JobModifyIndex = ptr(tx.index)
-		j.Stable = ptr(false)
+		// Nomad's FSM stops a copy of the current job: Stable carries over.
 		rec.pendingEval = true
 		j.Status = ptr(s.jobStatus(key, rec))
 		tx.jobEvent(s, j)
