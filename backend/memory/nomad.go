@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -30,6 +31,16 @@ import (
 // All methods are safe for concurrent use. Objects handed in and out are
 // deep copies; event payloads are shared by all subscribers and must be
 // treated as read-only.
+//
+// A typical agent test:
+//
+//	sim := memory.NewNomad(memory.NomadConfig{Manual: true, StopDelay: 5 * time.Second})
+//	defer sim.Close()
+//	sim.FailCall(3, memory.ServerError()) // the third call answers 500
+//	// ... run the agent against sim (a nomad.API) ...
+//	sim.Settle()                          // let every allocation come to rest
+//	if sim.MaxConcurrentAllocsPerJob() > 1 { /* two allocations of a pod ran at once */ }
+//	if sim.Writes() != 0 { /* not steady */ }
 type Nomad struct {
 	cfg NomadConfig
 
@@ -67,8 +78,11 @@ type Nomad struct {
 	head, tail *eventItem
 	bufLen     int
 	subs       map[*subscription]struct{}
-	gate       chan struct{}
-	eventDelay time.Duration
+	// gate is closed while events flow and open while they are paused;
+	// gate and eventDelay are atomics so that delivering an event never
+	// takes s.mu, which writers hold.
+	gate       atomic.Pointer[chan struct{}]
+	eventDelay atomic.Int64
 	dropEvents int
 
 	// Faults and accounting.
@@ -185,11 +199,11 @@ func NewNomad(cfg NomadConfig) *Nomad {
 		head:        sentinel,
 		tail:        sentinel,
 		subs:        make(map[*subscription]struct{}),
-		gate:        gate,
 		calls:       make(map[string]int),
 		callFaults:  make(map[uint64]fault),
 		verbFaults:  make(map[string][]verbFault),
 	}
+	s.gate.Store(&gate)
 	if cfg.Manual {
 		close(s.stopped)
 	} else {

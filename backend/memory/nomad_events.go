@@ -173,9 +173,7 @@ func (s *Nomad) stream(ctx context.Context, sub *subscription, item *eventItem, 
 // the stream ended meanwhile.
 func (s *Nomad) waitToDeliver(ctx context.Context, sub *subscription, item *eventItem) bool {
 	for {
-		s.mu.Lock()
-		gate, delay := s.gate, s.eventDelay
-		s.mu.Unlock()
+		gate, delay := *s.gate.Load(), time.Duration(s.eventDelay.Load())
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -249,8 +247,9 @@ func (s *Nomad) Subscribers() int {
 func (s *Nomad) PauseEvents() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if isClosed(s.gate) {
-		s.gate = make(chan struct{})
+	if isClosed(*s.gate.Load()) {
+		gate := make(chan struct{})
+		s.gate.Store(&gate)
 	}
 }
 
@@ -258,17 +257,15 @@ func (s *Nomad) PauseEvents() {
 func (s *Nomad) ResumeEvents() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !isClosed(s.gate) {
-		close(s.gate)
+	if gate := *s.gate.Load(); !isClosed(gate) {
+		close(gate)
 	}
 }
 
 // SetEventDelay makes every event reach subscribers d (of real time) after
 // it was published: a slow stream. Zero turns it off.
 func (s *Nomad) SetEventDelay(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.eventDelay = d
+	s.eventDelay.Store(int64(d))
 }
 
 // DropEvents makes the next n published indexes vanish from the stream
