@@ -327,6 +327,21 @@ func (r *reconciler) waitOrdinal(ord int, why string) {
 // order, then the condemned pods, then the rolling update. In OrderedReady
 // (monotonic) mode each phase stops at the first pod it must wait for.
 func (r *reconciler) syncPods() {
+	if !r.monotonic {
+		// Parallel creates every missing pod (and its volumes) at once: size
+		// the action list for it rather than grow it a dozen times.
+		missing := 0
+		for i := range r.slots {
+			if r.slots[i].pod == noPod {
+				missing++
+			}
+		}
+		if missing > 0 {
+			acts := make([]Action, len(r.actions), len(r.actions)+missing*(1+len(r.spec.VolumeClaims))+4)
+			copy(acts, r.actions)
+			r.actions = acts
+		}
+	}
 	// A bad observation with two pods for one ordinal: delete the extras and
 	// touch the ordinal no further until one pod is left.
 	if r.dupes {
