@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -95,6 +96,13 @@ func (c *AgentCommand) Run(args []string) int {
 	}
 	cfg, err := load()
 	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			// Source snippets under each problem, tokens masked.
+			c.UI.Error("Invalid configuration:")
+			_ = ce.WriteDiagnostics(os.Stderr, 78, false)
+			return ExitError
+		}
 		c.UI.Error(fmt.Sprintf("Invalid configuration:\n%v", err))
 		return ExitError
 	}
