@@ -55,7 +55,9 @@ func IsConflict(err error) bool {
 
 // ListJobs implements API.
 func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
-	stubs, meta, err := n.c.Jobs().List(query(ctx, namespace))
+	// Nomad leaves Meta out of job stubs unless asked; the watcher needs it
+	// to tell parents and children from every other job without a read each.
+	stubs, meta, err := n.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, query(ctx, namespace))
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, err)
 	}
