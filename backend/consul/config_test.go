@@ -51,7 +51,7 @@ func TestElectorConfigValidate(t *testing.T) {
 			c.LockDelay, c.StopTimeout, c.MonitorRetries, c.MonitorRetryTime = 5*time.Second, time.Second, 2, 2*time.Second
 		}, wantErr: []string{"= 4s must be less than the lease", "= 4s"}},
 		{name: "test timings", mutate: func(c *ElectorConfig) {
-			c.SessionTTL, c.LockDelay, c.StopTimeout, c.MonitorRetries, c.MonitorRetryTime = 10*time.Second, 4*time.Second, time.Second, 2, 500*time.Millisecond
+			c.SessionTTL, c.LockDelay, c.StopTimeout, c.MonitorRetries, c.MonitorRetryTime = 10*time.Second, 8*time.Second, 2*time.Second, 3, time.Second
 		}},
 	}
 	for _, tc := range cases {

@@ -15,17 +15,18 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
-// testElectorConfig uses Consul's shortest TTL and a short lock-delay so a
-// takeover is quick: lease = min(10s, 4s-1s) = 3s, renewals every 1s,
-// monitor budget 2 x 500ms = 1s < 3s, 3s + 1s stop timeout = 4s lock-delay.
+// testElectorConfig uses Consul's shortest TTL and a shortish lock-delay so
+// a takeover is quick, yet leaves room for a loaded test machine:
+// lease = min(10s, 8s-2s) = 6s, renewals every 2s, monitor budget
+// 3 x 1s = 3s < 6s, and 6s lease + 2s stop timeout = 8s lock-delay.
 func testElectorConfig(key string) ElectorConfig {
 	return ElectorConfig{
 		LockKey:          key,
 		SessionTTL:       10 * time.Second,
-		LockDelay:        4 * time.Second,
-		StopTimeout:      time.Second,
-		MonitorRetries:   2,
-		MonitorRetryTime: 500 * time.Millisecond,
+		LockDelay:        8 * time.Second,
+		StopTimeout:      2 * time.Second,
+		MonitorRetries:   3,
+		MonitorRetryTime: time.Second,
 	}
 }
 
