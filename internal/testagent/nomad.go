@@ -49,6 +49,7 @@ type NomadOption func(*nomadConfig)
 type nomadConfig struct {
 	acl        bool
 	consulAddr string
+	consulGRPC string
 	extra      []string
 	logLevel   string
 	drivers    []string
@@ -62,7 +63,10 @@ func WithACL() NomadOption { return func(c *nomadConfig) { c.acl = true } }
 // WithConsul makes Nomad register services with this Consul agent. Without
 // it Nomad is pointed at a closed port, never at a Consul on 8500.
 func WithConsul(c *ConsulAgent) NomadOption {
-	return func(n *nomadConfig) { n.consulAddr = c.HostPort }
+	return func(n *nomadConfig) {
+		n.consulAddr = c.HostPort
+		n.consulGRPC = fmt.Sprintf("127.0.0.1:%d", c.GRPCPort)
+	}
 }
 
 // WithConsulAddr is WithConsul for a Consul given as "host:port".
@@ -134,6 +138,10 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		cfg.consulAddr = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	}
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", a.HTTPPort)
+	grpcLine := ""
+	if cfg.consulGRPC != "" {
+		grpcLine = fmt.Sprintf("\n  grpc_address     = %q", cfg.consulGRPC)
+	}
 	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
@@ -178,7 +186,7 @@ plugin "raw_exec" {
   }
 }
 consul {
-  address          = %q
+  address          = %q%s
   server_auto_join = false
   client_auto_join = false
 }
@@ -186,7 +194,7 @@ acl {
   enabled = %t
 }
 `, filepath.Base(dir), a.DataDir, cfg.logLevel, a.HTTPPort, a.RPCPort, a.SerfPort,
-		a.HostVolumesDir, a.HostVolumePluginDir, cfg.consulAddr, cfg.acl)
+		a.HostVolumesDir, a.HostVolumePluginDir, cfg.consulAddr, grpcLine, cfg.acl)
 	conf += strings.Join(cfg.extra, "\n")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func child(w *Watchdog, id, parent, ord string) {
+	w.ObserveJob("default", id, map[string]string{MetaParent: parent, MetaOrdinal: ord}, 0, 1)
+}
+
+func TestWatchdogSameJobTwoRunning(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "pending", 11, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("pending must not count: %v", v)
+	}
+	w.ObserveAlloc("a2", "default", "web-0", "running", 12, time.Time{})
+	v := w.Violations()
+	if len(v) != 1 || !strings.Contains(v[0], "a1") || !strings.Contains(v[0], "a2") {
+		t.Fatalf("want one violation naming a1 and a2, got %v", v)
+	}
+	// The same pair seen again (e.g. from the poll) is reported once.
+	w.ObserveAlloc("a1", "default", "web-0", "running", 13, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "running", 14, time.Time{})
+	if v := w.Violations(); len(v) != 1 {
+		t.Fatalf("want the pair reported once, got %v", v)
+	}
+}
+
+func TestWatchdogReplacementAfterStopIsFine(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("a1", "default", "web-0", "complete", 12, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "running", 13, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("sequential allocations are fine: %v", v)
+	}
+}
+
+func TestWatchdogStaleUpdatesIgnored(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("a1", "default", "web-0", "complete", 12, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "running", 13, time.Time{})
+	// A listing taken before a1 stopped arrives late: it must not revive a1.
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	// Nor may a terminal allocation run again, whatever its index.
+	w.ObserveAlloc("a1", "default", "web-0", "running", 20, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("stale or post-terminal updates made a violation: %v", v)
+	}
+}
+
+func TestWatchdogSameOrdinalDifferentJobs(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	child(w, "web-0-adopted", "web", "0")
+	child(w, "web-1", "web", "1")
+	child(w, "db-0", "db", "0")
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("b1", "default", "web-1", "running", 11, time.Time{})
+	w.ObserveAlloc("c1", "default", "db-0", "running", 11, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("different ordinals or sets are fine: %v", v)
+	}
+	w.ObserveAlloc("a2", "default", "web-0-adopted", "running", 12, time.Time{})
+	if v := w.Violations(); len(v) != 1 {
+		t.Fatalf("want one violation for web ordinal 0 in two jobs, got %v", v)
+	}
+}
+
+func TestWatchdogOtherNamespaceIsAnotherSet(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	w.ObserveJob("prod", "web-0", map[string]string{MetaParent: "web", MetaOrdinal: "0"}, 0, 1)
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("a2", "prod", "web-0", "running", 11, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("namespaces are separate: %v", v)
+	}
+}
+
+func TestWatchdogUnknownCountsAsRunning(t *testing.T) {
+	w := NewWatchdog()
+	child(w, "web-0", "web", "0")
+	w.ObserveAlloc("a1", "default", "web-0", "unknown", 10, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "running", 11, time.Time{})
+	if v := w.Violations(); len(v) != 1 {
+		t.Fatalf("an unknown (disconnected) allocation may still run: %v", v)
+	}
+}
+
+func TestWatchdogAllocBeforeJob(t *testing.T) {
+	w := NewWatchdog()
+	// Allocation events can arrive before the job's meta is known.
+	w.ObserveAlloc("a1", "default", "web-0", "running", 10, time.Time{})
+	w.ObserveAlloc("a2", "default", "web-0", "running", 11, time.Time{})
+	w.ObserveAlloc("x1", "default", "plain", "running", 11, time.Time{})
+	w.ObserveAlloc("x2", "default", "plain", "running", 12, time.Time{})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("nothing known to be a child yet: %v", v)
+	}
+	child(w, "web-0", "web", "0")
+	if v := w.Violations(); len(v) != 1 {
+		t.Fatalf("want the pair found once the job is known, got %v", v)
+	}
+	w.ObserveJob("default", "plain", nil, 0, 1) // not a child: ignored
+	if v := w.Violations(); len(v) != 1 {
+		t.Fatalf("jobs without statefulset meta are not watched: %v", v)
+	}
+}
+
+func TestWatchdogOrders(t *testing.T) {
+	w := NewWatchdog()
+	base := time.Unix(1000, 0)
+	w.ObserveJob("default", "web-1", map[string]string{MetaParent: "web", MetaOrdinal: "1"}, base.Add(5*time.Second).UnixNano(), 7)
+	w.ObserveJob("default", "web-0", map[string]string{MetaParent: "web", MetaOrdinal: "0"}, base.UnixNano(), 3)
+	w.ObserveJob("default", "web-0", map[string]string{MetaParent: "web", MetaOrdinal: "0"}, 0, 9) // a new version
+	w.ObserveJob("default", "web-0", map[string]string{MetaParent: "web", MetaOrdinal: "0"}, 0, 9) // seen again
+	w.ObserveAlloc("a0", "default", "web-0", "running", 4, base.Add(3*time.Second))
+	w.ObserveAlloc("a1", "default", "web-1", "running", 8, time.Time{})
+	w.ObserveAlloc("a1", "default", "web-1", "running", 9, base.Add(2*time.Second)) // earlier than web-0's
+	if got := strings.Join(w.RegistrationOrder("web"), ","); got != "web-0,web-1" {
+		t.Fatalf("registration order %s", got)
+	}
+	if got := strings.Join(w.HealthyOrder("web"), ","); got != "web-1,web-0" {
+		t.Fatalf("healthy order %s", got)
+	}
+	r, ok := w.Child("default", "web-0")
+	if !ok || r.Registrations != 2 || !r.RegisteredAt.Equal(base) || !r.HealthyAt.Equal(base.Add(3*time.Second)) {
+		t.Fatalf("record %+v", r)
+	}
+	if len(w.Children("web")) != 2 || len(w.Children("db")) != 0 {
+		t.Fatalf("children %+v", w.Children("web"))
+	}
+}

@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# make demo / make demo-down.
+#
+#   scripts/demo.sh up     start Consul, Nomad and nomad-statefulset on loopback,
+#                          run examples/web.nomad.hcl and watch it converge
+#   scripts/demo.sh down   stop everything `up` started
+#   scripts/demo.sh status show what is running
+#
+# Everything lives under .cache/demo/: each program's config, data, log and
+# pid file, and env.sh with the addresses. Ports are free ones picked at
+# start, on 127.0.0.1 only. `make demo` builds the binaries first
+# (`make tools build`); run directly, this script expects them built.
+#
+# Environment: DEMO_TIMEOUT (seconds to wait for the set to be ready,
+# default 300), DEMO_NO_DAEMON=1 (start only Consul and Nomad: for testing
+# this script without the daemon).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+demo="${root}/.cache/demo"
+bin="${root}/.cache/bin"
+nss="${root}/bin/nomad-statefulset"
+timeout="${DEMO_TIMEOUT:-300}"
+
+# Nomad's AWS fingerprinter aborts the client when this is set.
+unset AWS_CA_BUNDLE
+# Never talk to some other Nomad or Consul by accident.
+unset NOMAD_ADDR NOMAD_TOKEN NOMAD_NAMESPACE NOMAD_REGION CONSUL_HTTP_ADDR CONSUL_HTTP_TOKEN
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() {
+	printf 'demo: %s\n' "$*" >&2
+	exit 1
+}
+
+alive() { # pidfile
+	[[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+port_in_use() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+declare -A picked=()
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 30000))
+		if [[ -z "${picked[$p]:-}" ]] && ! port_in_use "$p"; then
+			picked[$p]=1
+			echo "$p"
+			return
+		fi
+	done
+	die "no free port found"
+}
+
+# start NAME DIR CMD... : runs CMD in its own session (so that demo-down can
+# kill its whole process group), output to DIR/NAME.log, pid to DIR/NAME.pid.
+start() {
+	local name="$1" dir="$2"
+	shift 2
+	mkdir -p "${dir}"
+	(cd "${dir}" && exec setsid "$@" >>"${dir}/${name}.log" 2>&1 </dev/null) &
+	echo $! >"${dir}/${name}.pid"
+}
+
+wait_http() { # what url seconds [pidfile]
+	local what="$1" url="$2" secs="$3" pidfile="${4:-}"
+	for _ in $(seq 1 $((secs * 2))); do
+		if [[ -n "${pidfile}" ]] && ! alive "${pidfile}"; then
+			echo "--- last lines of $(dirname "${pidfile}")/*.log:" >&2
+			tail -n 30 "$(dirname "${pidfile}")"/*.log >&2 || true
+			die "${what} exited"
+		fi
+		if http_get "${url}" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	die "timed out after ${secs}s waiting for ${what} at ${url}"
+}
+
+# http_get URL: prints the body of a 200 answer from 127.0.0.1, with bash
+# alone (curl may not be installed on a fresh machine).
+http_get() {
+	local url="$1" hostport path host port line status
+	hostport="${url#http://}"
+	path="/${hostport#*/}"
+	hostport="${hostport%%/*}"
+	host="${hostport%:*}"
+	port="${hostport##*:}"
+	exec 5<>"/dev/tcp/${host}/${port}" || return 1
+	printf 'GET %s HTTP/1.0\r\nHost: %s\r\n' "${path}" "${hostport}" >&5
+	if [[ -n "${HTTP_TOKEN_HEADER:-}" ]]; then printf '%s\r\n' "${HTTP_TOKEN_HEADER}" >&5; fi
+	printf '\r\n' >&5
+	IFS= read -r status <&5 || return 1
+	while IFS= read -r line <&5; do
+		[[ "${line}" == $'\r' || -z "${line}" ]] && break
+	done
+	cat <&5
+	exec 5>&-
+	[[ "${status}" == *" 200 "* ]]
+}
+
+up() {
+	[[ -x "${bin}/nomad" && -x "${bin}/consul" ]] || die "no nomad/consul in ${bin}: run \`make tools\` (or \`make demo\`)"
+	if [[ -z "${DEMO_NO_DAEMON:-}" && ! -x "${nss}" ]]; then
+		die "no ${nss}: run \`make build\` (or \`make demo\`)"
+	fi
+	if alive "${demo}/consul/consul.pid" || alive "${demo}/nomad/nomad.pid" || alive "${demo}/daemon/nomad-statefulset.pid"; then
+		say "the demo is already running:"
+		status
+		echo
+		echo "Stop it with: make demo-down"
+		return 0
+	fi
+	rm -rf "${demo}"
+	mkdir -p "${demo}"
+
+	local consul_http consul_dns consul_server consul_lan consul_wan consul_grpc
+	local nomad_http nomad_rpc nomad_serf nss_http
+	consul_http=$(free_port) consul_dns=$(free_port) consul_server=$(free_port)
+	consul_lan=$(free_port) consul_wan=$(free_port) consul_grpc=$(free_port)
+	nomad_http=$(free_port) nomad_rpc=$(free_port) nomad_serf=$(free_port)
+	nss_http=$(free_port)
+
+	say "starting Consul on 127.0.0.1:${consul_http}"
+	mkdir -p "${demo}/consul"
+	cat >"${demo}/consul/consul.hcl" <<EOF
+node_name            = "demo"
+datacenter           = "dc1"
+data_dir             = "${demo}/consul/data"
+server               = true
+bootstrap_expect     = 1
+bind_addr            = "127.0.0.1"
+client_addr          = "127.0.0.1"
+advertise_addr       = "127.0.0.1"
+disable_update_check = true
+ui_config { enabled = true }
+connect { enabled = true }
+ports {
+  http     = ${consul_http}
+  dns      = ${consul_dns}
+  server   = ${consul_server}
+  serf_lan = ${consul_lan}
+  serf_wan = ${consul_wan}
+  grpc     = ${consul_grpc}
+  grpc_tls = -1
+  https    = -1
+}
+EOF
+	start consul "${demo}/consul" "${bin}/consul" agent -config-file "${demo}/consul/consul.hcl"
+	wait_http "Consul" "http://127.0.0.1:${consul_http}/v1/status/leader" 60 "${demo}/consul/consul.pid"
+	for _ in $(seq 1 120); do
+		[[ "$(http_get "http://127.0.0.1:${consul_http}/v1/status/leader" 2>/dev/null || true)" == *:* ]] && break
+		sleep 0.5
+	done
+
+	say "starting Nomad on 127.0.0.1:${nomad_http}"
+	mkdir -p "${demo}/nomad/data" "${demo}/nomad/host_volumes" "${demo}/nomad/host_volume_plugins"
+	cat >"${demo}/nomad/nomad.hcl" <<EOF
+name                 = "demo"
+datacenter           = "dc1"
+data_dir             = "${demo}/nomad/data"
+bind_addr            = "127.0.0.1"
+disable_update_check = true
+ports {
+  http = ${nomad_http}
+  rpc  = ${nomad_rpc}
+  serf = ${nomad_serf}
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+client {
+  enabled                = true
+  network_interface      = "lo"
+  host_volumes_dir       = "${demo}/nomad/host_volumes"
+  host_volume_plugin_dir = "${demo}/nomad/host_volume_plugins"
+  options = {
+    # The cloud fingerprinters would query metadata addresses off this machine.
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+consul {
+  address = "127.0.0.1:${consul_http}"
+}
+EOF
+	start nomad "${demo}/nomad" "${bin}/nomad" agent -config "${demo}/nomad/nomad.hcl"
+	export NOMAD_ADDR="http://127.0.0.1:${nomad_http}"
+	wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"
+	say "waiting for the Nomad client node and its exec driver"
+	local ok=""
+	for _ in $(seq 1 240); do
+		alive "${demo}/nomad/nomad.pid" || die "Nomad exited; see ${demo}/nomad/nomad.log"
+		if "${bin}/nomad" node status -self -verbose 2>/dev/null | grep -Eq '^exec +true +true'; then
+			ok=1
+			break
+		fi
+		sleep 0.5
+	done
+	[[ -n "${ok}" ]] || die "the Nomad node or its exec driver did not become ready; see ${demo}/nomad/nomad.log"
+
+	cat >"${demo}/env.sh" <<EOF
+# source .cache/demo/env.sh
+export NOMAD_ADDR=http://127.0.0.1:${nomad_http}
+export CONSUL_HTTP_ADDR=127.0.0.1:${consul_http}
+export NOMAD_STATEFULSET_ADDR=http://127.0.0.1:${nss_http}
+export PATH="${root}/bin:${bin}:\$PATH"
+EOF
+
+	if [[ -n "${DEMO_NO_DAEMON:-}" ]]; then
+		say "DEMO_NO_DAEMON is set: Consul and Nomad are up, the daemon is not started"
+		hints
+		return 0
+	fi
+
+	say "starting nomad-statefulset on 127.0.0.1:${nss_http}"
+	mkdir -p "${demo}/daemon"
+	cat >"${demo}/daemon/agent.hcl" <<EOF
+data_dir = "${demo}/daemon/data"
+nomad {
+  address = "http://127.0.0.1:${nomad_http}"
+}
+consul {
+  address = "127.0.0.1:${consul_http}"
+}
+http {
+  address = "127.0.0.1:${nss_http}"
+}
+EOF
+	start nomad-statefulset "${demo}/daemon" "${nss}" agent -config "${demo}/daemon/agent.hcl"
+	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
+
+	say "nomad job run examples/web.nomad.hcl"
+	"${bin}/nomad" job run -detach "${root}/examples/web.nomad.hcl"
+
+	say "waiting for web to be ready (up to ${timeout}s)"
+	export NOMAD_STATEFULSET_ADDR="http://127.0.0.1:${nss_http}"
+	local start_s=${SECONDS} last="" body ready replicas
+	while true; do
+		body="$(http_get "${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web" 2>/dev/null || true)"
+		ready="$(sed -n 's/.*"ready_replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
+		replicas="$(sed -n 's/.*"replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
+		local line="web: ${ready:-?}/${replicas:-?} ready"
+		if [[ "${line}" != "${last}" ]]; then
+			echo "  [$((SECONDS - start_s))s] ${line}"
+			"${nss}" status web 2>/dev/null | sed 's/^/    /' || true
+			last="${line}"
+		fi
+		if [[ -n "${ready}" && "${ready}" == "${replicas}" && "${replicas}" != 0 ]]; then
+			break
+		fi
+		if ((SECONDS - start_s > timeout)); then
+			echo "--- last lines of the daemon log:"
+			tail -n 40 "${demo}/daemon/nomad-statefulset.log" || true
+			die "web did not become ready in ${timeout}s (the demo keeps running: look around, then make demo-down)"
+		fi
+		alive "${demo}/daemon/nomad-statefulset.pid" || die "nomad-statefulset exited; see ${demo}/daemon/nomad-statefulset.log"
+		sleep 1
+	done
+	say "web is ready: $(("SECONDS" - start_s))s"
+	"${nss}" status web || true
+	hints
+}
+
+hints() {
+	# shellcheck disable=SC1091
+	source "${demo}/env.sh"
+	cat <<EOF
+
+The demo is running on 127.0.0.1. To look around, in your shell:
+
+  source .cache/demo/env.sh            # NOMAD_ADDR, CONSUL_HTTP_ADDR, NOMAD_STATEFULSET_ADDR, PATH
+
+  nomad-statefulset status web         # the set: replicas, revisions, pods
+  nomad job status                     # the parent "web" and its children web-0, web-1, web-2
+  nomad volume status -type host       # the per-ordinal volumes data-web-0 ...
+  nomad alloc exec -job web-0 cat /data/identity
+  nomad-statefulset scale web 5        # then watch: nomad-statefulset status web
+  nomad job run examples/web.nomad.hcl # after editing the task: a rolling update, highest ordinal first
+
+  Nomad UI/API:      ${NOMAD_ADDR}
+  Consul UI/API:     http://${CONSUL_HTTP_ADDR}/ui/
+  nomad-statefulset: ${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web
+                     ${NOMAD_STATEFULSET_ADDR}/v1/metrics
+  Logs:              .cache/demo/{consul,nomad,daemon}/*.log
+
+Stop everything with: make demo-down
+EOF
+}
+
+# kill_tree NAME PIDFILE: TERM the process group, then KILL what is left.
+kill_tree() {
+	local name="$1" pidfile="$2" pid
+	[[ -f "${pidfile}" ]] || return 0
+	pid="$(cat "${pidfile}")"
+	if kill -0 "${pid}" 2>/dev/null; then
+		echo "stopping ${name} (pid ${pid})"
+		kill -INT -- "-${pid}" 2>/dev/null || kill -INT "${pid}" 2>/dev/null || true
+		for _ in $(seq 1 40); do
+			kill -0 "${pid}" 2>/dev/null || break
+			sleep 0.25
+		done
+		kill -KILL -- "-${pid}" 2>/dev/null || true
+	fi
+	rm -f "${pidfile}"
+}
+
+# Processes that still refer to the demo folder (Nomad tasks, executors,
+# logmon): by working directory, root or command line.
+referrers() {
+	local p target
+	for p in /proc/[0-9]*; do
+		[[ "${p#/proc/}" == "$$" ]] && continue
+		for l in cwd root exe; do
+			target="$(readlink "${p}/${l}" 2>/dev/null || true)"
+			if [[ "${target}" == "${demo}"/* ]]; then
+				echo "${p#/proc/}"
+				continue 2
+			fi
+		done
+		if tr '\0' ' ' <"${p}/cmdline" 2>/dev/null | grep -qF "${demo}/"; then
+			echo "${p#/proc/}"
+		fi
+	done
+}
+
+down() {
+	if [[ ! -d "${demo}" ]]; then
+		echo "demo: nothing to stop"
+		return 0
+	fi
+	kill_tree nomad-statefulset "${demo}/daemon/nomad-statefulset.pid"
+	kill_tree nomad "${demo}/nomad/nomad.pid"
+	kill_tree consul "${demo}/consul/consul.pid"
+	local pids
+	for _ in 1 2 3 4 5; do
+		pids="$(referrers | tr '\n' ' ')"
+		[[ -z "${pids// /}" ]] && break
+		echo "stopping leftover task processes: ${pids}"
+		# shellcheck disable=SC2086
+		kill -KILL ${pids} 2>/dev/null || true
+		sleep 0.5
+	done
+	# Nomad mounts secrets (tmpfs) and more under its data dir: detach them,
+	# deepest first, before removing anything.
+	awk -v d="${demo}/" 'index($5, d) == 1 {print length($5) " " $5}' /proc/self/mountinfo |
+		sort -rn | cut -d' ' -f2- | while read -r mp; do umount -l "${mp}" 2>/dev/null || true; done
+	rm -rf "${demo}"
+	echo "demo: stopped, and .cache/demo removed"
+}
+
+status() {
+	local f
+	for f in "${demo}/consul/consul.pid" "${demo}/nomad/nomad.pid" "${demo}/daemon/nomad-statefulset.pid"; do
+		if alive "${f}"; then
+			echo "  $(basename "${f}" .pid): running (pid $(cat "${f}"))"
+		else
+			echo "  $(basename "${f}" .pid): not running"
+		fi
+	done
+	if [[ -f "${demo}/env.sh" ]]; then
+		sed -n 's/^export /  /p' "${demo}/env.sh"
+	fi
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+status) status ;;
+*)
+	echo "usage: $0 up|down|status" >&2
+	exit 2
+	;;
+esac
