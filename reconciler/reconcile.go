@@ -34,16 +34,18 @@ type slot struct {
 	healthy bool
 }
 
-// reconciler holds one decision in progress. It lives for a single call.
+// reconciler holds one decision in progress. It lives for a single call, on
+// the stack: it holds the Input by value and no pointer into itself, so that
+// a steady-state decision allocates only what it returns.
 type reconciler struct {
-	in   *Input
+	in   Input
 	spec Spec
 	now  time.Time
 
-	current, update *Revision
-	// newRev backs update when this reconcile creates or bumps it.
-	newRev         Revision
-	collisionCount int
+	// current and update are copies, not pointers: a pointer into the
+	// reconciler itself would make the compiler move it to the heap.
+	current, update Revision
+	collisionCount  int
 
 	slots     []slot
 	condemned []int32 // indexes in.Pods, descending ordinal
@@ -66,7 +68,7 @@ type reconciler struct {
 // state one step closer to the spec, and what status to record. It is pure:
 // the same Input always gives the same Output, and Input is not modified.
 func Reconcile(in Input) Output {
-	r := reconciler{in: &in, now: in.Now, waitPod: -1}
+	r := reconciler{in: in, now: in.Now, waitPod: -1}
 	r.spec = normalize(in.Spec)
 	if r.spec.Deleted {
 		return r.teardown()
@@ -132,7 +134,7 @@ func (r *reconciler) inRange(ord int) bool {
 // which volumes exist. Pods with a negative ordinal are not ours to judge and
 // are ignored, as Kubernetes ignores pods whose ordinal does not parse.
 func (r *reconciler) observe() {
-	in := r.in
+	in := &r.in
 	n := r.spec.Replicas
 	r.slots = make([]slot, n)
 	for i := range r.slots {
@@ -281,7 +283,7 @@ func (r *reconciler) updating() bool {
 // OnDelete a pod that replaces a deleted one takes the update revision (that
 // is how OnDelete updates), while a pod from a scale-up takes the current
 // revision. While paused no pod moves to the update revision.
-func (r *reconciler) newPodRevision(i int) *Revision {
+func (r *reconciler) newPodRevision(i int) Revision {
 	switch {
 	case r.spec.Paused:
 		return r.current
@@ -386,7 +388,7 @@ func (r *reconciler) processReplica(i int) bool {
 	if s.pod == noPod {
 		rev := r.newPodRevision(i)
 		r.createVolumes(i)
-		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: *rev, Reason: "missing pod"})
+		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod"})
 		s.acted = true
 		r.wait(i, "to be created")
 		return true
@@ -410,8 +412,8 @@ func (r *reconciler) processReplica(i int) bool {
 	if p.Drifted && !(stale && !runningAndReady(p)) {
 		// Repair before the readiness gate: the drift may be why the pod is
 		// not ready, and waiting for it would then block for ever.
-		if rev := r.revisionByName(p.Revision); rev != nil {
-			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: *rev, Pod: *p, Reason: "child job drifted from its revision"})
+		if rev, ok := r.revisionByName(p.Revision); ok {
+			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: rev, Pod: *p, Reason: "child job drifted from its revision"})
 		}
 	}
 	if !runningAndReady(p) {

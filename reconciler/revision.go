@@ -73,7 +73,7 @@ func PodName(set string, ordinal int) string {
 // it is not already the newest: a rollback), or else a new revision, named
 // with the first collision count whose name is free.
 func (r *reconciler) selectRevisions() {
-	in := r.in
+	in := &r.in
 	revs := in.Revisions
 	r.collisionCount = max(in.Previous.CollisionCount, 0)
 
@@ -97,17 +97,15 @@ func (r *reconciler) selectRevisions() {
 				break
 			}
 		}
+		r.update = revs[eq]
 		if newest {
-			r.update = &revs[eq]
 			break
 		}
 		// A template equal to an older revision is a rollback: reuse that
 		// revision, so pods at it are already up to date, and give it the
 		// highest number so the history shows it as the latest.
-		r.newRev = revs[eq]
-		r.newRev.Number = maxNum + 1
-		r.update = &r.newRev
-		r.emit(Action{Type: ActionUpdateRevision, Revision: r.newRev, Reason: "rollback to an earlier revision"})
+		r.update.Number = maxNum + 1
+		r.emit(Action{Type: ActionUpdateRevision, Revision: r.update, Reason: "rollback to an earlier revision"})
 	default:
 		// The name may be taken by a revision with different data (eq < 0
 		// means no stored revision has this data): a hash collision. Bump the
@@ -126,7 +124,7 @@ func (r *reconciler) selectRevisions() {
 		if len(revs) == 0 {
 			number = 1
 		}
-		r.newRev = Revision{
+		r.update = Revision{
 			Name:       name,
 			Hash:       hash,
 			Number:     number,
@@ -134,8 +132,7 @@ func (r *reconciler) selectRevisions() {
 			CreatedAt:  in.Now,
 			JobVersion: in.JobVersion,
 		}
-		r.update = &r.newRev
-		r.emit(Action{Type: ActionCreateRevision, Revision: r.newRev, Reason: "new template"})
+		r.emit(Action{Type: ActionCreateRevision, Revision: r.update, Reason: "new template"})
 	}
 
 	// The current revision is the one the last status named, if it still
@@ -161,7 +158,7 @@ func (r *reconciler) selectRevisions() {
 		}
 	}
 	if c != nil && c.Name != r.update.Name {
-		r.current = c
+		r.current = *c
 	}
 }
 
@@ -175,13 +172,16 @@ func (r *reconciler) findRevision(name string) *Revision {
 	return nil
 }
 
-// revisionByName resolves a name against the stored revisions and the
-// revision chosen (possibly created) in this reconcile.
-func (r *reconciler) revisionByName(name string) *Revision {
-	if r.update != nil && r.update.Name == name {
-		return r.update
+// revisionByName resolves a name against the revision chosen (possibly
+// created) in this reconcile and the stored revisions.
+func (r *reconciler) revisionByName(name string) (Revision, bool) {
+	if r.update.Name == name {
+		return r.update, true
 	}
-	return r.findRevision(name)
+	if c := r.findRevision(name); c != nil {
+		return *c, true
+	}
+	return Revision{}, false
 }
 
 // trimHistory deletes the oldest revisions beyond RevisionHistoryLimit, like

@@ -37,12 +37,8 @@ func (r *reconciler) countStatus() {
 	st := &r.status
 	st.ObservedGeneration = r.spec.Generation
 	st.CollisionCount = r.collisionCount
-	if r.current != nil {
-		st.CurrentRevision = r.current.Name
-	}
-	if r.update != nil {
-		st.UpdateRevision = r.update.Name
-	}
+	st.CurrentRevision = r.current.Name
+	st.UpdateRevision = r.update.Name
 	for i := range r.in.Pods {
 		p := &r.in.Pods[i]
 		if p.Ordinal < 0 {

@@ -9,7 +9,7 @@ import "strconv"
 // DeleteSetState (revisions and status) comes last, when no pod is left and no
 // volume remains to be deleted. Revisions are neither created nor trimmed.
 func (r *reconciler) teardown() Output {
-	in := r.in
+	in := &r.in
 	prev := in.Previous
 	st := &r.status
 	st.ObservedGeneration = r.spec.Generation
