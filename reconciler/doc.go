@@ -31,7 +31,8 @@
 // one is a rollback and gets the next number; otherwise a new revision is
 // created, named "<set>-<hash>" from HashRevision, with a collision count
 // that goes up while the name is taken by different data. The current
-// revision is the one the previous status named.
+// revision is the one the previous status named (if that status was lost:
+// the revision of the lowest-ordinal pod, which a rollout reaches last).
 //
 // Then the pods, as updateStatefulSet does. Pods inside the range are
 // replicas; pods outside it are condemned. Each replica is processed in
@@ -50,11 +51,13 @@
 // apart). A paused set makes no update at all, though it still keeps its
 // replicas, creating missing pods at the current revision.
 //
-// Two departures from Kubernetes let a rollout never freeze on pods it is
-// going to replace anyway: a pod in the update range that is not ready and
-// not at the update revision is replaced at once rather than waited for
-// (Kubernetes issue 67250: a revert then repairs a broken rollout), and such
-// pods do not use the maxUnavailable budget (issue 137409).
+// Some departures from Kubernetes keep the set from freezing on pods that can
+// never become ready: a pod in the update range that is not ready and not at
+// the update revision is replaced at once rather than waited for (Kubernetes
+// issue 67250: a revert then repairs a broken rollout); such pods do not use
+// the maxUnavailable budget (issue 137409); and a scale-down does not wait on
+// a condemned predecessor that is Failed or stuck at an outdated revision,
+// where Kubernetes' first-unhealthy-pod rule deadlocks.
 //
 // Last the status: the replica counters, the revisions, and the conditions
 // Progressing, Available and RolloutStuck. Progress is measured against the
