@@ -65,9 +65,6 @@ type controller struct {
 	lastSpec map[backend.SetKey]reconciler.Spec
 }
 
-// errWaiting means the set is waiting for its own writes to show up.
-var errWaiting = errors.New("waiting for the cache to observe our writes")
-
 // sync reconciles one set once.
 func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	start := time.Now()

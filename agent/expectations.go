@@ -61,11 +61,3 @@ func (e *expectations) pending(key backend.SetKey, obs nomad.Observation, now ti
 	}
 	return waiting, expired
 }
-
-// clear forgets every expectation, when leadership is lost and the cache is
-// thrown away.
-func (e *expectations) clear() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.m = map[backend.SetKey][]expectation{}
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
@@ -22,7 +23,6 @@ type metrics struct {
 
 	mu      sync.Mutex
 	podKeys map[backend.SetKey]map[string]bool
-	writes  map[string]bool
 }
 
 // nomadWriteVerbs are the API verbs that change Nomad; steady state must make
@@ -54,7 +54,7 @@ func newMetrics(queueDepth func() float64) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nomad_statefulset_queue_depth", Help: "Sets waiting to be reconciled.",
 		}, queueDepth),
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
