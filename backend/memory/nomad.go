@@ -482,7 +482,7 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 			return nil, ResponseError(500, fmt.Sprintf("cannot update volume %q: volume does not exist", v.ID))
 		}
 		if v.Name != rec.vol.Name {
-			return nil, ResponseError(500, fmt.Sprintf("volume validation failed: 1 error occurred:\n\t* volume name cannot be updated\n\n"))
+			return nil, ResponseError(500, "volume validation failed: 1 error occurred:\n\t* volume name cannot be updated\n\n")
 		}
 		v.NodeID, v.NodePool = rec.vol.NodeID, rec.vol.NodePool
 		v.CreateIndex, v.CreateTime, v.HostPath = rec.vol.CreateIndex, rec.vol.CreateTime, rec.vol.HostPath

@@ -86,6 +86,8 @@ func ResponseError(code int, body string) error {
 	}
 	_, err = client.Status().Leader()
 	if err == nil {
+		// Nomad's own capitalized wording, so callers match it the same way.
+		//lint:ignore ST1005 mirrors the text of api.UnexpectedResponseError
 		return fmt.Errorf("Unexpected response code: %d (%s)", code, body)
 	}
 	return err
