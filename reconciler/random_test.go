@@ -140,7 +140,7 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(12) {
+		switch rng.IntN(13) {
 		case 0:
 			w.spec.Replicas = rng.IntN(6)
 			w.logf("spec: replicas=%d", w.spec.Replicas)
@@ -159,6 +159,9 @@ func randomRun(seed uint64) (err error) {
 			w.chaos(rng)
 		case 7:
 			w.failAt = w.calls + 1 + rng.IntN(4)
+		case 8:
+			w.spec.OrdinalsStart = rng.IntN(3)
+			w.logf("spec: start=%d", w.spec.OrdinalsStart)
 		}
 		if err := w.step(); err != nil {
 			return err
