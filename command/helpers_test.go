@@ -104,6 +104,9 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 		list := client.SetList{Sets: []client.SetSummary{}}
 		for _, seq := range a.sets {
 			d := seq[len(seq)-1]
+			if d == nil {
+				continue
+			}
 			list.Sets = append(list.Sets, client.SetSummary{
 				Namespace: d.Namespace, Name: d.Name, Replicas: d.Spec.Replicas, ReadyReplicas: d.Status.ReadyReplicas,
 				CurrentRevision: d.Status.CurrentRevision, UpdateRevision: d.Status.UpdateRevision, Conditions: d.Status.Conditions,
@@ -121,7 +124,8 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 			a.served[key] = i + 1
 		}
 		a.mu.Unlock()
-		if !ok {
+		// A nil entry is a 404, as from an agent that just restarted.
+		if !ok || seq[min(i, len(seq)-1)] == nil {
 			writeTestJSON(w, http.StatusNotFound, map[string]string{"error": "no statefulset " + key + " is known to this agent"})
 			return
 		}

@@ -227,7 +227,8 @@ func TestEveryVerbAgainstTheRealAgent(t *testing.T) {
 	// Undo: back to the first revision; the agent sees a rollback (the same
 	// revision name, renumbered), and the pods above the partition return.
 	s.mustRun(undoC, "web")
-	s.follow("web")
+	lines = s.follow("web")
+	t.Logf("undo:\n%s", strings.Join(lines, "\n"))
 	d = s.detail("web")
 	revs = podRevisions(d)
 	if d.Status.UpdateRevision != rev1 || revs[1] != rev1 || revs[2] != rev1 {

@@ -163,8 +163,14 @@ func (c *RolloutStatusCommand) follow(ctx context.Context, ac *client.Client, na
 			emit(rolloutProgress{Namespace: ns, Name: name, Phase: "waiting",
 				Message: fmt.Sprintf("Waiting for the agent to pick up statefulset %q", name)})
 		case errors.Is(err, client.ErrNotFound) && seen:
-			c.UI.Error(fmt.Sprintf("Error: statefulset %q disappeared from the agent while following its rollout (was the job stopped?)", name))
-			return ExitError
+			// A restarted agent, or a new leader, knows no set until it has
+			// listed Nomad: wait while the parent job still runs.
+			if !c.parentLive(ctx, name) {
+				c.UI.Error(fmt.Sprintf("Error: statefulset %q disappeared from the agent while following its rollout (was the job stopped?)", name))
+				return ExitError
+			}
+			emit(rolloutProgress{Namespace: ns, Name: name, Phase: "waiting",
+				Message: fmt.Sprintf("Waiting for the agent to pick up statefulset %q again (agent restarted?)", name)})
 		case errors.Is(err, client.ErrNotFound):
 			return c.report(setNotFound(ns, name, err))
 		case err != nil:
@@ -229,6 +235,35 @@ func (c *RolloutStatusCommand) parentIndex(ctx context.Context, name string) (in
 	return 0, false
 }
 
+// podsAbovePartitionUpdated counts the pods with an ordinal from the
+// partition up to the last wanted one that are at the update revision and
+// ready.
+func podsAbovePartitionUpdated(d *client.SetDetail) int {
+	low := d.Spec.OrdinalsStart + d.Spec.Partition
+	high := d.Spec.OrdinalsStart + d.Spec.Replicas - 1
+	n := 0
+	for _, p := range d.Pods {
+		if p.Ordinal >= low && p.Ordinal <= high && p.Revision == d.Status.UpdateRevision && podReady(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// parentLive reports whether Nomad has the parent job and it is not stopped.
+// Any failure to tell counts as not live, so the caller never waits on a
+// guess.
+func (c *RolloutStatusCommand) parentLive(ctx context.Context, name string) bool {
+	nc, err := c.NomadClient()
+	if err != nil {
+		return false
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	job, _, err := nc.Jobs().Info(name, (&api.QueryOptions{Namespace: c.Namespace()}).WithContext(qctx))
+	return err == nil && (job.Stop == nil || !*job.Stop)
+}
+
 // evaluateRollout decides where a rollout stands from one detail read,
 // following kubectl's StatefulSet status viewer, plus the RolloutStuck
 // condition, the pod being updated and the generation guard.
@@ -273,6 +308,14 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 		done = done && st.UpdatedReplicas >= p.Target
 	} else {
 		done = done && st.UpdateRevision == st.CurrentRevision && st.UpdatedReplicas >= sp.Replicas
+	}
+	// updatedReplicas also counts pods below the partition that happen to
+	// be at the update revision: after an undo to the revision those pods
+	// kept, kubectl's rule alone says "done" while the ordinals above the
+	// partition are still at the bad one. So the pods must agree: every
+	// ordinal from the partition up is at the update revision and ready.
+	if len(d.Pods) > 0 {
+		done = done && podsAbovePartitionUpdated(d) >= p.Target
 	}
 	if done {
 		p.Phase = "done"

@@ -72,7 +72,9 @@ func runRolloutStatus(t *testing.T, agent *fakeAgent, nomadAddr string, args ...
 	t.Helper()
 	m, ui := newTestMeta()
 	cmd := &RolloutStatusCommand{Meta: m}
-	code := cmd.Run(append([]string{"-address", agent.srv.URL, "-nomad-address", nomadAddr, "-poll-interval", "1ms"}, args...))
+	// A generous -timeout keeps a broken test from hanging; a test's own
+	// -timeout comes later and wins.
+	code := cmd.Run(append([]string{"-address", agent.srv.URL, "-nomad-address", nomadAddr, "-poll-interval", "1ms", "-timeout", "30s"}, args...))
 	return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
 }
 
@@ -229,6 +231,7 @@ func TestRolloutStatusWaitsForAgentToPickUpNewSet(t *testing.T) {
 			d.Status.ObservedGeneration = 7
 			d.Status.CurrentRevision = d.Status.UpdateRevision
 			d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 3, 3
+			setPods(d, []string{newRev, newRev, newRev}, []string{"Available", "Available", "Available"})
 		})
 		agent.add(d)
 	}()
@@ -305,5 +308,51 @@ func TestEvaluateRolloutUpdatingPod(t *testing.T) {
 	p = evaluateRollout(d, 0)
 	if p.Phase != "waiting" || p.Action != "removing" || p.Updating != "web-2" {
 		t.Errorf("scale down: %s %s %q: %s", p.Phase, p.Action, p.Updating, p.Message)
+	}
+}
+
+func TestRolloutStatusSurvivesAnAgentRestart(t *testing.T) {
+	done := rolloutStep(func(d *client.SetDetail) {
+		d.Status.CurrentRevision = d.Status.UpdateRevision
+		d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 3, 3
+		setPods(d, []string{newRev, newRev, newRev}, []string{"Available", "Available", "Available"})
+	})
+	// While the parent job runs, a 404 after the set was seen is an agent
+	// that restarted and has not listed Nomad yet: keep following.
+	nomad := newFakeNomad(t)
+	nomad.put(parentJob("web"), 1)
+	agent := newFakeAgent(t)
+	agent.add(rolloutStep(func(d *client.SetDetail) {}), nil, nil, done)
+	code, out, errOut := runRolloutStatus(t, agent, nomad.srv.URL, "web")
+	if code != ExitOK || !strings.Contains(out, `Waiting for the agent to pick up statefulset "web" again`) || !strings.Contains(out, "complete") {
+		t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
+	}
+
+	// Without the parent job, the set is gone for good.
+	agent = newFakeAgent(t)
+	agent.add(rolloutStep(func(d *client.SetDetail) {}), nil)
+	code, _, errOut = runRolloutStatus(t, agent, closedAddress(t), "web")
+	if code != ExitError || !strings.Contains(errOut, `statefulset "web" disappeared from the agent`) {
+		t.Fatalf("exit %d, err %q", code, errOut)
+	}
+}
+
+func TestRolloutStatusUndoWithPartitionIsNotDoneEarly(t *testing.T) {
+	// After an undo to the revision web-0 kept below the partition,
+	// updatedReplicas (web-0 and web-2) already reaches replicas-partition
+	// while web-1 is still at the bad revision.
+	d := rolloutStep(func(d *client.SetDetail) {
+		d.Spec.Partition = 1
+		d.Status.UpdateRevision, d.Status.CurrentRevision = oldRev, newRev
+		setPods(d, []string{oldRev, newRev, oldRev}, []string{"Available", "Available", "Available"})
+		d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 3, 2
+	})
+	p := evaluateRollout(d, 0)
+	if p.Phase != "waiting" || p.Action != "next" || p.Updating != "web-1" {
+		t.Fatalf("%s %s %s: %s", p.Phase, p.Action, p.Updating, p.Message)
+	}
+	setPods(d, []string{oldRev, oldRev, oldRev}, []string{"Available", "Available", "Available"})
+	if p := evaluateRollout(d, 0); p.Phase != "done" {
+		t.Fatalf("all pods from the partition up are back: %s: %s", p.Phase, p.Message)
 	}
 }
