@@ -35,6 +35,7 @@ func TestUsageErrors(t *testing.T) {
 		{"validate no file", func(m Meta) cli.Command { return &ValidateCommand{Meta: m} }, nil, "missing arguments"},
 		{"version with argument", func(m Meta) cli.Command { return &VersionCommand{Meta: m} }, []string{"now"}, "takes no arguments"},
 		{"scale wildcard namespace", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"-namespace", "*", "web", "2"}, `-namespace "*" names no single namespace`},
+		{"status of a set in every namespace", func(m Meta) cli.Command { return &StatusCommand{Meta: m} }, []string{"-namespace", "*", "web"}, `-namespace "*" names no single namespace`},
 		{"rollout bare", func(m Meta) cli.Command { return &RolloutCommand{Meta: m} }, nil, "missing rollout subcommand"},
 		{"rollout unknown", func(m Meta) cli.Command { return &RolloutCommand{Meta: m} }, []string{"rewind"}, `unknown rollout subcommand "rewind"`},
 	}
