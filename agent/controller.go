@@ -295,6 +295,9 @@ func setCondition(conds []reconciler.Condition, cond reconciler.Condition, now t
 func actionMessage(key backend.SetKey, a reconciler.Action) string {
 	switch a.Type {
 	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+		if a.Revision.Name == "" {
+			return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)
+		}
 		return fmt.Sprintf("%s %s-%d (revision %s): %s", a.Type, key.Name, a.Ordinal, a.Revision.Name, a.Reason)
 	case reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume:
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Volume.Name, a.Reason)

@@ -123,6 +123,17 @@ func newestAlloc(allocs map[string]*api.AllocationListStub) *api.AllocationListS
 	return best
 }
 
+// allocsCreatedAfter returns the allocations created after a raft index.
+func allocsCreatedAfter(allocs map[string]*api.AllocationListStub, index uint64) map[string]*api.AllocationListStub {
+	out := make(map[string]*api.AllocationListStub, len(allocs))
+	for id, a := range allocs {
+		if a.CreateIndex > index {
+			out[id] = a
+		}
+	}
+	return out
+}
+
 // allocStopped reports whether an allocation can no longer be running
 // anywhere. Lost allocations are only taken as stopped once their client
 // must have stopped them itself (see lostAllocMargin).
@@ -179,7 +190,18 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	if stopped {
 		d.Pod.Terminating = true
 	}
+	// A child registered again (at a new revision, or after it stopped)
+	// still lists the allocations of its earlier versions. Until Nomad
+	// places one for the current registration, the child is Pending:
+	// judging it by an old, completed allocation would read it as Succeeded
+	// and delete it again. Allocation events carry no Job (Nomad strips it),
+	// so JobVersion is unknown there; but an allocation placed for this
+	// registration is created after it, and Nomad moves JobModifyIndex only
+	// when the spec changes.
 	a := newestAlloc(ch.allocs)
+	if !stopped {
+		a = newestAlloc(allocsCreatedAfter(ch.allocs, u64(job.JobModifyIndex)))
+	}
 	if a == nil {
 		return d, true
 	}

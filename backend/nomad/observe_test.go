@@ -168,3 +168,25 @@ func TestSplitOrdinal(t *testing.T) {
 		}
 	}
 }
+
+func TestObserveReRegisteredChildIsPendingUntilItsNewAllocationExists(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	job := childJob("web", "0", "web-new", false, 30)
+	job.Version = ptr(uint64(2))
+	old := alloc("a1", "web-0", "complete", "stop", ptr(true), 10, now)
+	old.JobVersion = 0
+	c := NewCache()
+	c.Replace(Snapshot{Index: 31, Jobs: []*api.Job{job}, Allocs: []*api.AllocationListStub{old}})
+	obs := c.Observe(key, nil, now)
+	if len(obs.Pods) != 1 || obs.Pods[0].Pod.Phase != reconciler.PhasePending || obs.Pods[0].Pod.Terminating {
+		t.Fatalf("a child re-registered at version 2 with only a completed version-0 allocation must be Pending, got %+v", obs.Pods)
+	}
+	// Allocation events carry no job version: only the create index tells.
+	fresh := alloc("a2", "web-0", "running", "run", ptr(true), 32, now)
+	c.UpsertAlloc(fresh, 33)
+	obs = c.Observe(key, nil, now)
+	if !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != "a2" {
+		t.Fatalf("the current version's allocation must decide the pod, got %+v", obs.Pods[0])
+	}
+}
