@@ -132,6 +132,7 @@ func (v *views) list() client.SetList {
 		out.Sets = append(out.Sets, client.SetSummary{
 			Namespace: d.Namespace, Name: d.Name, Replicas: d.Spec.Replicas, ReadyReplicas: d.Status.ReadyReplicas,
 			CurrentRevision: d.Status.CurrentRevision, UpdateRevision: d.Status.UpdateRevision, Conditions: d.Status.Conditions,
+			Error: d.Error,
 		})
 	}
 	sort.Slice(out.Sets, func(i, j int) bool {

@@ -23,6 +23,8 @@ type SetSummary struct {
 	CurrentRevision string      `json:"current_revision"`
 	UpdateRevision  string      `json:"update_revision"`
 	Conditions      []Condition `json:"conditions"`
+	// Error is set when the set's job is invalid or its stored state corrupt.
+	Error string `json:"error,omitempty"`
 }
 
 // SetList is the body of GET /v1/statefulsets.
