@@ -47,8 +47,9 @@ job "workers" {
       healthy_deadline = "1m"
     }
 
+    # Scratch space only: it must hold the task logs (10 x 10 MB by default).
     ephemeral_disk {
-      size = 50
+      size = 150
     }
 
     task "worker" {

@@ -32,8 +32,9 @@ type revisionDoc struct {
 // mutating hook). They must be applied on our side too, or a job read back
 // from Nomad would hash differently from the job as the user wrote it.
 const (
-	serverDefaultDatacenter = "*"
-	serverDefaultNodePool   = "default"
+	serverDefaultDatacenter  = "*"
+	serverDefaultNodePool    = "default"
+	serverDefaultHostNetwork = "default"
 )
 
 // RevisionData returns the canonical JSON of the revisioned fields of a
@@ -112,6 +113,7 @@ func newRevisionDoc(job *api.Job) (*revisionDoc, error) {
 	// Scaling policies apply to the parent's count, which this daemon owns.
 	g.Scaling = nil
 	stripImplicit(g)
+	applyServerDefaults(g)
 
 	doc := &revisionDoc{
 		Datacenters: c.Datacenters,
@@ -131,6 +133,32 @@ func newRevisionDoc(job *api.Job) (*revisionDoc, error) {
 	}
 	prune(reflect.ValueOf(doc).Elem())
 	return doc, nil
+}
+
+// applyServerDefaults fills the group defaults that a Nomad server sets and
+// the api package does not. Each one was found by comparing a submitted job
+// with the same job read back from a real agent (jobs/testdata).
+func applyServerDefaults(g *api.TaskGroup) {
+	networks := g.Networks
+	for _, t := range g.Tasks {
+		if t != nil && t.Resources != nil {
+			networks = append(networks[:len(networks):len(networks)], t.Resources.Networks...)
+		}
+	}
+	for _, n := range networks {
+		if n == nil {
+			continue
+		}
+		// A port without host_network is placed on the "default" host
+		// network; the server writes that name down.
+		for _, ports := range [][]api.Port{n.DynamicPorts, n.ReservedPorts} {
+			for i := range ports {
+				if ports[i].HostNetwork == "" {
+					ports[i].HostNetwork = serverDefaultHostNetwork
+				}
+			}
+		}
+	}
 }
 
 // revisionMeta drops the statefulset keys: changing how the set is managed

@@ -1,0 +1,41 @@
+package jobs
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// BenchmarkParseRender is the per-pod cost on the controller's hot path:
+// parse the parent's annotations and render one child from a revision.
+func BenchmarkParseRender(b *testing.B) {
+	job := submitted(b, "web")
+	data, err := RevisionData(job)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rev := testRevision("web", data)
+	b.ReportAllocs()
+	for b.Loop() {
+		spec, err := Parse(job)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := RenderChild(spec, rev, 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRevisionData is the cost of computing the canonical template,
+// paid once per parent job change (and per resync).
+func BenchmarkRevisionData(b *testing.B) {
+	job := submitted(b, "web")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := RevisionData(job); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
