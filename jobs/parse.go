@@ -463,14 +463,15 @@ func strOr(p *string, def string) string {
 }
 
 // podName is "<set>-<ordinal>", the child job ID and the pod's identity.
+// The reconciler owns the naming scheme; going through it keeps the names
+// the controller computes and the names rendered here from ever diverging.
 func podName(set string, ordinal int) string {
-	return set + "-" + strconv.Itoa(ordinal)
+	return reconciler.PodName(set, ordinal)
 }
 
 // volumeName is "<claim>-<set>-<ordinal>", built the way Kubernetes names
-// PVCs. It must agree with reconciler.VolumeName, which the controller uses
-// to create the volume before the child that mounts it; the jobs tests pin
-// the format.
+// PVCs: the name the controller creates the volume under before the child
+// that mounts it.
 func volumeName(claim, set string, ordinal int) string {
-	return claim + "-" + set + "-" + strconv.Itoa(ordinal)
+	return reconciler.VolumeName(claim, set, ordinal)
 }

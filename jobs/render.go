@@ -113,16 +113,59 @@ func RenderChild(spec reconciler.Spec, rev reconciler.Revision, ordinal int) (*a
 // the group with a canonicalized copy of itself in a service job (the
 // context it was canonicalized in when the revision was made).
 func restoreGroupZeros(g *api.TaskGroup) {
-	b, err := json.Marshal(g)
-	if err != nil {
-		return
+	// A reflective deep copy, not a JSON round trip: decoding JSON was most
+	// of RenderChild's time.
+	canon := deepCopy(reflect.ValueOf(g)).Interface().(*api.TaskGroup)
+	(&api.Job{ID: ptr("restore"), Type: ptr(api.JobTypeService), TaskGroups: []*api.TaskGroup{canon}}).Canonicalize()
+	restoreZeros(reflect.ValueOf(g).Elem(), reflect.ValueOf(canon).Elem())
+}
+
+// deepCopy copies v with everything it points to. Unexported fields are
+// left zero; the api types have none that matter.
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Struct, reflect.Slice, reflect.Map:
+	default:
+		// Scalars (and strings, which are immutable) are copied by value.
+		return v
 	}
-	var canon api.TaskGroup
-	if err := json.Unmarshal(b, &canon); err != nil {
-		return
+	out := reflect.New(v.Type()).Elem()
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			p := reflect.New(v.Type().Elem())
+			p.Elem().Set(deepCopy(v.Elem()))
+			out.Set(p)
+		}
+	case reflect.Interface:
+		if !v.IsNil() {
+			out.Set(deepCopy(v.Elem()))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if out.Field(i).CanSet() {
+				out.Field(i).Set(deepCopy(v.Field(i)))
+			}
+		}
+	case reflect.Slice:
+		if !v.IsNil() {
+			s := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+			for i := range v.Len() {
+				s.Index(i).Set(deepCopy(v.Index(i)))
+			}
+			out.Set(s)
+		}
+	case reflect.Map:
+		if !v.IsNil() {
+			m := reflect.MakeMapWithSize(v.Type(), v.Len())
+			iter := v.MapRange()
+			for iter.Next() {
+				m.SetMapIndex(iter.Key(), deepCopy(iter.Value()))
+			}
+			out.Set(m)
+		}
 	}
-	(&api.Job{ID: ptr("restore"), Type: ptr(api.JobTypeService), TaskGroups: []*api.TaskGroup{&canon}}).Canonicalize()
-	restoreZeros(reflect.ValueOf(g).Elem(), reflect.ValueOf(&canon).Elem())
+	return out
 }
 
 // setHealth makes Nomad judge and report the allocation's health, which is
