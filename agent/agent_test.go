@@ -156,7 +156,7 @@ func (h *harness) waitConverged(set string, replicas int, revision func(string) 
 }
 
 func fastSim() memory.NomadConfig {
-	return memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
+	return memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
 }
 
 func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {

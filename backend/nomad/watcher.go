@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -204,7 +205,8 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 		e := &evs.Events[i]
 		switch e.Topic {
 		case api.TopicJob:
-			job, err := e.Job()
+			var job *api.Job
+			err := decodePayload(e, "Job", &job)
 			if err != nil || job == nil || job.ID == nil {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -226,7 +228,8 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				touched[k] = struct{}{}
 			}
 		case api.TopicAllocation:
-			alloc, err := e.Allocation()
+			var alloc *api.Allocation
+			err := decodePayload(e, "Allocation", &alloc)
 			if err != nil || alloc == nil {
 				w.log.Warn("ignoring an allocation event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -241,7 +244,8 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				touched[k] = struct{}{}
 			}
 		case api.TopicDeployment:
-			d, err := e.Deployment()
+			var d *api.Deployment
+			err := decodePayload(e, "Deployment", &d)
 			if err != nil || d == nil {
 				continue
 			}
@@ -256,4 +260,24 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 	for k := range touched {
 		w.onChange(k)
 	}
+}
+
+// decodePayload decodes one object of an event's payload. It goes through
+// JSON rather than the api package's Event.Job() and friends: those use
+// mapstructure, which follows the structs' snake_case `mapstructure` tags
+// while the payload uses Go field names, so fields such as MaxParallel,
+// StopOnClientAfter and the reschedule policy silently come out nil.
+func decodePayload(e *api.Event, key string, out any) error {
+	raw, ok := e.Payload[key]
+	if !ok {
+		return fmt.Errorf("event %s has no %s payload", e.Type, key)
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return fmt.Errorf("re-encoding the %s payload: %w", key, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decoding the %s payload: %w", key, err)
+	}
+	return nil
 }

@@ -22,6 +22,9 @@ func child(rev string) *api.Job {
 		Meta: map[string]string{"statefulset_parent": "web", "statefulset_ordinal": "0", "statefulset_revision": rev},
 		TaskGroups: []*api.TaskGroup{{
 			Name: ptr("app"), Count: ptr(1),
+			Update:           &api.UpdateStrategy{MaxParallel: ptr(1)},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
+			Disconnect:       &api.DisconnectStrategy{StopOnClientAfter: ptr(time.Minute), Replace: ptr(false)},
 			Tasks: []*api.Task{{Name: "app", Driver: "exec", Config: map[string]any{"command": rev}}},
 		}},
 	}
@@ -46,7 +49,7 @@ func waitPod(t *testing.T, c *nomad.Cache, what string, ok func(nomad.Observatio
 // the cycle a rolling update makes, on the simulated Nomad, and checks what
 // the cache shows at each step.
 func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
-	sim := memory.NewNomad(memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	sim := memory.NewNomad(memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
 	defer sim.Close()
 	cache := nomad.NewCache()
 	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{}, hclog.NewNullLogger(), func(backend.SetKey) {})
@@ -60,6 +63,15 @@ func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
 	waitPod(t, cache, "r1 ready", func(o nomad.Observation) bool {
 		return len(o.Pods) == 1 && o.Pods[0].Pod.Ready && o.Pods[0].Pod.Revision == "r1"
 	})
+	// Event payloads are JSON with Go field names: decoded with the api's
+	// mapstructure helpers these settings came out nil, so every child
+	// looked hand-edited and was recreated forever on a real cluster.
+	g := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now()).Pods[0].Job.TaskGroups[0]
+	if g.Update == nil || g.Update.MaxParallel == nil || *g.Update.MaxParallel != 1 ||
+		g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil || *g.Disconnect.StopOnClientAfter != time.Minute ||
+		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
+		t.Fatalf("the cached child lost fields in event decoding: update %+v disconnect %+v reschedule %+v", g.Update, g.Disconnect, g.ReschedulePolicy)
+	}
 	if err := sim.DeregisterJob(ctx, "default", "web-0", false); err != nil {
 		t.Fatal(err)
 	}
