@@ -19,41 +19,54 @@ import (
 // Annotation keys of the parent job's meta (DESIGN §1). They are the user
 // contract: renaming one breaks every job that uses it.
 const (
-	KeyManaged                 = "statefulset"
-	KeyReplicas                = "statefulset_replicas"
-	KeyOrdinalsStart           = "statefulset_ordinals_start"
-	KeyPodManagementPolicy     = "statefulset_pod_management_policy"
-	KeyUpdateStrategy          = "statefulset_update_strategy"
-	KeyPartition               = "statefulset_partition"
-	KeyMaxUnavailable          = "statefulset_max_unavailable"
-	KeyMinReadySeconds         = "statefulset_min_ready_seconds"
-	KeyRevisionHistoryLimit    = "statefulset_revision_history_limit"
-	KeyVolumeClaims            = "statefulset_volume_claims"
-	KeyVolumeRetentionDeleted  = "statefulset_volume_retention_when_deleted"
-	KeyVolumeRetentionScaled   = "statefulset_volume_retention_when_scaled"
-	KeyPaused                  = "statefulset_paused"
-	KeyProgressDeadline        = "statefulset_progress_deadline"
+	KeyManaged                = "statefulset"
+	KeyReplicas               = "statefulset_replicas"
+	KeyOrdinalsStart          = "statefulset_ordinals_start"
+	KeyPodManagementPolicy    = "statefulset_pod_management_policy"
+	KeyUpdateStrategy         = "statefulset_update_strategy"
+	KeyPartition              = "statefulset_partition"
+	KeyMaxUnavailable         = "statefulset_max_unavailable"
+	KeyMinReadySeconds        = "statefulset_min_ready_seconds"
+	KeyRevisionHistoryLimit   = "statefulset_revision_history_limit"
+	KeyVolumeClaims           = "statefulset_volume_claims"
+	KeyVolumeRetentionDeleted = "statefulset_volume_retention_when_deleted"
+	KeyVolumeRetentionScaled  = "statefulset_volume_retention_when_scaled"
+	KeyPaused                 = "statefulset_paused"
+	KeyProgressDeadline       = "statefulset_progress_deadline"
+)
+
+// Defaults and limits of the parser.
+const (
 	annotationPrefix           = KeyManaged + "_"
+	managedValue               = "true"
 	defaultNamespace           = "default"
 	defaultReplicas            = 1
 	defaultRevisionHistory     = 10
 	defaultProgressDeadline    = 10 * time.Minute
-	maxPodNameLength           = 63  // a DNS label: <set>-<n> is a Consul DNS name
-	maxVolumeNameLength        = 128 // Nomad's limit on host volume names
-	dnsLabelRule               = "lowercase letters, digits and '-', starting and ending with a letter or digit"
-	volumeNameRule             = "letters, digits, '-' and '_'"
-	managedValue               = "true"
-	structuralKeyGroups        = "group"
-	structuralKeyCount         = "count"
-	structuralKeyType          = "type"
-	structuralKeyID            = "id"
-	structuralKeyNamespace     = "namespace"
-	structuralKeyClaimSuffix   = " (claim)"
-	percentSuffix              = "%"
-	maxPercent                 = 100
-	suggestionMaxDistance      = 3
-	nearTypoDistance           = 2
 	defaultMaxUnavailableValue = 1
+	// maxPodNameLength: "<set>-<n>" is a DNS label in
+	// <set>-<n>.<service>.service.consul, and DNS labels stop at 63.
+	maxPodNameLength = 63
+	// maxVolumeNameLength is our own bound, not Nomad's (v1.10.5 only
+	// requires a name): volume names also end up in paths, ACL globs and
+	// CLI output, and [a-zA-Z0-9-_]{1,128} is the rule Nomad applies to
+	// its other object names (node pools, identities).
+	maxVolumeNameLength   = 128
+	dnsLabelRule          = "lowercase letters, digits and '-', starting and ending with a letter or digit"
+	volumeNameRule        = "letters, digits, '-' and '_'"
+	percentSuffix         = "%"
+	maxPercent            = 100
+	suggestionMaxDistance = 3
+	nearTypoDistance      = 2
+)
+
+// Keys of problems that concern the job's shape rather than an annotation.
+const (
+	structuralKeyGroups    = "group"
+	structuralKeyCount     = "count"
+	structuralKeyType      = "type"
+	structuralKeyID        = "id"
+	structuralKeyNamespace = "namespace"
 )
 
 // annotationKeys is every statefulset_* key the parser knows; anything else
@@ -71,8 +84,8 @@ var (
 	// names. The set name becomes part of the pod name "<set>-<n>", which is
 	// used as a Consul service tag and DNS label, so it must be one too.
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	// volumeNamePart is what Nomad accepts in host volume names; claims
-	// become part of "<claim>-<set>-<n>".
+	// volumeNamePart is the character set we allow in claims, which become
+	// part of "<claim>-<set>-<n>": safe in paths, ACL globs and shells.
 	volumeNamePart = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 	// digits is a plain non-negative decimal: no sign, no spaces, no "0x".
 	digits = regexp.MustCompile(`^[0-9]+$`)

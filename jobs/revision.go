@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -189,42 +190,80 @@ func copyJob(job *api.Job) (*api.Job, error) {
 	return &c, nil
 }
 
-// Implicit constraints, exactly as a Nomad server's jobImpliedConstraints
-// mutator adds them (nomad/job_endpoint_hooks.go).
+// Implicit constraints, as a Nomad server's jobImpliedConstraints mutator
+// adds them (nomad/job_endpoint_hooks.go, checked against v1.10.5).
 const (
 	attrNomadServiceDisco = "${attr.nomad.service_discovery}"
 	attrNomadVersion      = "${attr.nomad.version}"
-	attrConsulVersion     = "${attr.consul.version}"
-	attrVaultVersion      = "${attr.vault.version}"
 	attrOSSignals         = "${attr.os.signals}"
 	attrKernelName        = "${attr.kernel.name}"
+	attrCNIPrefix         = "${attr.plugins.cni.version."
 	operandSemver         = "semver"
 	operandEqual          = "="
 	operandSetContains    = "set_contains"
 	defaultCluster        = "default"
 	numaAffinityNone      = "none"
 	serviceProviderNomad  = "nomad"
+	networkModeBridge     = "bridge"
 )
 
+// implicit is one constraint a server may add. RTargets lists every value
+// known Nomad versions have used (the minimum Consul version went from
+// 1.7.0 to 1.8.0): a server upgrade must not roll every set, and a user's
+// own stricter constraint on the same attribute is never mistaken for one.
+type implicit struct {
+	LTarget  string
+	Operand  string
+	RTargets []string
+}
+
+func (i implicit) matches(c *api.Constraint) bool {
+	return c != nil && c.LTarget == i.LTarget && c.Operand == i.Operand && slices.Contains(i.RTargets, c.RTarget)
+}
+
 // implicitConstraints returns the constraints a Nomad server adds to group
-// g on its own, given the features g uses. They are removed from the
-// revision data on both sides: the server adds them to the registered
-// parent but they are absent from the submitted one, and the server will
-// add them to every child again. Removing only exact matches, and only when
-// the feature is in use, keeps a constraint the user wrote for another
-// reason.
-func implicitConstraints(g *api.TaskGroup) []api.Constraint {
-	var out []api.Constraint
-	services := append([]*api.Service(nil), g.Services...)
+// g on its own, given the features g uses, and those it adds to each task
+// (by task name). They are removed from the revision data on both sides:
+// the server adds them to the registered parent but they are absent from
+// the submitted one, and it adds them to every child again. Removing only
+// known values, and only when the feature is in use, keeps a constraint the
+// user wrote for another reason.
+func implicitConstraints(g *api.TaskGroup) (group []implicit, tasks map[string][]implicit) {
+	tasks = map[string][]implicit{}
 	var signals []string
-	numa := false
+	numa, nomadSD, nomadChecks, schedule := false, false, false, false
+	consul := func(s *api.Service) (implicit, bool) {
+		if s == nil || s.Provider == serviceProviderNomad {
+			return implicit{}, false
+		}
+		return implicit{LTarget: clusterAttr("consul", s.Cluster), Operand: operandSemver, RTargets: []string{">= 1.7.0", ">= 1.8.0"}}, true
+	}
+	noteNomad := func(s *api.Service) {
+		if s != nil && s.Provider == serviceProviderNomad {
+			nomadSD = true
+			nomadChecks = nomadChecks || len(s.Checks) > 0
+		}
+	}
+	for _, s := range g.Services {
+		noteNomad(s)
+		if c, ok := consul(s); ok {
+			group = append(group, c)
+		}
+	}
 	for _, t := range g.Tasks {
 		if t == nil {
 			continue
 		}
-		services = append(services, t.Services...)
+		for _, s := range t.Services {
+			noteNomad(s)
+			// Since Nomad 1.10 the constraint for a task's Consul service
+			// goes on the task, not the group.
+			if c, ok := consul(s); ok {
+				tasks[t.Name] = append(tasks[t.Name], c)
+			}
+		}
 		if t.Vault != nil {
-			out = append(out, api.Constraint{LTarget: clusterAttr("vault", t.Vault.Cluster), RTarget: ">= 0.6.1", Operand: operandSemver})
+			group = append(group, implicit{LTarget: clusterAttr("vault", t.Vault.Cluster), Operand: operandSemver, RTargets: []string{">= 0.6.1", ">= 1.11.0"}})
 			if deref(t.Vault.ChangeMode) == "signal" && deref(t.Vault.ChangeSignal) != "" {
 				signals = append(signals, deref(t.Vault.ChangeSignal))
 			}
@@ -240,30 +279,34 @@ func implicitConstraints(g *api.TaskGroup) []api.Constraint {
 		if t.Resources != nil && t.Resources.NUMA != nil && t.Resources.NUMA.Affinity != "" && t.Resources.NUMA.Affinity != numaAffinityNone {
 			numa = true
 		}
+		schedule = schedule || t.Schedule != nil
 	}
-	for _, s := range services {
-		if s == nil {
-			continue
-		}
-		switch s.Provider {
-		case serviceProviderNomad:
-			out = append(out, api.Constraint{LTarget: attrNomadServiceDisco, RTarget: "true", Operand: operandEqual})
-			if len(s.Checks) > 0 {
-				out = append(out, api.Constraint{LTarget: attrNomadVersion, RTarget: ">= 1.4.0", Operand: operandSemver})
-			}
-		default:
-			out = append(out, api.Constraint{LTarget: clusterAttr("consul", s.Cluster), RTarget: ">= 1.7.0", Operand: operandSemver})
-		}
+	if nomadSD {
+		group = append(group, implicit{LTarget: attrNomadServiceDisco, Operand: operandEqual, RTargets: []string{"true"}})
+	}
+	if nomadChecks {
+		group = append(group, implicit{LTarget: attrNomadVersion, Operand: operandSemver, RTargets: []string{">= 1.4.0"}})
 	}
 	if len(signals) > 0 {
-		out = append(out, api.Constraint{LTarget: attrOSSignals, RTarget: joinUnique(signals), Operand: operandSetContains})
+		group = append(group, implicit{LTarget: attrOSSignals, Operand: operandSetContains, RTargets: []string{joinUnique(signals)}})
 	}
 	if numa {
-		out = append(out,
-			api.Constraint{LTarget: attrNomadVersion, RTarget: ">= 1.6.3-dev", Operand: operandSemver},
-			api.Constraint{LTarget: attrKernelName, RTarget: "linux", Operand: operandEqual})
+		group = append(group,
+			implicit{LTarget: attrNomadVersion, Operand: operandSemver, RTargets: []string{">= 1.6.3-dev"}},
+			implicit{LTarget: attrKernelName, Operand: operandEqual, RTargets: []string{"linux"}})
 	}
-	return out
+	if schedule {
+		group = append(group, implicit{LTarget: attrNomadVersion, Operand: operandSemver, RTargets: []string{">= 1.8.0-dev"}})
+	}
+	for _, n := range g.Networks {
+		if n != nil && n.Mode == networkModeBridge {
+			for _, plugin := range []string{"bridge", "firewall", "host-local", "loopback", "portmap"} {
+				group = append(group, implicit{LTarget: attrCNIPrefix + plugin + "}", Operand: operandSemver, RTargets: []string{">= 0.4.0"}})
+			}
+			break
+		}
+	}
+	return group, tasks
 }
 
 // clusterAttr is the version attribute of a Consul or Vault cluster: the
@@ -289,16 +332,14 @@ func joinUnique(ss []string) string {
 // stripImplicit removes implicit constraints and server-added defaults from
 // the canonicalized template group g.
 func stripImplicit(g *api.TaskGroup) {
-	implicit := implicitConstraints(g)
-	kept := g.Constraints[:0]
-	for _, c := range g.Constraints {
-		if c == nil || !containsConstraint(implicit, c) {
-			kept = append(kept, c)
-		}
-	}
-	g.Constraints = kept
+	group, tasks := implicitConstraints(g)
+	g.Constraints = withoutImplicit(g.Constraints, group)
 	for _, t := range g.Tasks {
-		if t != nil && isDefaultIdentity(t.Identity) {
+		if t == nil {
+			continue
+		}
+		t.Constraints = withoutImplicit(t.Constraints, tasks[t.Name])
+		if isDefaultIdentity(t.Identity) {
 			// The server gives every task its default workload identity
 			// when none is written; a submitted job has nil here.
 			t.Identity = nil
@@ -306,13 +347,17 @@ func stripImplicit(g *api.TaskGroup) {
 	}
 }
 
-func containsConstraint(set []api.Constraint, c *api.Constraint) bool {
-	for _, s := range set {
-		if s.LTarget == c.LTarget && s.RTarget == c.RTarget && s.Operand == c.Operand {
-			return true
+func withoutImplicit(cs []*api.Constraint, implicits []implicit) []*api.Constraint {
+	if len(implicits) == 0 {
+		return cs
+	}
+	kept := cs[:0]
+	for _, c := range cs {
+		if !slices.ContainsFunc(implicits, func(i implicit) bool { return i.matches(c) }) {
+			kept = append(kept, c)
 		}
 	}
-	return false
+	return kept
 }
 
 // isDefaultIdentity reports whether wi is the workload identity a Nomad

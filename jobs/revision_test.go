@@ -188,6 +188,39 @@ func TestRevisionDataImplicitConstraints(t *testing.T) {
 	}
 }
 
+// TestRevisionDataImplicitConsulAndBridge follows Nomad v1.10.5: a task's
+// Consul service gets its constraint on the task, the minimum Consul
+// version moved from 1.7.0 to 1.8.0 across versions, and bridge networking
+// brings CNI plugin constraints. A user's stricter constraint stays.
+func TestRevisionDataImplicitConsulAndBridge(t *testing.T) {
+	consulJob := func() *api.Job {
+		j := newJob(nil)
+		g := j.TaskGroups[0]
+		g.Services[0].Provider = "consul"
+		g.Tasks[0].Services[0].Provider = ""
+		g.Networks = []*api.NetworkResource{{Mode: "bridge"}}
+		return j
+	}
+	base := mustRevisionData(t, consulJob())
+	for _, rt := range []string{">= 1.7.0", ">= 1.8.0"} {
+		j := consulJob()
+		g := j.TaskGroups[0]
+		g.Constraints = append(g.Constraints, &api.Constraint{LTarget: "${attr.consul.version}", RTarget: rt, Operand: "semver"})
+		for _, p := range []string{"bridge", "firewall", "host-local", "loopback", "portmap"} {
+			g.Constraints = append(g.Constraints, &api.Constraint{LTarget: "${attr.plugins.cni.version." + p + "}", RTarget: ">= 0.4.0", Operand: "semver"})
+		}
+		g.Tasks[0].Constraints = []*api.Constraint{{LTarget: "${attr.consul.version}", RTarget: rt, Operand: "semver"}}
+		if got := mustRevisionData(t, j); !bytes.Equal(got, base) {
+			t.Errorf("implicit Consul %q / CNI constraints changed the data:\n%s\n%s", rt, base, got)
+		}
+	}
+	strict := consulJob()
+	strict.TaskGroups[0].Constraints = []*api.Constraint{{LTarget: "${attr.consul.version}", RTarget: ">= 1.20.0", Operand: "semver"}}
+	if got := mustRevisionData(t, strict); bytes.Equal(got, base) {
+		t.Error("a user's stricter Consul version constraint was dropped")
+	}
+}
+
 func TestRevisionDataDoesNotMutate(t *testing.T) {
 	job := newJob(map[string]string{KeyReplicas: "2"})
 	before, _ := json.Marshal(job)
