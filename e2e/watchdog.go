@@ -280,15 +280,22 @@ func (w *Watchdog) Check(t testing.TB) {
 func StartWatchdog(t testing.TB, client *nomadapi.Client) *Watchdog {
 	t.Helper()
 	w := NewWatchdog()
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel, w.done = cancel, make(chan struct{})
-	w.poll(client) // a first listing, so the watchdog starts from the current state
-	go w.run(ctx, client, time.Second)
+	w.Watch(client)
 	t.Cleanup(func() {
 		w.Stop()
 		w.Check(t)
 	})
 	return w
+}
+
+// Watch feeds the watchdog from Nomad (the event stream, and a full listing
+// every second) until Stop. StartWatchdog calls it; call it directly for a
+// watchdog whose violations a test inspects itself.
+func (w *Watchdog) Watch(client *nomadapi.Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel, w.done = cancel, make(chan struct{})
+	w.poll(client) // a first listing, so the watchdog starts from the current state
+	go w.run(ctx, client, time.Second)
 }
 
 // Stop stops the watchdog's goroutines.

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
 func child(w *Watchdog, id, parent, ord string) {
@@ -139,4 +142,61 @@ func TestWatchdogOrders(t *testing.T) {
 	if len(w.Children("web")) != 2 || len(w.Children("db")) != 0 {
 		t.Fatalf("children %+v", w.Children("web"))
 	}
+}
+
+// TestWatchdogRealNomad runs two jobs that claim the same ordinal of a set on
+// a real Nomad and checks that the watchdog, fed by the event stream and the
+// listing, sees them register, become healthy, and run at once.
+func TestWatchdogRealNomad(t *testing.T) {
+	n := testagent.Nomad(t)
+	w := NewWatchdog()
+	w.Watch(n.Client)
+	defer w.Stop()
+	job := func(id string) string {
+		return `job "` + id + `" {
+  datacenters = ["*"]
+  meta {
+    statefulset_parent  = "fake"
+    statefulset_ordinal = "0"
+  }
+  update {
+    min_healthy_time = "1s"
+  }
+  group "g" {
+    task "t" {
+      driver = "mock_driver"
+      config {
+        run_for = "1h"
+      }
+      resources {
+        cpu    = 10
+        memory = 10
+      }
+    }
+  }
+}`
+	}
+	RegisterHCL(t, n.Client, job("fake-0"))
+	WaitJobHealthy(t, n.Client, "default", "fake-0", time.Minute)
+	Eventually(t, 10*time.Second, "the watchdog to see fake-0 healthy", func() error {
+		if r, ok := w.Child("default", "fake-0"); !ok || r.HealthyAt.IsZero() || r.RegisteredAt.IsZero() {
+			return fmt.Errorf("record %+v (last error %v)", r, w.LastError())
+		}
+		return nil
+	})
+	if v := w.Violations(); len(v) != 0 {
+		t.Fatalf("one job is no violation: %v", v)
+	}
+	RegisterHCL(t, n.Client, job("fake-0-dup"))
+	Eventually(t, time.Minute, "the watchdog to report ordinal 0 of fake running twice", func() error {
+		if v := w.Violations(); len(v) != 1 {
+			return fmt.Errorf("violations: %v", v)
+		}
+		return nil
+	})
+	r, _ := w.Child("default", "fake-0")
+	if got := w.RegistrationOrder("fake"); len(got) != 2 || got[0] != "fake-0" {
+		t.Fatalf("registration order %v", got)
+	}
+	t.Logf("fake-0: registered %s, healthy %s later", r.RegisteredAt.Format(time.RFC3339Nano), r.HealthyAt.Sub(r.RegisteredAt))
 }
