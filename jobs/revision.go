@@ -60,9 +60,12 @@ const (
 //     group has absorbed the job-level update, reschedule and migrate
 //     blocks, which belong to the template.
 //  3. Apply the few defaults only the server fills (datacenters "*", node
-//     pool "default") and drop what the server adds on its own: implicit
-//     constraints (see implicitConstraints) and the default workload
-//     identity. Both are re-added by Nomad to every child anyway.
+//     pool "default", host_network "default" on ports; see
+//     applyServerDefaults) and drop what the server adds on its own:
+//     implicit constraints on the group and its tasks (see
+//     implicitConstraints) and the default workload identity. Nomad adds
+//     them to every child again anyway. The group's count and scaling
+//     block are dropped too: they belong to the parent, not the template.
 //  4. Prune zero values: a nil pointer, a pointer to a zero scalar, an empty
 //     slice or map and a struct that prunes to nothing all become absent.
 //     After step 2 a server cannot tell nil from zero for any field (its
