@@ -147,6 +147,10 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 			t.Fatalf("testagent: %v", err)
 		}
 	}
+	chroot, err := MinimalChrootEnv()
+	if err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
 	conf := fmt.Sprintf(`
 name                 = "testagent-%s"
 region               = "global"
@@ -179,7 +183,7 @@ client {
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
-}
+%s}
 plugin "raw_exec" {
   config {
     enabled = true
@@ -194,7 +198,7 @@ acl {
   enabled = %t
 }
 `, filepath.Base(dir), a.DataDir, cfg.logLevel, a.HTTPPort, a.RPCPort, a.SerfPort,
-		a.HostVolumesDir, a.HostVolumePluginDir, cfg.consulAddr, grpcLine, cfg.acl)
+		a.HostVolumesDir, a.HostVolumePluginDir, chroot, cfg.consulAddr, grpcLine, cfg.acl)
 	conf += strings.Join(cfg.extra, "\n")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {

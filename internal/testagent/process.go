@@ -369,6 +369,7 @@ func installSignalHandler() {
 // TESTAGENT_KEEP is set).
 func teardown(p *process) {
 	p.kill()
+	killAllocCgroups(p.dir)
 	killReferrers(p.dir)
 	unmountUnder(p.dir)
 	if os.Getenv("TESTAGENT_KEEP") == "" {
@@ -425,11 +426,69 @@ func sweepStale(root string) {
 			} else if info, err := e.Info(); err == nil && time.Since(info.ModTime()) < time.Minute {
 				continue // being created right now
 			}
+			killAllocCgroups(dir)
 			killReferrers(dir)
 			unmountUnder(dir)
 			_ = os.RemoveAll(dir)
 		}
 	})
+}
+
+// killAllocCgroups kills the tasks of the Nomad allocations whose alloc
+// directories are in dir (<dir>/*/alloc/<alloc ID>), and removes their
+// cgroups. exec tasks run chrooted in their own mount namespace, so their
+// root and working directory do not show that they belong to dir; their
+// cgroup, named "<alloc ID>.<task>" under Nomad's parent (cgroups v1 and
+// v2 alike), does.
+func killAllocCgroups(dir string) {
+	allocDirs, _ := filepath.Glob(filepath.Join(dir, "*", "alloc", "*"))
+	ids := map[string]bool{}
+	for _, d := range allocDirs {
+		if id := filepath.Base(d); len(id) == 36 && strings.Count(id, "-") == 4 {
+			ids[id] = true
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	var cgroups []string
+	const base = "/sys/fs/cgroup"
+	_ = filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(path, base), "/") > 5 {
+			return filepath.SkipDir
+		}
+		name := d.Name()
+		if i := strings.IndexByte(name, '.'); i == 36 && ids[name[:36]] {
+			cgroups = append(cgroups, path)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	for round := 0; round < 5; round++ {
+		alive := false
+		for _, cg := range cgroups {
+			b, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					alive = true
+				}
+			}
+		}
+		if !alive {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, cg := range cgroups {
+		_ = os.Remove(cg) // an empty cgroup is removed with rmdir
+	}
 }
 
 // procStartTime returns a process's start time in clock ticks (field 22 of

@@ -3,6 +3,7 @@ package testagent
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,7 +120,7 @@ job "mock" {
 // into it and registers a Consul service, runs a mock_driver job, restarts
 // Nomad, and finally checks that teardown leaves no process behind.
 func TestNomadExecHostVolumeACLConsul(t *testing.T) {
-	var dirs []string
+	var dirs, allocIDs []string
 	t.Run("agents", func(t *testing.T) {
 		c := Consul(t)
 		n := Nomad(t, WithACL(), WithConsul(c))
@@ -182,12 +183,27 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 			return nil
 		})
 
+		allocs, _, err := n.Client.Allocations().List(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range allocs {
+			allocIDs = append(allocIDs, a.ID)
+		}
 		n.Restart()
 		if len(referrers(n.Dir)) == 0 {
 			t.Fatal("the exec task should survive an agent restart")
 		}
 		waitHealthy(t, n, "probe")
 	})
+	if len(allocIDs) == 0 {
+		t.Fatal("no allocations seen")
+	}
+	for _, id := range allocIDs {
+		if out, err := exec.Command("sh", "-c", "grep -l '"+id+"' /proc/[0-9]*/cgroup 2>/dev/null").Output(); len(out) > 0 {
+			t.Errorf("processes of allocation %s left behind: %s %v", id, out, err)
+		}
+	}
 	for _, d := range dirs {
 		if pids := referrers(d); len(pids) > 0 {
 			t.Errorf("processes left behind in %s: %v", d, pids)
