@@ -332,7 +332,7 @@ referrers() {
 				continue 2
 			fi
 		done
-		if tr '\0' ' ' <"${p}/cmdline" 2>/dev/null | grep -qF "${demo}/"; then
+		if tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | grep -qF "${demo}/"; then
 			echo "${p#/proc/}"
 		fi
 	done
@@ -346,7 +346,23 @@ down() {
 	kill_tree nomad-statefulset "${demo}/daemon/nomad-statefulset.pid"
 	kill_tree nomad "${demo}/nomad/nomad.pid"
 	kill_tree consul "${demo}/consul/consul.pid"
-	local pids
+	# exec tasks run chrooted in their own mount namespace: find them by
+	# their allocations' cgroups ("<alloc ID>.<task>"), kill them, and
+	# remove the cgroups.
+	local id cg pids
+	for id in $(ls "${demo}/nomad/data/alloc" 2>/dev/null); do
+		[[ ${#id} == 36 ]] || continue
+		for cg in $(find /sys/fs/cgroup -maxdepth 5 -type d -name "${id}.*" 2>/dev/null); do
+			pids="$(cat "${cg}/cgroup.procs" 2>/dev/null | tr '\n' ' ')"
+			if [[ -n "${pids// /}" ]]; then
+				echo "stopping task processes of allocation ${id:0:8}: ${pids}"
+				# shellcheck disable=SC2086
+				kill -KILL ${pids} 2>/dev/null || true
+				sleep 0.3
+			fi
+			rmdir "${cg}" 2>/dev/null || true
+		done
+	done
 	for _ in 1 2 3 4 5; do
 		pids="$(referrers | tr '\n' ' ')"
 		[[ -z "${pids// /}" ]] && break
