@@ -168,6 +168,7 @@ func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs n
 			req.NodePool = *p.NodePool
 		}
 		req.Constraints = p.Constraints
+		req.RequestedCapabilities = claimCapabilities(p, act.Volume.Claim)
 	}
 	vol, err := c.api.CreateHostVolume(ctx, req)
 	if err != nil {
@@ -191,6 +192,31 @@ func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs n
 		}
 		c.cache.RemoveVolume(key.Namespace, v.Volume.Name)
 		return nil
+	}
+	return nil
+}
+
+// claimCapabilities returns the access and attachment mode the claim's group
+// volume asks for. Nomad places a job on a dynamic host volume only if the
+// volume was created with a matching capability ("missing compatible host
+// volumes" otherwise), so the volume must offer exactly what the child mounts.
+func claimCapabilities(parent *api.Job, claim string) []*api.HostVolumeCapability {
+	for _, g := range parent.TaskGroups {
+		v, ok := g.Volumes[claim]
+		if !ok || v == nil {
+			continue
+		}
+		access, attach := v.AccessMode, v.AttachmentMode
+		if access == "" {
+			access = "single-node-writer"
+		}
+		if attach == "" {
+			attach = "file-system"
+		}
+		return []*api.HostVolumeCapability{{
+			AccessMode:     api.HostVolumeAccessMode(access),
+			AttachmentMode: api.HostVolumeAttachmentMode(attach),
+		}}
 	}
 	return nil
 }

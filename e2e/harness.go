@@ -266,7 +266,8 @@ func RegisterFile(t testing.TB, client *nomadapi.Client, path string) *nomadapi.
 // namespace, sorted by ID. Stopped (but not yet purged) jobs are included.
 func ChildJobs(t testing.TB, client *nomadapi.Client, namespace, set string) []*nomadapi.JobListStub {
 	t.Helper()
-	jobs, _, err := client.Jobs().List(&nomadapi.QueryOptions{
+	// Nomad leaves Meta out of job stubs unless the Meta field is asked for.
+	jobs, _, err := client.Jobs().ListOptions(&nomadapi.JobListOptions{Fields: &nomadapi.JobListFields{Meta: true}}, &nomadapi.QueryOptions{
 		Namespace: namespace,
 		Filter:    fmt.Sprintf("Meta.%s == %q", MetaParent, set),
 	})
