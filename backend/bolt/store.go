@@ -16,6 +16,7 @@ import (
 	"context"
 	stderrors "errors"
 	"fmt"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/internal/codec"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,7 +73,7 @@ func Open(path string) (*Store, error) {
 		if err != nil {
 			return err
 		}
-		want := []byte(strconv.Itoa(FormatVersion))
+		want := []byte(strconv.Itoa(codec.FormatVersion))
 		switch got := meta.Get(keyFormat); {
 		case got == nil:
 			if err := meta.Put(keyFormat, want); err != nil {
@@ -181,7 +182,7 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 		return revs.ForEach(func(k, v []byte) error {
 			// bbolt values are only valid inside the transaction; the
 			// decoder copies what it keeps.
-			r, err := decodeRevision(v, string(k))
+			r, err := codec.DecodeRevision(v, string(k))
 			if err != nil {
 				return &backend.CorruptValueError{Key: s.revisionKey(set, string(k)), Err: err}
 			}
@@ -203,7 +204,7 @@ func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconci
 	if rev.Name == "" {
 		return fmt.Errorf("storing a revision of %s: the revision has no name", set)
 	}
-	raw, err := encodeRevision(rev)
+	raw, err := codec.EncodeRevision(rev)
 	if err != nil {
 		return fmt.Errorf("storing revision %q of %s: encoding: %w", rev.Name, set, err)
 	}
@@ -267,7 +268,7 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 			return nil
 		}
 		var err error
-		st, err = decodeStatus(raw)
+		st, err = codec.DecodeStatus(raw)
 		if err != nil {
 			return &backend.CorruptValueError{
 				Key: fmt.Sprintf("%s:sets/%s/%s/status", s.path, set.Namespace, set.Name), Err: err}
@@ -286,7 +287,7 @@ func (s *Store) PutStatus(ctx context.Context, set backend.SetKey, status reconc
 	if err := checkSet(set); err != nil {
 		return fmt.Errorf("storing status: %w", err)
 	}
-	raw, err := encodeStatus(status)
+	raw, err := codec.EncodeStatus(status)
 	if err != nil {
 		return fmt.Errorf("storing status of %s: encoding: %w", set, err)
 	}

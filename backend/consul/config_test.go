@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/internal/codec"
 	"strings"
 	"testing"
 	"time"
@@ -107,14 +108,14 @@ func TestEscapeKeepsSegmentsApart(t *testing.T) {
 }
 
 func TestCodecRejectsWhatItCannotRead(t *testing.T) {
-	raw, err := encodeRevision(reconciler.Revision{Name: "web-1", Number: 1, Data: []byte("x")})
+	raw, err := codec.EncodeRevision(reconciler.Revision{Name: "web-1", Number: 1, Data: []byte("x")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(string(raw), `{"v":1,`) {
 		t.Fatalf("encoded revision %s does not start with the version", raw)
 	}
-	if _, err := decodeRevision(raw, "web-1"); err != nil {
+	if _, err := codec.DecodeRevision(raw, "web-1"); err != nil {
 		t.Fatalf("decoding what was encoded: %v", err)
 	}
 	for _, tc := range []struct{ raw, name, want string }{
@@ -125,14 +126,14 @@ func TestCodecRejectsWhatItCannotRead(t *testing.T) {
 		{`{"v":1,"revision":{"name":"web-2"}}`, "web-1", "does not match its key"},
 		{`{"v":1,"revision":{"name":"web-1","number":"x"}}`, "web-1", "decoding revision"},
 	} {
-		if _, err := decodeRevision([]byte(tc.raw), tc.name); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("decodeRevision(%s) error = %v, want it to contain %q", tc.raw, err, tc.want)
+		if _, err := codec.DecodeRevision([]byte(tc.raw), tc.name); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("codec.DecodeRevision(%s) error = %v, want it to contain %q", tc.raw, err, tc.want)
 		}
 	}
-	if _, err := decodeStatus([]byte(`{"v":1,"status":{"replicas":"three"}}`)); err == nil {
+	if _, err := codec.DecodeStatus([]byte(`{"v":1,"status":{"replicas":"three"}}`)); err == nil {
 		t.Error("decodeStatus accepted a mistyped field")
 	}
-	if _, err := decodeStatus([]byte(`{"v":0,"status":{}}`)); err == nil || !strings.Contains(err.Error(), "format version 0") {
+	if _, err := codec.DecodeStatus([]byte(`{"v":0,"status":{}}`)); err == nil || !strings.Contains(err.Error(), "format version 0") {
 		t.Error("decodeStatus accepted format version 0")
 	}
 }

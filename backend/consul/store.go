@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/internal/codec"
 	"net/url"
 	"strings"
 	"sync"
@@ -279,7 +280,7 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 		if uerr != nil {
 			name = ""
 		}
-		r, err := decodeRevision(p.Value, name)
+		r, err := codec.DecodeRevision(p.Value, name)
 		if err != nil {
 			s.logger.Warn("corrupt revision value", "set", set.String(), "key", p.Key, "error", err)
 			return nil, fmt.Errorf("listing revisions of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
@@ -302,7 +303,7 @@ func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconci
 		return fmt.Errorf("storing a revision of %s: the revision has no name", set)
 	}
 	what := fmt.Sprintf("storing revision %q of %s", rev.Name, set)
-	raw, err := encodeRevision(rev)
+	raw, err := codec.EncodeRevision(rev)
 	if err != nil {
 		return fmt.Errorf("%s: encoding: %w", what, err)
 	}
@@ -325,7 +326,7 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 		return reconciler.Status{}, false, nil
 	}
 	s.remember(key, p.ModifyIndex)
-	st, err := decodeStatus(p.Value)
+	st, err := codec.DecodeStatus(p.Value)
 	if err != nil {
 		s.logger.Warn("corrupt status value", "set", set.String(), "key", key, "error", err)
 		return reconciler.Status{}, false, fmt.Errorf("reading status of %s: %w", set, &backend.CorruptValueError{Key: key, Err: err})
@@ -339,7 +340,7 @@ func (s *Store) PutStatus(ctx context.Context, set backend.SetKey, status reconc
 		return fmt.Errorf("storing status: %w", err)
 	}
 	what := fmt.Sprintf("storing status of %s", set)
-	raw, err := encodeStatus(status)
+	raw, err := codec.EncodeStatus(status)
 	if err != nil {
 		return fmt.Errorf("%s: encoding: %w", what, err)
 	}

@@ -2,7 +2,6 @@ package nomad_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func child(rev string) *api.Job {
 			Update:           &api.UpdateStrategy{MaxParallel: ptr(1)},
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
 			Disconnect:       &api.DisconnectStrategy{StopOnClientAfter: ptr(time.Minute), Replace: ptr(false)},
-			Tasks: []*api.Task{{Name: "app", Driver: "exec", Config: map[string]any{"command": rev}}},
+			Tasks:            []*api.Task{{Name: "app", Driver: "exec", Config: map[string]any{"command": rev}}},
 		}},
 	}
 }
@@ -93,6 +92,6 @@ func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
 		return p.Pod.Ready && p.Pod.Revision == "r2"
 	})
 	if n := sim.MaxConcurrentAllocsPerJob(); n > 1 {
-		t.Fatal(fmt.Sprintf("%d allocations ran at once", n))
+		t.Fatalf("%d allocations ran at once", n)
 	}
 }

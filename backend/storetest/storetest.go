@@ -219,7 +219,8 @@ func sampleStatus(gen uint64) reconciler.Status {
 			{Type: reconciler.ConditionAvailable, Status: false, Reason: "NotAllAvailable", Message: "3 of 5 available", LastTransitionTime: ts.Add(-time.Hour)},
 			{Type: reconciler.ConditionRolloutStuck, Status: false},
 		},
-		LastProgressTime: ts.Add(time.Minute).UTC(),
+		LastProgressTime:     ts.Add(time.Minute).UTC(),
+		PopulatedOrdinalsEnd: 5,
 	}
 }
 

@@ -1,4 +1,7 @@
-package consul
+// Package codec is the stored form of revisions and status, shared by every
+// persistent store (backend/consul and backend/bolt) so that both write the
+// same versioned format.
+package codec
 
 import (
 	"encoding/json"
@@ -16,7 +19,7 @@ const FormatVersion = 1
 
 // The records below are the stored form. They are separate from the
 // reconciler types on purpose: a change to those types must not silently
-// change what is on disk. backend/bolt writes the same format.
+// change what is on disk.
 
 type revisionRecord struct {
 	V        int         `json:"v"`
@@ -49,6 +52,9 @@ type statusV1 struct {
 	CollisionCount     int           `json:"collision_count"`
 	Conditions         []conditionV1 `json:"conditions"`
 	LastProgressTime   time.Time     `json:"last_progress_time"`
+	// PopulatedOrdinalsEnd was added within format 1: absent reads as 0,
+	// which the reconciler treats as "not known yet".
+	PopulatedOrdinalsEnd int `json:"populated_ordinals_end,omitempty"`
 }
 
 type conditionV1 struct {
@@ -65,7 +71,9 @@ type versionProbe struct {
 	V *int `json:"v"`
 }
 
-func checkVersion(raw []byte) error {
+// CheckVersion reports whether raw carries the one format version this
+// release reads.
+func CheckVersion(raw []byte) error {
 	var p versionProbe
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return fmt.Errorf("decoding JSON: %w", err)
@@ -79,17 +87,18 @@ func checkVersion(raw []byte) error {
 	return nil
 }
 
-func encodeRevision(r reconciler.Revision) ([]byte, error) {
+// EncodeRevision encodes a revision in the stored format.
+func EncodeRevision(r reconciler.Revision) ([]byte, error) {
 	return json.Marshal(revisionRecord{V: FormatVersion, Revision: &revisionV1{
 		Name: r.Name, Hash: r.Hash, Number: r.Number, Data: r.Data,
 		CreatedAt: r.CreatedAt, JobVersion: r.JobVersion,
 	}})
 }
 
-// decodeRevision decodes a stored revision; wantName, if not empty, must
+// DecodeRevision decodes a stored revision; wantName, if not empty, must
 // match the stored name (the key and the value must agree).
-func decodeRevision(raw []byte, wantName string) (reconciler.Revision, error) {
-	if err := checkVersion(raw); err != nil {
+func DecodeRevision(raw []byte, wantName string) (reconciler.Revision, error) {
+	if err := CheckVersion(raw); err != nil {
 		return reconciler.Revision{}, err
 	}
 	var rec revisionRecord
@@ -109,18 +118,20 @@ func decodeRevision(raw []byte, wantName string) (reconciler.Revision, error) {
 	}, nil
 }
 
-func encodeStatus(st reconciler.Status) ([]byte, error) {
+// EncodeStatus encodes a status in the stored format.
+func EncodeStatus(st reconciler.Status) ([]byte, error) {
 	rec := &statusV1{
-		ObservedGeneration: st.ObservedGeneration,
-		Replicas:           st.Replicas,
-		ReadyReplicas:      st.ReadyReplicas,
-		AvailableReplicas:  st.AvailableReplicas,
-		CurrentReplicas:    st.CurrentReplicas,
-		UpdatedReplicas:    st.UpdatedReplicas,
-		CurrentRevision:    st.CurrentRevision,
-		UpdateRevision:     st.UpdateRevision,
-		CollisionCount:     st.CollisionCount,
-		LastProgressTime:   st.LastProgressTime,
+		ObservedGeneration:   st.ObservedGeneration,
+		Replicas:             st.Replicas,
+		ReadyReplicas:        st.ReadyReplicas,
+		AvailableReplicas:    st.AvailableReplicas,
+		CurrentReplicas:      st.CurrentReplicas,
+		UpdatedReplicas:      st.UpdatedReplicas,
+		CurrentRevision:      st.CurrentRevision,
+		UpdateRevision:       st.UpdateRevision,
+		CollisionCount:       st.CollisionCount,
+		LastProgressTime:     st.LastProgressTime,
+		PopulatedOrdinalsEnd: st.PopulatedOrdinalsEnd,
 	}
 	for _, c := range st.Conditions {
 		rec.Conditions = append(rec.Conditions, conditionV1{
@@ -131,8 +142,9 @@ func encodeStatus(st reconciler.Status) ([]byte, error) {
 	return json.Marshal(statusRecord{V: FormatVersion, Status: rec})
 }
 
-func decodeStatus(raw []byte) (reconciler.Status, error) {
-	if err := checkVersion(raw); err != nil {
+// DecodeStatus decodes a stored status.
+func DecodeStatus(raw []byte) (reconciler.Status, error) {
+	if err := CheckVersion(raw); err != nil {
 		return reconciler.Status{}, err
 	}
 	var rec statusRecord
@@ -144,16 +156,17 @@ func decodeStatus(raw []byte) (reconciler.Status, error) {
 	}
 	v := rec.Status
 	st := reconciler.Status{
-		ObservedGeneration: v.ObservedGeneration,
-		Replicas:           v.Replicas,
-		ReadyReplicas:      v.ReadyReplicas,
-		AvailableReplicas:  v.AvailableReplicas,
-		CurrentReplicas:    v.CurrentReplicas,
-		UpdatedReplicas:    v.UpdatedReplicas,
-		CurrentRevision:    v.CurrentRevision,
-		UpdateRevision:     v.UpdateRevision,
-		CollisionCount:     v.CollisionCount,
-		LastProgressTime:   v.LastProgressTime,
+		ObservedGeneration:   v.ObservedGeneration,
+		Replicas:             v.Replicas,
+		ReadyReplicas:        v.ReadyReplicas,
+		AvailableReplicas:    v.AvailableReplicas,
+		CurrentReplicas:      v.CurrentReplicas,
+		UpdatedReplicas:      v.UpdatedReplicas,
+		CurrentRevision:      v.CurrentRevision,
+		UpdateRevision:       v.UpdateRevision,
+		CollisionCount:       v.CollisionCount,
+		LastProgressTime:     v.LastProgressTime,
+		PopulatedOrdinalsEnd: v.PopulatedOrdinalsEnd,
 	}
 	for _, c := range v.Conditions {
 		st.Conditions = append(st.Conditions, reconciler.Condition{
