@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	nomadapi "github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
@@ -194,6 +196,29 @@ func TestWatchdogRealNomad(t *testing.T) {
 		}
 		return nil
 	})
+	// The listing helpers see the same set.
+	var ids []string
+	for _, j := range ChildJobs(t, n.Client, "default", "fake") {
+		ids = append(ids, j.ID)
+	}
+	if strings.Join(ids, ",") != "fake-0,fake-0-dup" {
+		t.Fatalf("ChildJobs: %v", ids)
+	}
+	if all := SetAllocations(t, n.Client, "default", "fake"); len(all) != 2 || len(all["fake-0"]) != 1 {
+		t.Fatalf("SetAllocations: %v", all)
+	}
+	if _, _, err := n.Client.HostVolumes().Create(&nomadapi.HostVolumeCreateRequest{Volume: &nomadapi.HostVolume{
+		Name: "data-fake-0", PluginID: "mkdir",
+		RequestedCapabilities: []*nomadapi.HostVolumeCapability{{
+			AttachmentMode: nomadapi.HostVolumeAttachmentModeFilesystem,
+			AccessMode:     nomadapi.HostVolumeAccessModeSingleNodeSingleWriter,
+		}},
+	}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if vols := HostVolumes(t, n.Client, "default", "data-fake-"); len(vols) != 1 || vols[0].Name != "data-fake-0" {
+		t.Fatalf("HostVolumes: %v", vols)
+	}
 	r, _ := w.Child("default", "fake-0")
 	if got := w.RegistrationOrder("fake"); len(got) != 2 || got[0] != "fake-0" {
 		t.Fatalf("registration order %v", got)
