@@ -163,6 +163,18 @@ func waitConverged(t *testing.T, c *Cluster, d *Daemon, set string, replicas int
 	return revs
 }
 
+// deletedPods lists the pods the daemon deleted, oldest first, from its
+// recent events ("DeletePod web-2: reason" or "DeletePod web-2 (revision r): …").
+func deletedPods(st client.SetDetail) []string {
+	var out []string
+	for _, e := range st.Events {
+		if f := strings.Fields(e.Message); e.Type == "DeletePod" && len(f) > 1 {
+			out = append(out, strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	return out
+}
+
 func updateParent(t *testing.T, c *Cluster, set string, change func(j *nomadapi.Job)) {
 	t.Helper()
 	job, _, err := c.Nomad.Client.Jobs().Info(set, nil)
@@ -277,12 +289,7 @@ func TestScenarioOrderedScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var deleted []string
-	for _, e := range st.Events {
-		if e.Type == "DeletePod" {
-			deleted = append(deleted, strings.Fields(e.Message)[1])
-		}
-	}
+	deleted := deletedPods(st)
 	if strings.Join(deleted, ",") != "sc-4,sc-3,sc-2" {
 		t.Fatalf("scale-down deleted %v, want sc-4, sc-3, sc-2 in that order", deleted)
 	}
@@ -328,12 +335,7 @@ func TestScenarioRollingUpdateWithPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var order []string
-	for _, e := range st.Events {
-		if e.Type == "DeletePod" {
-			order = append(order, strings.Fields(e.Message)[1])
-		}
-	}
+	order := deletedPods(st)
 	// ru-2 (partition 2), ru-0 by hand is not the daemon's, then ru-1, ru-0.
 	if len(order) < 3 || order[0] != "ru-2" || order[len(order)-2] != "ru-1" || order[len(order)-1] != "ru-0" {
 		t.Fatalf("update deletions %v, want ru-2 first and ru-1 then ru-0 last", order)
