@@ -29,6 +29,8 @@ type setSpec struct {
 	script string
 	// noVolume drops the claim, for scenarios that need none.
 	noVolume bool
+	// group is extra HCL inside the group block.
+	group string
 }
 
 func (s setSpec) hcl() string {
@@ -80,6 +82,7 @@ func (s setSpec) hcl() string {
       min_healthy_time = "1s"
       healthy_deadline = "2m"
     }
+%s
     task "app" {
       driver = "exec"
       config {
@@ -94,7 +97,7 @@ func (s setSpec) hcl() string {
     }
   }
 }
-`, s.name, m.String(), volume, script, mount)
+`, s.name, m.String(), volume, s.group, script, mount)
 }
 
 // setStatus reads GET /v1/statefulset/default/<set> from the daemon.
@@ -479,4 +482,163 @@ func TestScenarioBadAnnotations(t *testing.T) {
 	if !strings.Contains(out, "statefulset_replicas") {
 		t.Fatalf("`status bad` does not show the problem (err %v):\n%s", err, out)
 	}
+}
+
+// noRestart makes a failing task end its allocation at once, so a broken pod
+// reaches Failed quickly instead of after Nomad's restart delays.
+const noRestart = `
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }`
+
+// Scenario 4: ordered scaling halts while a pod is unhealthy and resumes when
+// it recovers. Pod 2 exits unless a marker file exists in its own volume.
+func TestScenarioOrderedScalingHaltsOnUnhealthyPod(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	script := `if [ "$STATEFULSET_ORDINAL" = 2 ] && [ ! -e /data/ok ]; then exit 1; fi; while true; do sleep 1; done`
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "halt", script: script, group: noRestart,
+		meta: map[string]string{"statefulset_replicas": "4"}}.hcl())
+	Eventually(t, convergeTimeout, "halt-0 and halt-1 to be healthy and halt-2 to have failed", func() error {
+		revs, _ := healthyRevisions(t, c, "halt")
+		if len(revs) != 2 {
+			return fmt.Errorf("healthy: %v", revs)
+		}
+		for _, a := range Allocations(t, c.Nomad.Client, "default", "halt-2") {
+			if a.ClientStatus == "failed" {
+				return nil
+			}
+		}
+		return fmt.Errorf("halt-2 has not failed yet")
+	})
+	// While halt-2 is unhealthy, halt-3 must never be created.
+	time.Sleep(5 * time.Second)
+	if kids := ChildJobs(t, c.Nomad.Client, "default", "halt"); len(kids) > 3 {
+		t.Fatalf("halt-3 was created while halt-2 was unhealthy: %d children", len(kids))
+	}
+	vols := HostVolumes(t, c.Nomad.Client, "default", "data-halt-2")
+	if len(vols) != 1 {
+		t.Fatalf("want the volume data-halt-2, got %d", len(vols))
+	}
+	if err := os.WriteFile(filepath.Join(c.Nomad.HostVolumesDir, vols[0].ID, "ok"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, c, d, "halt", 4, nil)
+	recs := map[string]ChildRecord{}
+	for _, r := range c.Watchdog.Children("halt") {
+		recs[r.JobID] = r
+	}
+	if recs["halt-3"].RegisteredAt.Before(recs["halt-2"].HealthyAt) {
+		t.Fatalf("halt-3 registered at %s, before halt-2 was healthy at %s", recs["halt-3"].RegisteredAt, recs["halt-2"].HealthyAt)
+	}
+}
+
+// Scenario 7: a rollout to a template that never gets healthy is stuck; a
+// revert with `rollout undo` alone repairs it (no pod is deleted by hand),
+// and reuses the old revision.
+func TestScenarioRollbackRepairsStuckRollout(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "rb", noVolume: true, group: noRestart,
+		meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	good := waitConverged(t, c, d, "rb", 3, nil)[0]
+	updateParent(t, c, "rb", func(j *nomadapi.Job) {
+		j.TaskGroups[0].Tasks[0].Config["args"] = []any{"-c", "exit 1"}
+	})
+	Eventually(t, convergeTimeout, "the bad revision to break rb-2", func() error {
+		st, err := setStatus(d, "rb")
+		if err != nil {
+			return err
+		}
+		if st.Status.UpdateRevision == good || st.Status.UpdateRevision == "" {
+			return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
+		}
+		for _, a := range Allocations(t, c.Nomad.Client, "default", "rb-2") {
+			if a.ClientStatus == "failed" {
+				return nil
+			}
+		}
+		return fmt.Errorf("rb-2 has not failed at the bad revision yet")
+	})
+	out, err := d.CLI("rollout", "undo", "rb")
+	if err != nil {
+		t.Fatalf("rollout undo: %v\n%s", err, out)
+	}
+	waitConverged(t, c, d, "rb", 3, func(o int, r string) error {
+		if r != good {
+			return fmt.Errorf("rb-%d at %s, want the good revision %s", o, r, good)
+		}
+		return nil
+	})
+	st, err := setStatus(d, "rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Revisions) != 2 || st.Status.UpdateRevision != good {
+		t.Fatalf("a rollback must reuse the old revision: update %s, revisions %+v", st.Status.UpdateRevision, st.Revisions)
+	}
+}
+
+// Every CLI verb against real agents: validate, version, status, scale,
+// pause/resume, restart followed by rollout status with a partition,
+// history.
+func TestCLIVerbsAgainstRealAgents(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	spec := setSpec{name: "cli", noVolume: true, meta: map[string]string{"statefulset_replicas": "2"}}
+	jobFile := filepath.Join(t.TempDir(), "cli.nomad.hcl")
+	if err := os.WriteFile(jobFile, []byte(spec.hcl()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		out, err := d.CLI(args...)
+		code := 0
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if code != wantCode {
+			t.Fatalf("nomad-statefulset %s exited %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
+		}
+		return out
+	}
+	run(0, "version")
+	run(0, "validate", jobFile)
+	bad := filepath.Join(t.TempDir(), "bad.nomad.hcl")
+	if err := os.WriteFile(bad, []byte(setSpec{name: "bad", noVolume: true, meta: map[string]string{"statefulset_replicas": "-2"}}.hcl()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(1, "validate", bad); !strings.Contains(out, "statefulset_replicas") {
+		t.Fatalf("validate does not name the bad key:\n%s", out)
+	}
+	RegisterFile(t, c.Nomad.Client, jobFile)
+	waitConverged(t, c, d, "cli", 2, nil)
+	if out := run(0, "status"); !strings.Contains(out, "cli") {
+		t.Fatalf("status lists no set cli:\n%s", out)
+	}
+	if out := run(0, "status", "cli"); !strings.Contains(out, "cli-1") {
+		t.Fatalf("status cli shows no pod cli-1:\n%s", out)
+	}
+	run(0, "scale", "cli", "3")
+	waitConverged(t, c, d, "cli", 3, nil)
+	run(0, "rollout", "pause", "cli")
+	old := waitConverged(t, c, d, "cli", 3, nil)[0]
+	updateParent(t, c, "cli", setMeta("statefulset_partition", "1"))
+	run(0, "rollout", "resume", "cli")
+	run(0, "rollout", "restart", "cli")
+	out := run(0, "rollout", "status", "-timeout", "3m", "cli")
+	if !strings.Contains(strings.ToLower(out), "updated") {
+		t.Fatalf("rollout status printed no progress:\n%s", out)
+	}
+	revs := waitConverged(t, c, d, "cli", 3, nil)
+	if revs[0] != old || revs[1] == old || revs[2] == old {
+		t.Fatalf("with partition 1 only cli-1 and cli-2 move: %v (old %s)", revs, old)
+	}
+	if out := run(0, "rollout", "history", "cli"); !strings.Contains(out, revs[2]) || !strings.Contains(out, old) {
+		t.Fatalf("history lacks the revisions %s and %s:\n%s", old, revs[2], out)
+	}
+	run(6, "status", "nope")
 }
