@@ -1,0 +1,230 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+)
+
+// HookResult is what the hooks of one event say about one pod's step.
+type HookResult struct {
+	// Proceed lets the step go ahead: every hook said done, or failed with
+	// failure_policy "ignore".
+	Proceed bool
+	// RetryAfter is when to run the hooks again if the step is held.
+	RetryAfter time.Duration
+	// Hook is the hook block holding the step, if any.
+	Hook string
+	// Failed is set when the step is held by a failure (a fail answer, an
+	// error, a timeout or a plugin that is down) rather than a wait.
+	Failed bool
+	// Reason says why the step is held, for the log and the set's
+	// conditions: it names the hook, the pod and the plugin's message.
+	Reason string
+}
+
+// RunHooks runs the hooks configured for event on pod, in the order of their
+// hook blocks, and says whether the pod's step may proceed. It never blocks
+// for longer than the sum of those hooks' timeouts: each call runs under its
+// hook's timeout, and a built-in that ignores its context is abandoned at the
+// deadline. A held step holds only this pod: the caller should requeue the
+// pod's set after RetryAfter and carry on with other work.
+//
+// A wait answer always holds the step. A fail answer, an error, a timeout or
+// a plugin that is down (ErrPluginUnavailable) holds it under
+// failure_policy "block", and is logged and skipped under "ignore".
+func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) HookResult {
+	m.mu.RLock()
+	hooks := m.hooks
+	m.mu.RUnlock()
+	for _, h := range hooks {
+		if !hasEvent(h, event) {
+			continue
+		}
+		log := m.log.With("hook", h.Name, "event", event, "namespace", pod.Namespace, "set", pod.Set, "pod", pod.Name)
+		resp, err := m.callHook(ctx, h, event, pod)
+		if err == nil {
+			err = resp.Validate()
+		}
+		switch {
+		case err == nil && resp.Status == plugin.HookDone:
+			log.Debug("hook done")
+			continue
+		case err == nil && resp.Status == plugin.HookWait:
+			retry := clampRetry(resp.RetryAfter, DefaultWaitRetry)
+			reason := fmt.Sprintf("hook %q (%s) on pod %s is waiting: %s", h.Name, event, pod.Name, resp.Message)
+			log.Debug("hook is waiting", "message", resp.Message, "retry_after", retry)
+			return HookResult{RetryAfter: retry, Hook: h.Name, Reason: reason}
+		}
+		var reason string
+		retry := DefaultFailRetry
+		if err != nil {
+			reason = fmt.Sprintf("hook %q (%s) on pod %s failed: %v", h.Name, event, pod.Name, err)
+		} else {
+			retry = clampRetry(resp.RetryAfter, DefaultFailRetry)
+			reason = fmt.Sprintf("hook %q (%s) on pod %s failed: %s", h.Name, event, pod.Name, resp.Message)
+		}
+		if h.FailurePolicy == config.FailureIgnore {
+			log.Warn("hook failed; going ahead as its failure_policy is ignore", "reason", reason)
+			continue
+		}
+		log.Warn("hook failed; holding the pod's step", "reason", reason, "retry_after", retry)
+		return HookResult{RetryAfter: retry, Hook: h.Name, Failed: true, Reason: reason}
+	}
+	return HookResult{Proceed: true}
+}
+
+func hasEvent(h *config.HookConfig, event config.HookEvent) bool {
+	for _, e := range h.Events {
+		if e == event {
+			return true
+		}
+	}
+	return false
+}
+
+func clampRetry(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return min(d, MaxRetryAfter)
+}
+
+// callHook makes one hook call under the hook's timeout. The call runs in a
+// goroutine so that the deadline holds even for a built-in that ignores its
+// context; the gRPC stub of an external plugin honours it anyway.
+func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event config.HookEvent, pod plugin.Pod) (*plugin.HookResponse, error) {
+	inst, err := m.instance(h.Plugin)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := inst.get()
+	if err != nil {
+		return nil, err
+	}
+	hook, ok := raw.(plugin.LifecycleHook)
+	if !ok {
+		return nil, fmt.Errorf("plugin %q is not a lifecycle hook", h.Plugin)
+	}
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = config.DefaultHookTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type answer struct {
+		resp *plugin.HookResponse
+		err  error
+	}
+	ch := make(chan answer, 1) // buffered: an abandoned call must not leak blocked
+	go func() {
+		resp, err := plugin.Call(ctx, hook, plugin.Event(event), pod)
+		ch <- answer{resp, err}
+	}()
+	select {
+	case a := <-ch:
+		if a.err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("timed out after %s: %w", timeout, a.err)
+		}
+		return a.resp, inst.classify(a.err)
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("timed out after %s", timeout)
+		}
+		return nil, fmt.Errorf("calling the hook: %w", ctx.Err())
+	}
+}
+
+// Provisioner returns the configured volume provisioner. The value stays
+// valid across reloads and restarts: each call goes to the plugin that
+// volume_provisioner names at that moment, with the block's config merged
+// under the request's. While the plugin is down, calls fail with
+// ErrPluginUnavailable. Calls are bounded only by ctx.
+func (m *Manager) Provisioner() plugin.VolumeProvisioner { return provisioner{m: m} }
+
+type provisioner struct{ m *Manager }
+
+// current returns the provisioner plugin and req with the config filled in.
+func (p provisioner) current(req *plugin.VolumeRequest) (*instance, plugin.VolumeProvisioner, *plugin.VolumeRequest, error) {
+	p.m.mu.RLock()
+	name, conf := p.m.vp.Plugin, maps.Clone(p.m.vp.Config)
+	p.m.mu.RUnlock()
+	inst, err := p.m.instance(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	raw, err := inst.get()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	vp, ok := raw.(plugin.VolumeProvisioner)
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("plugin %q is not a volume provisioner", name)
+	}
+	r := *req
+	if conf == nil {
+		conf = map[string]string{}
+	}
+	maps.Copy(conf, req.Config)
+	r.Config = conf
+	return inst, vp, &r, nil
+}
+
+// PluginInfo implements plugin.Base.
+func (p provisioner) PluginInfo(ctx context.Context) (*plugin.Info, error) {
+	inst, vp, _, err := p.current(&plugin.VolumeRequest{})
+	if err != nil {
+		return nil, err
+	}
+	info, err := vp.PluginInfo(ctx)
+	return info, inst.classify(err)
+}
+
+// SetConfig implements plugin.Base. The manager owns the plugin's config,
+// so it is refused here.
+func (p provisioner) SetConfig(context.Context, map[string]string) error {
+	return errors.New("the volume provisioner's config is set by the plugin manager from the agent config")
+}
+
+// CreateVolume implements plugin.VolumeProvisioner.
+func (p provisioner) CreateVolume(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return nil, fmt.Errorf("creating volume %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	v, err := vp.CreateVolume(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("creating volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
+	}
+	return v, nil
+}
+
+// GetVolume implements plugin.VolumeProvisioner.
+func (p provisioner) GetVolume(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return nil, fmt.Errorf("getting volume %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	v, err := vp.GetVolume(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("getting volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
+	}
+	return v, nil
+}
+
+// DeleteVolume implements plugin.VolumeProvisioner.
+func (p provisioner) DeleteVolume(ctx context.Context, req *plugin.VolumeRequest) error {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return fmt.Errorf("deleting volume %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	if err := vp.DeleteVolume(ctx, r); err != nil {
+		return fmt.Errorf("deleting volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
+	}
+	return nil
+}
