@@ -45,6 +45,45 @@ func IsNotFound(err error) bool {
 	return strings.Contains(err.Error(), "404")
 }
 
+// capabilityFor names the Nomad ACL capability each verb needs, so that a
+// 403, which Nomad answers with a bare "Permission denied", can say what the
+// token lacks.
+var capabilityFor = map[string]string{
+	"ListJobs": "list-jobs", "GetJob": "read-job", "RegisterJob": "submit-job",
+	"DeregisterJob": "submit-job", "JobAllocations": "read-job",
+	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
+	"DeleteHostVolume": "host-volume-delete", "Events": "read-job",
+}
+
+// PermissionError is Nomad refusing a call for lack of an ACL capability.
+type PermissionError struct {
+	Verb       string
+	Namespace  string
+	Capability string
+	Err        error
+}
+
+// Error implements error.
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("Nomad refused %s in namespace %q: the agent's token lacks the %q capability "+
+		"(see the README's Nomad ACL policy): %v", e.Verb, e.Namespace, e.Capability, e.Err)
+}
+
+// Unwrap returns Nomad's error.
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// denied wraps err in a PermissionError when Nomad answered 403.
+func denied(verb, namespace string, err error) error {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden {
+		return &PermissionError{Verb: verb, Namespace: namespace, Capability: capabilityFor[verb], Err: err}
+	}
+	if err != nil && strings.Contains(err.Error(), "403") && strings.Contains(err.Error(), "Permission denied") {
+		return &PermissionError{Verb: verb, Namespace: namespace, Capability: capabilityFor[verb], Err: err}
+	}
+	return err
+}
+
 // IsConflict reports whether err is Nomad refusing a register because the
 // job's modify index is not the one enforced: someone else wrote the job
 // since we observed it. Nomad answers this with HTTP 500 and the text
@@ -59,7 +98,7 @@ func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobList
 	// to tell parents and children from every other job without a read each.
 	stubs, meta, err := n.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, query(ctx, namespace))
 	if err != nil {
-		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, err)
+		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied("ListJobs", namespace, err))
 	}
 	return stubs, meta.LastIndex, nil
 }
@@ -71,7 +110,7 @@ func (n *Client) GetJob(ctx context.Context, namespace, id string) (*api.Job, er
 		if IsNotFound(err) {
 			return nil, ErrNotFound
 		}
-		return nil, fmt.Errorf("reading job %s/%s: %w", namespace, id, err)
+		return nil, fmt.Errorf("reading job %s/%s: %w", namespace, id, denied("GetJob", namespace, err))
 	}
 	return job, nil
 }
@@ -85,7 +124,7 @@ func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mo
 	opts := &api.RegisterOptions{EnforceIndex: enforce, ModifyIndex: modifyIndex}
 	resp, _, err := n.c.Jobs().RegisterOpts(job, opts, write(ctx, ns))
 	if err != nil {
-		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), err)
+		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), denied("RegisterJob", ns, err))
 	}
 	return resp, nil
 }
@@ -97,7 +136,7 @@ func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge 
 		if IsNotFound(err) {
 			return ErrNotFound
 		}
-		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, err)
+		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, denied("DeregisterJob", namespace, err))
 	}
 	return nil
 }
@@ -106,7 +145,7 @@ func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge 
 func (n *Client) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
 	allocs, _, err := n.c.Jobs().Allocations(id, true, query(ctx, namespace))
 	if err != nil {
-		return nil, fmt.Errorf("listing allocations of job %s/%s: %w", namespace, id, err)
+		return nil, fmt.Errorf("listing allocations of job %s/%s: %w", namespace, id, denied("JobAllocations", namespace, err))
 	}
 	return allocs, nil
 }
@@ -115,7 +154,7 @@ func (n *Client) JobAllocations(ctx context.Context, namespace, id string) ([]*a
 func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
 	resp, _, err := n.c.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, write(ctx, vol.Namespace))
 	if err != nil {
-		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, err)
+		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, denied("CreateHostVolume", vol.Namespace, err))
 	}
 	if resp == nil || resp.Volume == nil {
 		return nil, fmt.Errorf("creating host volume %s/%s: Nomad returned no volume", vol.Namespace, vol.Name)
@@ -129,7 +168,7 @@ func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) 
 	q.Prefix = prefix
 	vols, _, err := n.c.HostVolumes().List(nil, q)
 	if err != nil {
-		return nil, fmt.Errorf("listing host volumes in namespace %q: %w", namespace, err)
+		return nil, fmt.Errorf("listing host volumes in namespace %q: %w", namespace, denied("ListHostVolumes", namespace, err))
 	}
 	return vols, nil
 }
@@ -141,7 +180,7 @@ func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) err
 		if IsNotFound(err) {
 			return ErrNotFound
 		}
-		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, err)
+		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, denied("DeleteHostVolume", namespace, err))
 	}
 	return nil
 }
@@ -155,7 +194,7 @@ func (n *Client) Events(ctx context.Context, index uint64) (<-chan *api.Events, 
 	}
 	ch, err := n.c.EventStream().Stream(ctx, topics, index, query(ctx, "*"))
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, err)
+		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, denied("Events", "*", err))
 	}
 	return ch, nil
 }

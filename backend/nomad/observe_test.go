@@ -1,6 +1,9 @@
 package nomad
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +191,19 @@ func TestObserveReRegisteredChildIsPendingUntilItsNewAllocationExists(t *testing
 	obs = c.Observe(key, nil, now)
 	if !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != "a2" {
 		t.Fatalf("the current version's allocation must decide the pod, got %+v", obs.Pods[0])
+	}
+}
+
+func TestPermissionErrorNamesTheCapability(t *testing.T) {
+	cases := map[string]string{"ListJobs": "list-jobs", "RegisterJob": "submit-job", "CreateHostVolume": "host-volume-create", "DeleteHostVolume": "host-volume-delete"}
+	for verb, capability := range cases {
+		err := denied(verb, "default", fmt.Errorf("Unexpected response code: 403 (Permission denied)"))
+		var pe *PermissionError
+		if !errors.As(err, &pe) || pe.Capability != capability || !strings.Contains(err.Error(), `"`+capability+`"`) {
+			t.Errorf("%s: %v does not name the capability %q", verb, err, capability)
+		}
+	}
+	if err := denied("ListJobs", "default", fmt.Errorf("Unexpected response code: 500 (boom)")); errors.As(err, new(*PermissionError)) {
+		t.Errorf("a 500 was taken for a permission error: %v", err)
 	}
 }

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+)
+
+// agentPolicy is the minimal Nomad ACL policy the README documents.
+const agentPolicy = `
+namespace "default" {
+  capabilities = ["list-jobs", "read-job", "submit-job",
+                  "host-volume-read", "host-volume-create", "host-volume-delete"]
+}
+host_volume "*" {
+  policy = "write"
+}
+`
+
+func createToken(t *testing.T, c *Cluster, name, rules string) string {
+	t.Helper()
+	if _, err := c.Nomad.Client.ACLPolicies().Upsert(&nomadapi.ACLPolicy{Name: name, Rules: rules}, nil); err != nil {
+		t.Fatalf("creating ACL policy %s: %v", name, err)
+	}
+	tok, _, err := c.Nomad.Client.ACLTokens().Create(&nomadapi.ACLToken{Name: name, Type: "client", Policies: []string{name}}, nil)
+	if err != nil {
+		t.Fatalf("creating ACL token %s: %v", name, err)
+	}
+	return tok.SecretID
+}
+
+// daemonWithToken starts the daemon with a token of its own, not the
+// management token the cluster was bootstrapped with.
+func daemonWithToken(t *testing.T, c *Cluster, token string) *Daemon {
+	t.Helper()
+	n := *c.Nomad
+	n.Token = token
+	return StartDaemon(t, &n, c.Consul)
+}
+
+// With Nomad ACLs on, a token holding exactly the documented policy runs a
+// set with volumes; a token lacking a capability gets an error that names
+// it, and the agent keeps running (no crash loop) and reports degraded.
+func TestNomadACLPolicy(t *testing.T) {
+	c := NewCluster(t, testagent.WithACL())
+	t.Run("documented policy works", func(t *testing.T) {
+		d := daemonWithToken(t, c, createToken(t, c, "nomad-statefulset", agentPolicy))
+		RegisterHCL(t, c.Nomad.Client, setSpec{name: "acl", meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
+		waitConverged(t, c, d, "acl", 2, nil)
+		d.Stop()
+	})
+	t.Run("missing capability is named", func(t *testing.T) {
+		weak := strings.Replace(agentPolicy, `"submit-job",`, "", 1)
+		d := daemonWithToken(t, c, createToken(t, c, "weak", weak))
+		RegisterHCL(t, c.Nomad.Client, setSpec{name: "aclweak", noVolume: true, meta: map[string]string{"statefulset_replicas": "1"}}.hcl())
+		Eventually(t, time.Minute, "the set to report the missing capability", func() error {
+			st, err := setStatus(d, "aclweak")
+			if err != nil {
+				return err
+			}
+			for _, e := range st.Events {
+				if e.Type == "Error" && strings.Contains(e.Message, `"submit-job"`) {
+					return nil
+				}
+			}
+			return fmt.Errorf("events: %+v", st.Events)
+		})
+		if !strings.Contains(d.Proc.LogTail(200), "submit-job") {
+			t.Fatalf("the log does not name the missing capability:\n%s", d.Proc.LogTail(40))
+		}
+		time.Sleep(3 * time.Second)
+		if !d.Proc.Running() {
+			t.Fatalf("the agent exited instead of retrying: %v", d.Proc.ExitErr())
+		}
+		if kids := ChildJobs(t, c.Nomad.Client, "default", "aclweak"); len(kids) != 0 {
+			t.Fatalf("a child was registered without submit-job: %d", len(kids))
+		}
+	})
+}
+
+// steadyStateWindow is how long a converged set is watched for Nomad writes.
+// Issue 5 asks for 10 minutes; the test runs in parallel with the others so
+// it does not add them to the suite's wall time.
+var steadyStateWindow = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("NSS_STEADY_STATE")); err == nil && d > 0 {
+		return d
+	}
+	return 10 * time.Minute
+}()
+
+// metricValue sums the samples of one metric whose labels contain match.
+func metricValue(t *testing.T, addr, name, match string) float64 {
+	t.Helper()
+	resp, err := http.Get(addr + "/v1/metrics")
+	if err != nil {
+		t.Fatalf("reading metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		total += v
+	}
+	return total
+}
+
+// An ordered set of 5 converges; the latency from one pod becoming healthy
+// to the next one's registration is measured; then, for the steady-state
+// window with a 1-minute resync, the agent makes no Nomad write at all.
+func TestSteadyStateMakesNoWrites(t *testing.T) {
+	t.Parallel()
+	c := NewCluster(t)
+	d := c.StartDaemon(`resync_interval = "1m"`)
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "steady", noVolume: true, meta: map[string]string{"statefulset_replicas": "5"}}.hcl())
+	waitConverged(t, c, d, "steady", 5, nil)
+
+	recs := map[int]ChildRecord{}
+	for _, r := range c.Watchdog.Children("steady") {
+		recs[r.Ordinal] = r
+	}
+	var lat []time.Duration
+	for i := 1; i < 5; i++ {
+		lat = append(lat, recs[i].RegisteredAt.Sub(recs[i-1].HealthyAt))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("healthy → next registration latency over %d steps: min %v, p50 %v, max %v (all %v)",
+		len(lat), lat[0], lat[len(lat)/2], lat[len(lat)-1], lat)
+	for _, l := range lat {
+		if l < 0 {
+			t.Fatalf("a pod was registered before its predecessor was healthy: %v", lat)
+		}
+	}
+
+	time.Sleep(5 * time.Second) // let the last status write land
+	writes := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="true"`)
+	reads := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="false"`)
+	t.Logf("watching %v of steady state from %v writes and %v reads", steadyStateWindow, writes, reads)
+	time.Sleep(steadyStateWindow)
+	w2 := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="true"`)
+	r2 := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="false"`)
+	t.Logf("after %v: %v writes, %v reads (%v reads in the window, from the periodic resyncs)", steadyStateWindow, w2, r2, r2-reads)
+	if w2 != writes {
+		t.Fatalf("steady state made %v Nomad writes in %v", w2-writes, steadyStateWindow)
+	}
+	if r2 <= reads {
+		t.Fatalf("no resync happened in the window (reads %v → %v): the test proved nothing", reads, r2)
+	}
+}
