@@ -1,0 +1,560 @@
+package agent
+
+// Scale benchmarks of issue 9, run on the simulated Nomad through the real
+// agent code paths: the watcher and its cache, the work queue, the
+// reconciler, the effects and the store. BENCHMARKS.md records their figures
+// and the commands that produced them.
+//
+// The big scales are opt-in so that `make bench` stays short:
+//
+//	NSS_BENCH_SCALE=1000 NSS_BENCH_IDLE=30s go test -run '^$' -bench 'AgentScale' -benchtime 1x -cpu 2 ./agent/
+//
+// NSS_BENCH_SCALE is a comma list of set counts (default 100); each set has
+// 10 replicas. Run one scale per process when the peak RSS matters: the peak
+// is reset at the start of each run, but memory freed by an earlier scale is
+// not always returned to the OS at once.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// benchReplicas is the size of every set in the scale benchmarks.
+const benchReplicas = 10
+
+// benchScales reads NSS_BENCH_SCALE.
+func benchScales(b *testing.B) []int {
+	v := os.Getenv("NSS_BENCH_SCALE")
+	if v == "" {
+		return []int{100}
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("NSS_BENCH_SCALE=%q: want a comma list of positive set counts", v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// benchEnvDuration reads a duration from the environment, or def.
+func benchEnvDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("%s=%q: want a Go duration", name, v)
+	}
+	return d
+}
+
+// cpuTime is the user+system CPU time of this process. On a shared machine
+// wall time measures the neighbours too; CPU time does not grow while the
+// process waits for a core.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procStatusMB reads a memory line ("VmHWM", "VmRSS") of /proc/self/status
+// in MiB; 0 where /proc is missing.
+func procStatusMB(field string) float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, field+":") {
+			continue
+		}
+		fs := strings.Fields(line)
+		if len(fs) >= 2 {
+			kb, _ := strconv.ParseFloat(fs[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// resetPeakRSS makes VmHWM start again from the current RSS (Linux ≥ 4.0),
+// so that each run reports its own peak and not an earlier run's.
+func resetPeakRSS() {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// liveHeapMB is the Go heap still reachable after a full collection.
+func liveHeapMB() float64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc) / (1 << 20)
+}
+
+// reconciles is how many set reconciles the agent has finished, read from
+// its reconcile-latency histogram.
+func reconciles(a *Agent) uint64 {
+	var m dto.Metric
+	if err := a.metrics.reconcileDuration.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// sumCalls totals the simulator's call counters.
+func sumCalls(calls map[string]int) int {
+	n := 0
+	for _, c := range calls {
+		n += c
+	}
+	return n
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// scaleResult is what one run of the scale scenario measured.
+type scaleResult struct {
+	converge, convergeCPU    time.Duration
+	convergeCalls            map[string]int
+	convergeWrites           int
+	convergeRelists          int64
+	idle, idleCPU            time.Duration
+	idleWrites, idleCalls    int
+	idleReconciles           uint64
+	resync, resyncList       []float64 // seconds
+	resyncCPU                []float64 // seconds
+	resyncReconciles         []float64
+	peakRSS                  float64
+	heapTotal, heapSim       float64
+	convergeEventsPerSec     float64
+	convergeReconcilesPerSet float64
+}
+
+// waitUntil polls cond every step until it holds or timeout passes.
+func waitUntil(b *testing.B, what string, timeout, step time.Duration, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(step)
+	}
+}
+
+// converged reports whether every set's last reconcile saw all its replicas
+// ready at the update revision, and no set is waiting in the queue.
+func converged(a *Agent, c *controller, sets int) bool {
+	if c.queue.Len() > 0 {
+		return false
+	}
+	a.views.mu.RLock()
+	defer a.views.mu.RUnlock()
+	if len(a.views.sets) != sets {
+		return false
+	}
+	for _, d := range a.views.sets {
+		st := d.Status
+		if st.ReadyReplicas != benchReplicas || st.UpdatedReplicas != benchReplicas || st.Replicas != benchReplicas {
+			return false
+		}
+	}
+	return true
+}
+
+// runScale runs the whole scenario once for sets × 10 replicas: start an
+// agent on an empty simulated Nomad, register every parent at once, wait
+// for convergence, watch an idle window, then force full resyncs.
+func runScale(b *testing.B, sets int, idle time.Duration, resyncs int) scaleResult {
+	b.Helper()
+	debug.FreeOSMemory()
+	resetPeakRSS()
+	var r scaleResult
+
+	// Sub-10ms lifecycle delays keep the scheduler's own latency small, so
+	// convergence time is dominated by the agent's work, not by waiting.
+	sim := memory.NewNomad(memory.NomadConfig{
+		JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond,
+		HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond,
+	})
+	a, err := New(Options{
+		Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(),
+		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			b.Errorf("agent: %v", err)
+		}
+	}()
+	var c *controller
+	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
+		c = a.current.Load()
+		return c != nil && c.cache.Synced()
+	})
+
+	parents := make([]*api.Job, sets)
+	for i := range parents {
+		parents[i] = parentJob(fmt.Sprintf("set%05d", i), map[string]string{"statefulset_replicas": strconv.Itoa(benchReplicas)}, "v1")
+	}
+	sim.ResetCalls()
+	idx0 := sim.Index()
+	relists0 := c.watcher.Relists()
+	cpu0, t0 := cpuTime(), time.Now()
+	for _, j := range parents {
+		if _, err := sim.RegisterJob(context.Background(), j, false, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitUntil(b, fmt.Sprintf("%d sets to converge", sets), 30*time.Minute, 20*time.Millisecond, func() bool {
+		return converged(a, c, sets)
+	})
+	r.converge, r.convergeCPU = time.Since(t0), cpuTime()-cpu0
+	r.convergeCalls = sim.Calls()
+	r.convergeWrites = sim.Writes()
+	r.convergeRelists = c.watcher.Relists() - relists0
+	// Raft indexes are a lower bound of the events the agent consumed.
+	r.convergeEventsPerSec = float64(sim.Index()-idx0) / r.converge.Seconds()
+	r.convergeReconcilesPerSet = float64(reconciles(a)) / float64(sets)
+
+	// Let the tail of the convergence (the last reconciles, status writes to
+	// the store) finish before the idle window starts.
+	time.Sleep(time.Second)
+	sim.ResetCalls()
+	rec0 := reconciles(a)
+	cpu0, t0 = cpuTime(), time.Now()
+	time.Sleep(idle)
+	r.idle, r.idleCPU = time.Since(t0), cpuTime()-cpu0
+	r.idleWrites, r.idleCalls = sim.Writes(), sumCalls(sim.Calls())
+	r.idleReconciles = reconciles(a) - rec0
+	r.heapTotal = liveHeapMB()
+
+	for i := 0; i < resyncs; i++ {
+		rec0, rel0 := reconciles(a), c.watcher.Relists()
+		cpu0, t0 := cpuTime(), time.Now()
+		c.watcher.RequestResync()
+		waitUntil(b, "the re-list", time.Minute, 100*time.Microsecond, func() bool { return c.watcher.Relists() > rel0 })
+		list := time.Since(t0)
+		waitUntil(b, "every set to be reconciled again", 10*time.Minute, 100*time.Microsecond, func() bool {
+			return reconciles(a) >= rec0+uint64(sets) && c.queue.Len() == 0
+		})
+		r.resync = append(r.resync, time.Since(t0).Seconds())
+		r.resyncCPU = append(r.resyncCPU, (cpuTime() - cpu0).Seconds())
+		r.resyncList = append(r.resyncList, list.Seconds())
+		r.resyncReconciles = append(r.resyncReconciles, float64(reconciles(a)-rec0))
+		// Let the workers go idle so resyncs do not overlap.
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.peakRSS = procStatusMB("VmHWM")
+
+	cancel()
+	<-done
+	// Without the agent only the simulator (and the test's parents) stay
+	// reachable: its share of the heap.
+	a, c = nil, nil
+	_, _ = a, c
+	r.heapSim = liveHeapMB()
+	sim.Close()
+	runtime.KeepAlive(sim)
+	runtime.KeepAlive(parents)
+	return r
+}
+
+// BenchmarkAgentScale is the scale scenario of issue 9. One op is one whole
+// scenario; the figures are the reported metrics:
+//   - converge-s, converge-cpu-s: from registering every parent at once to
+//     every set ready with 10 replicas (wall, and process CPU);
+//   - calls/set, writes/set: Nomad API calls (writes) per converged set;
+//   - relists: full re-lists during convergence (event stream gaps);
+//   - idle-cpu-ms/s, idle-writes, idle-calls: the idle window after
+//     convergence (NSS_BENCH_IDLE, default 5s);
+//   - resync-s, resync-list-s, resync-cpu-s: a forced full resync, until
+//     every set was reconciled again (median of NSS_BENCH_RESYNCS, default 3);
+//   - peak-RSS-MB: the process's peak RSS (agent and simulator together);
+//     heap-total-MB, heap-sim-MB, heap-agent-MB: the live Go heap after
+//     convergence, the simulator's share and the rest.
+func BenchmarkAgentScale(b *testing.B) {
+	idle := benchEnvDuration(b, "NSS_BENCH_IDLE", 5*time.Second)
+	resyncs := 3
+	if v := os.Getenv("NSS_BENCH_RESYNCS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("NSS_BENCH_RESYNCS=%q: want a positive count", v)
+		}
+		resyncs = n
+	}
+	for _, sets := range benchScales(b) {
+		b.Run(fmt.Sprintf("sets=%d", sets), func(b *testing.B) {
+			var r scaleResult
+			// The timer stays on: a scenario takes longer than -benchtime's
+			// default second, so the framework runs it once.
+			for i := 0; i < b.N; i++ {
+				r = runScale(b, sets, idle, resyncs)
+			}
+			// The benchmark's own registration of each parent is not the agent's.
+			calls := sumCalls(r.convergeCalls) - sets
+			b.ReportMetric(r.converge.Seconds(), "converge-s")
+			b.ReportMetric(r.convergeCPU.Seconds(), "converge-cpu-s")
+			b.ReportMetric(float64(calls)/float64(sets), "calls/set")
+			b.ReportMetric(float64(r.convergeWrites-sets)/float64(sets), "writes/set")
+			b.ReportMetric(r.convergeReconcilesPerSet, "reconciles/set")
+			b.ReportMetric(r.convergeEventsPerSec, "converge-idx/s")
+			b.ReportMetric(float64(r.convergeRelists), "relists")
+			b.ReportMetric(float64(r.idleCPU.Milliseconds())/r.idle.Seconds(), "idle-cpu-ms/s")
+			b.ReportMetric(float64(r.idleWrites), "idle-writes")
+			b.ReportMetric(float64(r.idleCalls), "idle-calls")
+			b.ReportMetric(median(r.resync), "resync-s")
+			b.ReportMetric(median(r.resyncList), "resync-list-s")
+			b.ReportMetric(median(r.resyncCPU), "resync-cpu-s")
+			b.ReportMetric(r.peakRSS, "peak-RSS-MB")
+			b.ReportMetric(r.heapTotal, "heap-total-MB")
+			b.ReportMetric(r.heapSim, "heap-sim-MB")
+			b.ReportMetric(r.heapTotal-r.heapSim, "heap-agent-MB")
+			b.Logf("sets=%d calls by verb during convergence: %v; resyncs (s): %v, list (s): %v, cpu (s): %v, reconciles: %v",
+				sets, r.convergeCalls, r.resync, r.resyncList, r.resyncCPU, r.resyncReconciles)
+		})
+	}
+}
+
+// burstAPI is the simulator with a scripted event stream: the first
+// subscription returns the benchmark's channel, later ones a stream that
+// stays silent, so the benchmark alone decides what the watcher consumes.
+type burstAPI struct {
+	*memory.Nomad
+	ch         chan *api.Events
+	subscribed chan struct{}
+	once       sync.Once
+}
+
+func (f *burstAPI) Events(ctx context.Context, _ uint64) (<-chan *api.Events, error) {
+	out := make(chan *api.Events)
+	f.once.Do(func() {
+		out = f.ch
+		close(f.subscribed)
+	})
+	return out, nil
+}
+
+// eventWorld is a simulated Nomad holding sets × 10 healthy child jobs,
+// built once per process because building it dwarfs the benchmark.
+type eventWorld struct {
+	sim      *memory.Nomad
+	children []*api.Job
+	allocs   []*api.Allocation
+}
+
+var (
+	eventWorldOnce sync.Once
+	eventWorldVal  *eventWorld
+)
+
+// eventWorldSets is the size of the world the event benchmark runs on: the
+// 1,000-set scale of issue 9.
+const eventWorldSets = 1000
+
+func buildEventWorld(b *testing.B) *eventWorld {
+	eventWorldOnce.Do(func() {
+		sim := memory.NewNomad(memory.NomadConfig{Manual: true, JSONPayloads: true})
+		w := &eventWorld{sim: sim}
+		ctx := context.Background()
+		for s := 0; s < eventWorldSets; s++ {
+			set := fmt.Sprintf("set%05d", s)
+			for o := 0; o < benchReplicas; o++ {
+				j := parentJob(fmt.Sprintf("%s-%d", set, o), nil, "v1")
+				j.Meta = map[string]string{"statefulset_parent": set, "statefulset_ordinal": strconv.Itoa(o)}
+				j.TaskGroups[0].Count = ptr(1)
+				j.TaskGroups[0].Volumes = nil
+				j.TaskGroups[0].Tasks[0].VolumeMounts = nil
+				if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+					panic(err)
+				}
+			}
+			sim.Advance(0)
+		}
+		sim.Settle()
+		for s := 0; s < eventWorldSets; s++ {
+			for o := 0; o < benchReplicas; o++ {
+				id := fmt.Sprintf("set%05d-%d", s, o)
+				job := sim.Job("default", id)
+				stubs := sim.Allocs("default", id)
+				if job == nil || len(stubs) != 1 {
+					panic(fmt.Sprintf("child %s: job %v, %d allocs", id, job != nil, len(stubs)))
+				}
+				w.children = append(w.children, job)
+				w.allocs = append(w.allocs, sim.Alloc(stubs[0].ID))
+			}
+		}
+		eventWorldVal = w
+	})
+	if eventWorldVal == nil {
+		b.Fatal("building the event world failed")
+	}
+	return eventWorldVal
+}
+
+// jsonPayload is obj as the real api client hands it over: a generic map
+// decoded from JSON.
+func jsonPayload(b *testing.B, key string, obj any) map[string]any {
+	raw, err := json.Marshal(map[string]any{key: obj})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkWatcherEvents is the event handling rate of issue 9 (goal ≥
+// 10,000 events/s): a burst of events goes through the real watcher, its
+// cache and the agent's work queue over a 1,000-set × 10 world. One op is one
+// event, in its own stream message (the worst case: Nomad often batches
+// several per index). The queue is not drained: deduplication keeps it at
+// one entry per set, as it is while the workers are busy.
+func BenchmarkWatcherEvents(b *testing.B) {
+	for _, kind := range []string{"alloc", "job"} {
+		b.Run(kind, func(b *testing.B) {
+			w := buildEventWorld(b)
+			base := w.sim.Index()
+			evs := make([]*api.Events, b.N)
+			for i := range evs {
+				n := i % len(w.allocs)
+				idx := base + uint64(i) + 1
+				ev := api.Event{Index: idx, Type: "AllocationUpdated", Topic: api.TopicAllocation}
+				if kind == "alloc" {
+					al := *w.allocs[n]
+					al.ModifyIndex, al.AllocModifyIndex = idx, idx
+					ev.Key, ev.Payload = al.ID, jsonPayload(b, "Allocation", &al)
+				} else {
+					j := *w.children[n]
+					j.ModifyIndex = ptr(idx)
+					ev.Type, ev.Topic = "JobRegistered", api.TopicJob
+					ev.Key, ev.Payload = *j.ID, jsonPayload(b, "Job", &j)
+				}
+				evs[i] = &api.Events{Index: idx, Events: []api.Event{ev}}
+			}
+			q := newQueue(time.Millisecond, time.Second)
+			cache := nomad.NewCache()
+			fake := &burstAPI{Nomad: w.sim, ch: make(chan *api.Events, 256), subscribed: make(chan struct{})}
+			watcher := nomad.NewWatcher(fake, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(),
+				func(k backend.SetKey) { q.Add(k.String()) })
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = watcher.Run(ctx)
+			}()
+			<-fake.subscribed
+			last := base + uint64(b.N)
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for _, e := range evs {
+				fake.ch <- e
+			}
+			for cache.Index() < last {
+				runtime.Gosched()
+			}
+			b.StopTimer()
+			cpu := cpuTime() - cpu0
+			cancel()
+			<-done
+			if q.Len() == 0 || q.Len() > eventWorldSets {
+				b.Fatalf("queue depth %d after %d events over %d sets", q.Len(), b.N, eventWorldSets)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkHashRevision is the revision hash of one parent's canonical
+// template (reconciler.HashRevision over jobs.RevisionData), paid once per
+// parent change and per resync when the stored revisions are compared.
+func BenchmarkHashRevision(b *testing.B) {
+	data, err := jobs.RevisionData(parentJob("web", nil, "v1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if reconciler.HashRevision(data, 0) == "" {
+			b.Fatal("empty hash")
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkParseRenderCPU is jobs.BenchmarkParseRender with the process CPU
+// time per op next to the wall time, on the parent job the scale benchmarks
+// use: parse the annotations and render one child.
+func BenchmarkParseRenderCPU(b *testing.B) {
+	job := parentJob("web", map[string]string{"statefulset_replicas": "10"}, "v1")
+	data, err := jobs.RevisionData(job)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hash := reconciler.HashRevision(data, 0)
+	rev := reconciler.Revision{Name: "web-" + hash, Hash: hash, Number: 1, Data: data}
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		spec, err := jobs.Parse(job)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := jobs.RenderChild(spec, rev, 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
