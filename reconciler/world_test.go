@@ -9,9 +9,6 @@ import (
 	"time"
 )
 
-// errInjected is the error of an action the fault injector fails.
-var errInjected = errors.New("injected failure")
-
 // world is a simulated Nomad + Consul for one set: it holds the truth, builds
 // the reconciler's Input from it, carries out the actions in order the way the
 // agent does (stopping at the first failure), and checks every action against
