@@ -126,18 +126,19 @@ func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event conf
 		resp, err := plugin.Call(ctx, hook, plugin.Event(event), pod)
 		ch <- answer{resp, err}
 	}()
+	var a answer
 	select {
-	case a := <-ch:
-		if a.err != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("timed out after %s: %w", timeout, a.err)
+	case a = <-ch:
+		if a.err == nil || ctx.Err() == nil {
+			return a.resp, inst.classify(a.err)
 		}
-		return a.resp, inst.classify(a.err)
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("timed out after %s", timeout)
-		}
-		return nil, fmt.Errorf("calling the hook: %w", ctx.Err())
+		a.err = ctx.Err()
 	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("timed out after %s: %w", timeout, a.err)
+	}
+	return nil, fmt.Errorf("calling the hook: %w", a.err)
 }
 
 // Provisioner returns the configured volume provisioner. The value stays
