@@ -288,8 +288,9 @@ func (i *instance) watch() {
 func (i *instance) restart() bool {
 	i.mu.Lock()
 	i.down = fmt.Errorf("%w: plugin %q (driver %q) exited; restarting it", ErrPluginUnavailable, i.spec.name, i.spec.driver)
-	i.client.Kill() // reaps the process and closes the connection
+	dead := i.client
 	i.mu.Unlock()
+	dead.Kill() // closes the connection and cleans up; outside the lock, as it may wait
 	i.log.Error("plugin exited; restarting it", "restarts", i.restarts)
 	for attempt := 0; ; attempt++ {
 		wait := backoff(i.m.opts.RestartMin, i.m.opts.RestartMax, attempt)
@@ -359,9 +360,12 @@ func (i *instance) stop() {
 	i.mu.Unlock()
 	<-i.done
 	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.client != nil {
-		i.client.Kill()
+	client := i.client
+	i.mu.Unlock()
+	if client != nil {
+		// Outside the lock: Kill asks the plugin to exit and waits a
+		// moment for it, and calls must not wait behind that.
+		client.Kill()
 	}
 }
 

@@ -10,8 +10,9 @@ import (
 )
 
 // binDir holds the plugin binaries built once for the whole package:
-// "testplugin" (plugin/internal/testplugin) and "predelete-command" (the
-// example in examples/plugins). Tests copy them into their own plugin_dir
+// "testplugin" (plugin/internal/testplugin), "predelete-command" (the
+// example in examples/plugins) and "nomad-host-volume" (the built-in served
+// as a binary). Tests copy them into their own plugin_dir
 // under the names they need.
 var binDir string
 
@@ -29,6 +30,7 @@ func run(m *testing.M) int {
 	for name, pkg := range map[string]string{
 		"testplugin":        "github.com/nomad-statefulset/nomad-statefulset/plugin/internal/testplugin",
 		"predelete-command": "github.com/nomad-statefulset/nomad-statefulset/examples/plugins/predelete-command",
+		"nomad-host-volume": "github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume/cmd/nomad-host-volume",
 	} {
 		cmd := exec.Command(filepath.Join(os.Getenv("GOROOT"), "bin", "go"), "build", "-o", filepath.Join(dir, name), pkg)
 		if os.Getenv("GOROOT") == "" {

@@ -91,6 +91,12 @@ type Manager struct {
 	log  hclog.Logger
 	opts Options
 
+	// reloadMu serializes Start, Reload and Close's stop of the plugins.
+	// It is held while plugins launch, which may take LaunchTimeout, so mu
+	// is not: calls (RunHooks, Provisioner) only ever wait for mu, and mu
+	// is only held to read or swap the maps below.
+	reloadMu sync.Mutex
+
 	mu        sync.RWMutex
 	instances map[string]*instance // by plugin block name
 	hooks     []*config.HookConfig
@@ -140,9 +146,12 @@ func (m *Manager) Start(ctx context.Context, cfg *config.Config) error {
 // agent's plugins away. (A SetConfig already applied to a kept plugin is not
 // undone: its plugin accepted it.)
 func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	m.mu.RLock()
+	closed, current := m.closed, maps.Clone(m.instances)
+	m.mu.RUnlock()
+	if closed {
 		return errors.New("reloading plugins: the manager is closed")
 	}
 	types, err := pluginTypes(cfg)
@@ -158,7 +167,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 			errs = append(errs, err)
 			continue
 		}
-		if old := m.instances[pc.Name]; old != nil && old.spec.same(spec) {
+		if old := current[pc.Name]; old != nil && old.spec.same(spec) {
 			if err := old.setConfig(ctx, pc.Config); err != nil {
 				errs = append(errs, err)
 				continue
@@ -180,21 +189,32 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 		}
 		return errors.Join(errs...)
 	}
-	for name, old := range m.instances {
+	hooks := make([]*config.HookConfig, 0, len(cfg.Hooks))
+	for _, h := range cfg.Hooks {
+		c := *h
+		c.Events = slices.Clone(h.Events)
+		hooks = append(hooks, &c)
+	}
+	m.mu.Lock()
+	if m.closed {
+		// Close ran while the plugins were launching.
+		m.mu.Unlock()
+		for _, inst := range launched {
+			inst.stop()
+		}
+		return errors.New("reloading plugins: the manager is closed")
+	}
+	m.instances = next
+	m.hooks = hooks
+	m.vp = config.VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)}
+	m.mu.Unlock()
+	for name, old := range current {
 		if next[name] != old {
 			m.log.Info("stopping plugin", "plugin", name, "driver", old.spec.driver)
 			old.stop()
 		}
 	}
-	m.instances = next
-	m.hooks = make([]*config.HookConfig, 0, len(cfg.Hooks))
-	for _, h := range cfg.Hooks {
-		c := *h
-		c.Events = slices.Clone(h.Events)
-		m.hooks = append(m.hooks, &c)
-	}
-	m.vp = config.VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)}
-	m.log.Info("plugins loaded", "plugins", len(next), "hooks", len(m.hooks), "volume_provisioner", m.vp.Plugin)
+	m.log.Info("plugins loaded", "plugins", len(next), "hooks", len(hooks), "volume_provisioner", cfg.VolumeProvisioner.Plugin)
 	return nil
 }
 
@@ -254,14 +274,15 @@ func where(pc *config.PluginConfig) string {
 // ErrPluginUnavailable.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.closed = true
-	for name, inst := range m.instances {
+	instances := m.instances
+	m.instances = map[string]*instance{}
+	m.hooks = nil
+	m.mu.Unlock()
+	for name, inst := range instances {
 		m.log.Debug("stopping plugin", "plugin", name)
 		inst.stop()
 	}
-	m.instances = map[string]*instance{}
-	m.hooks = nil
 }
 
 // Status is the state of one plugin, for the agent's log, metrics and

@@ -319,6 +319,35 @@ plugin "nomad-host-volume" { args = ["-type", "provisioner"] }
 	}
 }
 
+// TestBuiltinAsBinary: the built-in nomad-host-volume, served from its own
+// binary, passes the launch check and checks its config over gRPC.
+func TestBuiltinAsBinary(t *testing.T) {
+	dir := t.TempDir()
+	install(t, dir, "nomad-host-volume", config.BuiltinHostVolume)
+	cfg, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+plugin "nomad-host-volume" {
+  config = { capacity_min = "1GiB" }
+}
+`, dir))
+	m := newManager(t, Options{})
+	start(t, m, cfg)
+	if s := statusOf(t, m, config.BuiltinHostVolume); !s.External || !s.Available || s.Type != plugin.TypeVolumeProvisioner {
+		t.Fatalf("status = %+v; want the external binary, up, as a provisioner", s)
+	}
+
+	bad, path := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+plugin "nomad-host-volume" {
+  config = { capacity = "1GiB" }
+}
+`, dir))
+	err := newManager(t, Options{}).Start(context.Background(), bad)
+	if err == nil || !strings.Contains(err.Error(), path+":3:") || !strings.Contains(err.Error(), `unknown config key "capacity"`) {
+		t.Fatalf("Start = %v; want the binary's config error at %s:3", err, path)
+	}
+}
+
 // TestReload: an unchanged plugin keeps its process and gets the new
 // config; a bad reload changes nothing; a removed plugin is stopped; a
 // changed one is relaunched.
