@@ -1,0 +1,163 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// recorder is an in-process plugin of both types that records what arrives.
+type recorder struct {
+	config map[string]string
+	req    *VolumeRequest
+	pod    Pod
+	event  Event
+}
+
+func (r *recorder) PluginInfo(context.Context) (*Info, error) {
+	return &Info{Name: "rec", Type: TypeLifecycleHook}, nil
+}
+func (r *recorder) SetConfig(_ context.Context, c map[string]string) error {
+	if c["bad"] != "" {
+		return errors.New("bad key " + c["bad"])
+	}
+	r.config = c
+	return nil
+}
+func (r *recorder) CreateVolume(_ context.Context, req *VolumeRequest) (*Volume, error) {
+	r.req = req
+	return &Volume{ID: "id-1", Name: req.Name, CapacityBytes: 1 << 40, ModifyIndex: 9}, nil
+}
+func (r *recorder) GetVolume(context.Context, *VolumeRequest) (*Volume, error) { return nil, nil }
+func (r *recorder) DeleteVolume(context.Context, *VolumeRequest) error {
+	return errors.New("volume is in use")
+}
+func (r *recorder) hook(e Event, pod Pod) (*HookResponse, error) {
+	r.event, r.pod = e, pod
+	return Wait(90*time.Second, "pod %s syncing", pod.Name), nil
+}
+func (r *recorder) PreDelete(_ context.Context, p Pod) (*HookResponse, error) {
+	return r.hook(EventPreDelete, p)
+}
+func (r *recorder) PostReady(_ context.Context, p Pod) (*HookResponse, error) {
+	return r.hook(EventPostReady, p)
+}
+func (r *recorder) PreUpdate(_ context.Context, p Pod) (*HookResponse, error) {
+	return r.hook(EventPreUpdate, p)
+}
+
+// connect serves rec over a real gRPC connection with go-plugin's test
+// helper and returns the agent-side stubs.
+func connect(t *testing.T, rec *recorder) (VolumeProvisioner, LifecycleHook) {
+	t.Helper()
+	server := goplugin.PluginSet{
+		typeBase:                      &grpcPlugin{typ: typeBase, impl: rec},
+		string(TypeVolumeProvisioner): &grpcPlugin{typ: string(TypeVolumeProvisioner), impl: rec},
+		string(TypeLifecycleHook):     &grpcPlugin{typ: string(TypeLifecycleHook), impl: rec},
+	}
+	client, srv := goplugin.TestPluginGRPCConn(t, false, server)
+	t.Cleanup(func() { client.Close(); srv.Stop() })
+	// The client side uses the agent's own plugin map.
+	client.Plugins = ClientPlugins()
+	vp, err := client.Dispense(string(TypeVolumeProvisioner))
+	if err != nil {
+		t.Fatalf("dispensing the provisioner: %v", err)
+	}
+	h, err := client.Dispense(string(TypeLifecycleHook))
+	if err != nil {
+		t.Fatalf("dispensing the hook: %v", err)
+	}
+	return vp.(VolumeProvisioner), h.(LifecycleHook)
+}
+
+// TestWire: every method crosses a real gRPC connection with its data, and
+// a plugin's error comes back with its message.
+func TestWire(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	vp, hook := connect(t, rec)
+
+	info, err := vp.PluginInfo(ctx)
+	if err != nil || info.Name != "rec" || info.Type != TypeLifecycleHook {
+		t.Fatalf("PluginInfo = %+v, %v", info, err)
+	}
+	if err := vp.SetConfig(ctx, map[string]string{"a": "b"}); err != nil || rec.config["a"] != "b" {
+		t.Fatalf("SetConfig = %v, config %v", err, rec.config)
+	}
+	err = vp.SetConfig(ctx, map[string]string{"bad": "zap"})
+	if err == nil || !strings.Contains(err.Error(), "bad key zap") {
+		t.Fatalf("SetConfig(bad) = %v; want the plugin's message", err)
+	}
+	req := &VolumeRequest{Namespace: "ns", Set: "web", Claim: "data", Ordinal: 3, Name: "data-web-3",
+		AccessMode: "single-node-writer", NodePool: "p", Constraints: []Constraint{{LTarget: "a", RTarget: "b", Operand: "="}},
+		Config: map[string]string{"plugin_id": "mkdir"}}
+	v, err := vp.CreateVolume(ctx, req)
+	if err != nil || v.ID != "id-1" || v.CapacityBytes != 1<<40 || v.ModifyIndex != 9 {
+		t.Fatalf("CreateVolume = %+v, %v", v, err)
+	}
+	if rec.req.Ordinal != 3 || rec.req.Constraints[0].RTarget != "b" || rec.req.Config["plugin_id"] != "mkdir" || rec.req.NodePool != "p" {
+		t.Fatalf("the plugin got %+v", rec.req)
+	}
+	if v, err := vp.GetVolume(ctx, req); err != nil || v != nil {
+		t.Fatalf("GetVolume = %+v, %v; want nil, nil for a missing volume", v, err)
+	}
+	err = vp.DeleteVolume(ctx, req)
+	if st, ok := status.FromError(err); !ok || st.Code() != codes.Unknown || !strings.Contains(err.Error(), "volume is in use") {
+		t.Fatalf("DeleteVolume = %v; want the plugin's error as a gRPC status", err)
+	}
+
+	pod := Pod{Namespace: "ns", Set: "web", Ordinal: 1, Name: "web-1", Revision: "r1", AllocID: "a1", NodeID: "n1"}
+	for _, tc := range []struct {
+		event Event
+		call  func(context.Context, Pod) (*HookResponse, error)
+	}{{EventPreDelete, hook.PreDelete}, {EventPostReady, hook.PostReady}, {EventPreUpdate, hook.PreUpdate}} {
+		resp, err := tc.call(ctx, pod)
+		if err != nil || resp.Status != HookWait || resp.RetryAfter != 90*time.Second || resp.Message != "pod web-1 syncing" {
+			t.Fatalf("%s = %+v, %v", tc.event, resp, err)
+		}
+		if rec.event != tc.event || rec.pod != pod {
+			t.Fatalf("%s: the plugin got event %s and pod %+v", tc.event, rec.event, rec.pod)
+		}
+	}
+}
+
+func TestHookResponse_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		resp *HookResponse
+		want string
+	}{
+		{Done(), ""},
+		{Wait(time.Second, "x"), ""},
+		{Fail("x"), ""},
+		{nil, "no response"},
+		{&HookResponse{Status: "ok"}, `unknown status "ok"`},
+		{&HookResponse{Status: HookWait, RetryAfter: -1}, "negative retry_after"},
+	} {
+		err := tc.resp.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(%+v) = %v; want %q", tc.resp, err, tc.want)
+		}
+	}
+}
+
+// notAPlugin implements Base only.
+type notAPlugin struct{}
+
+func (notAPlugin) PluginInfo(context.Context) (*Info, error)          { return &Info{}, nil }
+func (notAPlugin) SetConfig(context.Context, map[string]string) error { return nil }
+
+func TestPluginSet(t *testing.T) {
+	if _, err := pluginSet(notAPlugin{}); err == nil || !strings.Contains(err.Error(), "neither VolumeProvisioner nor LifecycleHook") {
+		t.Fatalf("pluginSet(Base only) = %v; want a refusal", err)
+	}
+	set, err := pluginSet(&recorder{})
+	if err != nil || set[typeBase] == nil || len(set) != 2 {
+		t.Fatalf("pluginSet(recorder) = %v, %v; want base and one type", set, err)
+	}
+}
