@@ -77,9 +77,11 @@ type Base interface {
 	// PluginInfo returns the plugin's name and type.
 	PluginInfo(ctx context.Context) (*Info, error)
 	// SetConfig hands the plugin block's config to the plugin, at launch,
-	// after every restart and on every reload. A plugin should check it here
-	// and return an error naming the bad key, which the manager reports with
-	// the plugin block's position.
+	// after every restart and on every reload. The volume provisioner gets
+	// the volume_provisioner block's config merged over it, the same keys
+	// that every VolumeRequest carries. A plugin should check it here and
+	// return an error naming the bad key, which the manager reports with the
+	// plugin block's position.
 	SetConfig(ctx context.Context, config map[string]string) error
 }
 

@@ -50,8 +50,9 @@ func (s *spec) prefix() string {
 func (m *Manager) resolve(pc *config.PluginConfig, dir string, typ plugin.Type) (*spec, error) {
 	s := &spec{
 		name: pc.Name, driver: pc.Driver, args: slices.Clone(pc.Args), typ: typ,
-		config: maps.Clone(pc.Config), decl: pc,
+		config: map[string]string{}, decl: pc,
 	}
+	maps.Copy(s.config, pc.Config)
 	if s.driver == "" {
 		s.driver = pc.Name
 	}

@@ -163,12 +163,19 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 	var errs []error
 	for _, pc := range cfg.Plugins {
 		spec, err := m.resolve(pc, cfg.PluginDir, types[pc.Name])
+		if err == nil && pc.Name == cfg.VolumeProvisioner.Plugin {
+			// The provisioner also gets volume_provisioner's config at
+			// launch (over its own block's), although every call carries it
+			// too: so a bad key there is reported at start-up, not at the
+			// first volume.
+			maps.Copy(spec.config, cfg.VolumeProvisioner.Config)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if old := current[pc.Name]; old != nil && old.spec.same(spec) {
-			if err := old.setConfig(ctx, pc.Config); err != nil {
+			if err := old.setConfig(ctx, spec.config); err != nil {
 				errs = append(errs, err)
 				continue
 			}

@@ -297,6 +297,18 @@ func TestBuiltinHostVolume(t *testing.T) {
 	if s := statusOf(t, m, config.BuiltinHostVolume); s.External || !s.Available || s.Type != plugin.TypeVolumeProvisioner {
 		t.Fatalf("status = %+v; want an available built-in provisioner", s)
 	}
+
+	// A typo in volume_provisioner's config is caught at start-up.
+	bad, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+volume_provisioner {
+  config = { plugin_id = "mkdir", capacity_mn = "1G" }
+}
+`, t.TempDir()))
+	err = newManager(t, Options{Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(sim)}}).Start(ctx, bad)
+	if err == nil || !strings.Contains(err.Error(), `unknown config key "capacity_mn"`) {
+		t.Fatalf("Start with a bad volume_provisioner config = %v; want the unknown key", err)
+	}
 }
 
 // TestExternalOverridesBuiltin: a binary in plugin_dir named like a
