@@ -160,7 +160,7 @@ func (a *Agent) lead(ctx context.Context) error {
 		log: log, api: a.api, store: a.store, cache: cache, queue: q,
 		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
 		volumes: a.opts.Volumes, metrics: a.metrics, views: a.views,
-		lastSpec: map[backend.SetKey]reconciler.Spec{},
+		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
 	}
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
 		a.log.Named("watcher"), func(k backend.SetKey) {

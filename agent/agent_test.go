@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +337,27 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 	if h.agent.current.Load().watcher.Relists() <= relists {
 		t.Fatal("the watcher did not re-list after the stream broke")
 	}
+}
+
+func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
+	h := startAgent(t, fastSim())
+	var fixed atomic.Bool
+	h.sim.SetBehavior(func(job *api.Job, group string) memory.AllocBehavior {
+		return memory.AllocBehavior{FailOnStart: *job.ID == "crash-2" && !fixed.Load()}
+	})
+	h.register(parentJob("crash", map[string]string{"statefulset_replicas": "4"}, "v1"))
+	h.waitFor("crash-2 to fail a few times", 10*time.Second, func() (bool, string) {
+		n := len(h.sim.Allocs("default", "crash-2"))
+		return n >= 3, fmt.Sprintf("%d allocations", n)
+	})
+	time.Sleep(2 * time.Second)
+	// Without backoff the simulator saw hundreds of recreations a second.
+	if n := len(h.sim.Allocs("default", "crash-2")); n > 20 {
+		t.Fatalf("crash-2 was recreated %d times: a hot loop, not a backoff", n)
+	}
+	if h.liveChildren("crash") > 3 {
+		t.Fatal("crash-3 was created while crash-2 was failing")
+	}
+	fixed.Store(true)
+	h.waitConverged("crash", 4, nil)
 }

@@ -58,6 +58,7 @@ type controller struct {
 	volumes VolumeOptions
 	metrics *metrics
 	views   *views
+	backoff *crashBackoff
 
 	// lastSpec remembers each set's last valid spec, so that a parent purged
 	// from Nomad is still torn down by its own retention policy.
@@ -135,6 +136,13 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			return ctx.Err()
 		}
 		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
+		var bo *backoffError
+		if errors.As(err, &bo) {
+			c.views.event(key, now, "BackOff", fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err))
+			c.views.update(key, *spec, out.Status, obs, revs, "")
+			c.queue.AddAfter(key.String(), bo.wait)
+			return nil
+		}
 		if err != nil {
 			c.views.event(key, now, "Error", fmt.Sprintf("%s ordinal %d: %v", act.Type, act.Ordinal, err))
 			c.views.update(key, *spec, out.Status, obs, revs, "")

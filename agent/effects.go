@@ -86,6 +86,10 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 			return fmt.Errorf("refusing to create %s: it still has a pod", id)
 		}
 	}
+	if wait := c.backoff.remaining(key, act.Ordinal, now); wait > 0 {
+		// The ordinal keeps failing: recreate it later, not in a hot loop.
+		return &backoffError{wait: wait}
+	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
 		if nomad.IsConflict(err) {
@@ -114,7 +118,19 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 			id = p.JobID
 		}
 	}
-	err := c.api.DeregisterJob(ctx, key.Namespace, id, false)
+	// A pod that ended (Failed or Succeeded) with nothing left running is
+	// purged, not stopped: Nomad counts a failed allocation that may not be
+	// rescheduled toward the group, so a stopped child registered again
+	// would never be placed. Purging is safe only because nothing of it
+	// runs; a live pod is stopped and observed until its allocations end.
+	purge := false
+	for _, p := range obs.Pods {
+		if p.JobID == id && p.AllTerminal && (p.Pod.Phase == reconciler.PhaseFailed || p.Pod.Phase == reconciler.PhaseSucceeded) {
+			purge = true
+			c.backoff.failed(key, act.Ordinal, now)
+		}
+	}
+	err := c.api.DeregisterJob(ctx, key.Namespace, id, purge)
 	if errors.Is(err, nomad.ErrNotFound) {
 		// Already gone: the goal of the action is met (Kubernetes #136812).
 		return nil

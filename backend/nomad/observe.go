@@ -36,6 +36,8 @@ type PodDetail struct {
 	ClientStatus string
 	// Job is the child job as Nomad has it, for drift detection.
 	Job *api.Job
+	// AllTerminal is true when no allocation of the child can still run.
+	AllTerminal bool
 }
 
 // StoppedChild is a child job that is stopped and fully terminal: its
@@ -175,6 +177,7 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 		return PodDetail{}, false
 	}
 	d := PodDetail{
+		AllTerminal:    !anyLive,
 		JobID:          str(job.ID),
 		JobModifyIndex: u64(job.JobModifyIndex),
 		Job:            job,

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// Crash-loop backoff for pods that end Failed again and again. Kubernetes
+// leaves this to the kubelet's CrashLoopBackOff; with Nomad the controller
+// recreates the child job itself, so it must not do that in a hot loop.
+const (
+	crashBackoffBase = time.Second
+	crashBackoffMax  = 5 * time.Minute
+	// crashBackoffReset forgets past failures of an ordinal that has not
+	// failed for this long.
+	crashBackoffReset = 10 * time.Minute
+)
+
+type crashRecord struct {
+	count int
+	last  time.Time
+}
+
+// crashBackoff tracks, per set and ordinal, how often a pod ended Failed.
+type crashBackoff struct {
+	mu sync.Mutex
+	m  map[string]crashRecord
+}
+
+func newCrashBackoff() *crashBackoff { return &crashBackoff{m: map[string]crashRecord{}} }
+
+func crashKey(key backend.SetKey, ordinal int) string { return fmt.Sprintf("%s/%d", key, ordinal) }
+
+// failed records that the ordinal's pod ended Failed at now.
+func (b *crashBackoff) failed(key backend.SetKey, ordinal int, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := crashKey(key, ordinal)
+	r := b.m[k]
+	if now.Sub(r.last) > crashBackoffReset {
+		r.count = 0
+	}
+	r.count++
+	r.last = now
+	b.m[k] = r
+}
+
+// remaining is how long the ordinal must still wait before it is recreated.
+// The first failure is recreated at once, as Kubernetes does.
+func (b *crashBackoff) remaining(key backend.SetKey, ordinal int, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.m[crashKey(key, ordinal)]
+	if !ok || r.count < 2 || now.Sub(r.last) > crashBackoffReset {
+		return 0
+	}
+	d := crashBackoffBase << min(r.count-2, 20)
+	if d > crashBackoffMax {
+		d = crashBackoffMax
+	}
+	return r.last.Add(d).Sub(now)
+}
+
+// backoffError defers an action that is waiting out a crash-loop backoff.
+type backoffError struct{ wait time.Duration }
+
+func (e *backoffError) Error() string {
+	return fmt.Sprintf("the pod keeps failing; recreating it in %s", e.wait.Round(time.Second))
+}
