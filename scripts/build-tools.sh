@@ -50,6 +50,6 @@ build() { # name package
 build consul github.com/hashicorp/consul
 build nomad github.com/hashicorp/nomad
 
-"${bin}/nomad" version | head -1
-"${bin}/consul" version | head -1
+"${bin}/nomad" version | sed -n 1p # sed reads all: no SIGPIPE under pipefail
+"${bin}/consul" version | sed -n 1p # sed reads all: no SIGPIPE under pipefail
 echo "${want}" >"${stamp}"
