@@ -19,8 +19,7 @@ import (
 // agentPolicy is the minimal Nomad ACL policy the README documents.
 const agentPolicy = `
 namespace "default" {
-  capabilities = ["list-jobs", "read-job", "submit-job",
-                  "host-volume-read", "host-volume-create", "host-volume-delete"]
+  capabilities = ["list-jobs", "read-job", "submit-job", "host-volume-write"]
 }
 host_volume "*" {
   policy = "write"

@@ -52,7 +52,7 @@ var capabilityFor = map[string]string{
 	"ListJobs": "list-jobs", "GetJob": "read-job", "RegisterJob": "submit-job",
 	"DeregisterJob": "submit-job", "JobAllocations": "read-job",
 	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
-	"DeleteHostVolume": "host-volume-delete", "Events": "read-job",
+	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
 }
 
 // PermissionError is Nomad refusing a call for lack of an ACL capability.

@@ -195,7 +195,7 @@ func TestObserveReRegisteredChildIsPendingUntilItsNewAllocationExists(t *testing
 }
 
 func TestPermissionErrorNamesTheCapability(t *testing.T) {
-	cases := map[string]string{"ListJobs": "list-jobs", "RegisterJob": "submit-job", "CreateHostVolume": "host-volume-create", "DeleteHostVolume": "host-volume-delete"}
+	cases := map[string]string{"ListJobs": "list-jobs", "RegisterJob": "submit-job", "CreateHostVolume": "host-volume-create", "DeleteHostVolume": "host-volume-write"}
 	for verb, capability := range cases {
 		err := denied(verb, "default", fmt.Errorf("Unexpected response code: 403 (Permission denied)"))
 		var pe *PermissionError
