@@ -17,8 +17,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -45,9 +48,21 @@ type Options struct {
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
+	// Provisioner creates and deletes per-ordinal volumes through a plugin
+	// (the plugin manager's). Nil: Nomad's host volume API directly, with
+	// Volumes.
+	Provisioner plugin.VolumeProvisioner
+	// Hooks runs lifecycle hooks before pod deletions and updates. Nil: none.
+	Hooks HookRunner
 	// ExpectationTTL is how long a write may stay unseen in the event stream
 	// before the agent re-lists Nomad (default 2m).
 	ExpectationTTL time.Duration
+}
+
+// HookRunner runs the lifecycle hooks of one event for one pod; the plugin
+// manager is one.
+type HookRunner interface {
+	RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult
 }
 
 // Agent is the daemon.
@@ -106,6 +121,16 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
+// NomadAPI returns the agent's Nomad API, instrumented: calls made through
+// it (by a built-in plugin, say) show in /v1/metrics like the agent's own.
+func (a *Agent) NomadAPI() nomad.API { return a.api }
+
+// UsePlugins routes volume creation and deletion through provisioner and
+// runs lifecycle hooks through hooks (either may be nil). Call it before Run.
+func (a *Agent) UsePlugins(provisioner plugin.VolumeProvisioner, hooks HookRunner) {
+	a.opts.Provisioner, a.opts.Hooks = provisioner, hooks
+}
+
 // HTTPAddr returns the address the HTTP API listens on.
 func (a *Agent) HTTPAddr() string {
 	if a.http == nil {
@@ -161,6 +186,7 @@ func (a *Agent) lead(ctx context.Context) error {
 		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
 		volumes: a.opts.Volumes, metrics: a.metrics, views: a.views,
 		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
+		provisioner: a.opts.Provisioner, hooks: a.opts.Hooks,
 	}
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
 		a.log.Named("watcher"), func(k backend.SetKey) {

@@ -14,8 +14,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -55,14 +58,23 @@ type harness struct {
 
 func startAgent(t *testing.T, cfg memory.NomadConfig) *harness {
 	t.Helper()
+	return startAgentWith(t, cfg, nil)
+}
+
+func startAgentWith(t *testing.T, cfg memory.NomadConfig, opt func(*Options)) *harness {
+	t.Helper()
 	sim := memory.NewNomad(cfg)
 	store := memory.NewStore()
-	a, err := New(Options{
+	opts := Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
 		Nomad:  sim, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
 		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
 		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
-	})
+	}
+	if opt != nil {
+		opt(&opts)
+	}
+	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,4 +372,66 @@ func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
 	}
 	fixed.Store(true)
 	h.waitConverged("crash", 4, nil)
+}
+
+// fakeHooks holds pre_delete until released and records every call.
+type fakeHooks struct {
+	mu       sync.Mutex
+	released bool
+	calls    []string
+}
+
+func (f *fakeHooks) RunHooks(_ context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, string(event)+" "+pod.Name)
+	if event == config.HookPreDelete && !f.released {
+		return manager.HookResult{Proceed: false, RetryAfter: 20 * time.Millisecond, Hook: "drain", Reason: "draining"}
+	}
+	return manager.HookResult{Proceed: true}
+}
+
+func (f *fakeHooks) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
+	hooks := &fakeHooks{}
+	h := startAgentWith(t, fastSim(), func(o *Options) { o.Hooks = hooks })
+	h.register(parentJob("hk", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("hk", 3, nil)
+	job := h.sim.Job("default", "hk")
+	job.Meta["statefulset_replicas"] = "1"
+	h.register(job)
+	h.waitFor("the pre_delete hook to be asked about hk-2", 5*time.Second, func() (bool, string) {
+		for _, c := range hooks.seen() {
+			if c == "pre_delete hk-2" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(hooks.seen())
+	})
+	time.Sleep(200 * time.Millisecond)
+	if n := h.liveChildren("hk"); n != 3 {
+		t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
+	}
+	hooks.mu.Lock()
+	hooks.released = true
+	hooks.mu.Unlock()
+	h.waitConverged("hk", 1, nil)
+
+	// A rolling update asks pre_update, not pre_delete.
+	job = h.sim.Job("default", "hk")
+	job.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "v2"}
+	h.register(job)
+	h.waitFor("pre_update for hk-0", 10*time.Second, func() (bool, string) {
+		for _, c := range hooks.seen() {
+			if c == "pre_update hk-0" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(hooks.seen())
+	})
 }

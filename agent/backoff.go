@@ -64,9 +64,15 @@ func (b *crashBackoff) remaining(key backend.SetKey, ordinal int, now time.Time)
 	return r.last.Add(d).Sub(now)
 }
 
-// backoffError defers an action that is waiting out a crash-loop backoff.
-type backoffError struct{ wait time.Duration }
+// deferError defers an action: a crash-loop backoff, a lifecycle hook that
+// holds the step, or a plugin that is down. The set is looked at again
+// after wait; nothing failed, so it is not retried with error backoff.
+type deferError struct {
+	wait   time.Duration
+	kind   string // the event type shown on the set: BackOff, HookWaiting, PluginUnavailable
+	reason string
+}
 
-func (e *backoffError) Error() string {
-	return fmt.Sprintf("the pod keeps failing; recreating it in %s", e.wait.Round(time.Second))
+func (e *deferError) Error() string {
+	return fmt.Sprintf("%s; trying again in %s", e.reason, e.wait.Round(time.Second))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -59,6 +60,10 @@ type controller struct {
 	metrics *metrics
 	views   *views
 	backoff *crashBackoff
+	// provisioner makes volumes through a plugin; nil uses Nomad directly.
+	provisioner plugin.VolumeProvisioner
+	// hooks runs lifecycle hooks; nil runs none.
+	hooks HookRunner
 
 	// lastSpec remembers each set's last valid spec, so that a parent purged
 	// from Nomad is still torn down by its own retention policy.
@@ -136,9 +141,9 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			return ctx.Err()
 		}
 		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
-		var bo *backoffError
+		var bo *deferError
 		if errors.As(err, &bo) {
-			c.views.event(key, now, "BackOff", fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err))
+			c.views.event(key, now, bo.kind, fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err))
 			c.views.update(key, *spec, out.Status, obs, revs, "")
 			c.queue.AddAfter(key.String(), bo.wait)
 			return nil

@@ -9,9 +9,12 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -40,6 +43,9 @@ func (c *controller) execute(ctx context.Context, key backend.SetKey, spec recon
 	case reconciler.ActionCreatePod:
 		return false, c.createPod(ectx, key, spec, obs, act, now)
 	case reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+		if err := c.runHooks(ctx, key, obs, act); err != nil {
+			return false, err
+		}
 		// A drifted child is repaired by stopping it; the next pass creates
 		// it again from its revision. Re-registering in place would let
 		// Nomad run the old and new allocation side by side.
@@ -88,7 +94,7 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 	}
 	if wait := c.backoff.remaining(key, act.Ordinal, now); wait > 0 {
 		// The ordinal keeps failing: recreate it later, not in a hot loop.
-		return &backoffError{wait: wait}
+		return &deferError{wait: wait, kind: "BackOff", reason: "the pod keeps failing"}
 	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
@@ -153,7 +159,85 @@ func volumeAction(act reconciler.Action) string {
 	return act.Volume.Name
 }
 
+// hookEvent is the lifecycle hook a deletion runs, by why it happens. A pod
+// that already ended, a duplicate, or a drift repair runs none.
+func hookEvent(act reconciler.Action) (config.HookEvent, bool) {
+	if act.Type != reconciler.ActionDeletePod {
+		return "", false
+	}
+	switch act.Cause {
+	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted:
+		return config.HookPreDelete, true
+	case reconciler.CauseUpdate:
+		return config.HookPreUpdate, true
+	}
+	return "", false
+}
+
+// runHooks runs the lifecycle hooks for a deletion and defers it while one
+// holds the step. It runs on the worker's context, not effectContext: a
+// hook's own timeout bounds it and may be longer than an effect's.
+func (c *controller) runHooks(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
+	event, ok := hookEvent(act)
+	if !ok || c.hooks == nil {
+		return nil
+	}
+	pod := plugin.Pod{Namespace: key.Namespace, Set: key.Name, Ordinal: act.Ordinal, Name: childID(key, act.Ordinal), Revision: act.Pod.Revision}
+	for _, p := range obs.Pods {
+		if p.Pod.Ordinal == act.Ordinal {
+			pod.Name, pod.AllocID, pod.NodeID = p.JobID, p.AllocID, p.NodeID
+		}
+	}
+	res := c.hooks.RunHooks(ctx, event, pod)
+	if res.Proceed {
+		return nil
+	}
+	wait := res.RetryAfter
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	return &deferError{wait: wait, kind: "HookWaiting", reason: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
+}
+
+// volumeRequest describes a claim's volume for a provisioner plugin.
+func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
+	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name}
+	if p := obs.Parent; p != nil {
+		if p.NodePool != nil {
+			req.NodePool = *p.NodePool
+		}
+		for _, c := range p.Constraints {
+			req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
+		}
+		if caps := claimCapabilities(p, act.Volume.Claim); len(caps) == 1 {
+			req.AccessMode, req.AttachmentMode = string(caps[0].AccessMode), string(caps[0].AttachmentMode)
+		}
+	}
+	return req
+}
+
+// pluginDown turns a plugin outage into a deferral: the step waits and the
+// set says why, rather than failing and retrying hot.
+func pluginDown(err error) error {
+	if errors.Is(err, manager.ErrPluginUnavailable) {
+		return &deferError{wait: 15 * time.Second, kind: "PluginUnavailable", reason: err.Error()}
+	}
+	return err
+}
+
 func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action, now time.Time) error {
+	if c.provisioner != nil {
+		vol, err := c.provisioner.CreateVolume(ctx, volumeRequest(key, obs, act))
+		if err != nil {
+			return pluginDown(err)
+		}
+		c.cache.PutVolume(&api.HostVolumeStub{
+			Namespace: vol.Namespace, ID: vol.ID, Name: vol.Name, PluginID: vol.PluginID,
+			NodePool: vol.NodePool, NodeID: vol.NodeID, State: api.HostVolumeState(vol.State),
+			CreateIndex: vol.CreateIndex, ModifyIndex: vol.ModifyIndex,
+		})
+		return nil
+	}
 	req := &api.HostVolume{
 		Namespace:                 key.Namespace,
 		Name:                      volumeAction(act),
@@ -199,6 +283,13 @@ func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs n
 }
 
 func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
+	if c.provisioner != nil {
+		if err := c.provisioner.DeleteVolume(ctx, volumeRequest(key, obs, act)); err != nil {
+			return pluginDown(err)
+		}
+		c.cache.RemoveVolume(key.Namespace, act.Volume.Name)
+		return nil
+	}
 	for _, v := range obs.Volumes {
 		if v.Volume.Name != act.Volume.Name {
 			continue

@@ -20,6 +20,9 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/bolt"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 )
 
 // AgentCommand runs the daemon.
@@ -133,16 +136,6 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 	}
 	defer store.Close()
 
-	params := map[string]string{}
-	var pluginID string
-	for k, v := range cfg.VolumeProvisioner.Config {
-		switch k {
-		case "plugin_id":
-			pluginID = v
-		default:
-			params[k] = v
-		}
-	}
 	a, err := agent.New(agent.Options{
 		Logger:         logger,
 		Nomad:          nomad.NewAPI(nc),
@@ -151,11 +144,21 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		Workers:        cfg.Workers,
 		ResyncInterval: cfg.ResyncInterval,
 		HTTPAddr:       cfg.HTTP.Address,
-		Volumes:        agent.VolumeOptions{PluginID: pluginID, Parameters: params},
 	})
 	if err != nil {
 		return err
 	}
+	// Volumes and hooks go through the plugin manager; the built-in
+	// nomad-host-volume provisioner uses the agent's instrumented Nomad API.
+	pm := manager.New(manager.Options{
+		Logger:   logger,
+		Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(a.NomadAPI())},
+	})
+	if err := pm.Start(ctx, cfg); err != nil {
+		return err
+	}
+	defer pm.Close()
+	a.UsePlugins(pm.Provisioner(), pm)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -172,6 +175,9 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 					continue
 				}
 				logger.SetLevel(hclog.LevelFromString(next.LogLevel))
+				if err := pm.Reload(ctx, next); err != nil {
+					logger.Error("reloading plugins; keeping the running ones", "error", err)
+				}
 				logger.Info("configuration reloaded", "log_level", next.LogLevel)
 			}
 		}

@@ -299,8 +299,8 @@ func (r *reconciler) newPodRevision(i int) Revision {
 	}
 }
 
-func (r *reconciler) deletePod(p *Pod, reason string) {
-	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason})
+func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
+	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason, Cause: cause})
 	// Like the status adjustment in updateStatefulSet: a pod being deleted
 	// no longer counts as current or updated.
 	if !p.Terminating {
@@ -354,7 +354,7 @@ func (r *reconciler) syncPods() {
 			}
 			s := &r.slots[p.Ordinal-r.spec.OrdinalsStart]
 			if s.extra > 0 && s.pod != int32(i) && !p.Terminating {
-				r.deletePod(p, "duplicate pod for one ordinal")
+				r.deletePod(p, CauseDuplicate, "duplicate pod for one ordinal")
 			}
 		}
 	}
@@ -397,7 +397,7 @@ func (r *reconciler) processReplica(i int) bool {
 	if finished(p) {
 		// Delete it; the next reconcile, once it is gone, creates it again.
 		if !p.Terminating {
-			r.deletePod(p, "pod "+string(p.Phase)+"; it will be recreated")
+			r.deletePod(p, CauseEnded, "pod "+string(p.Phase)+"; it will be recreated")
 			s.acted = true
 		}
 		r.wait(i, "to be recreated")
@@ -423,7 +423,7 @@ func (r *reconciler) processReplica(i int) bool {
 		// old revision that never worked, issue 137409). Replace it now: it is
 		// unavailable already, so this costs no availability.
 		if stale {
-			r.deletePod(p, "not ready at an outdated revision; replacing it with the update revision")
+			r.deletePod(p, CauseUpdate, "not ready at an outdated revision; replacing it with the update revision")
 			s.acted = true
 			r.wait(i, "to be replaced")
 			return true
@@ -492,7 +492,7 @@ func (r *reconciler) processCondemned(pi, firstUnhealthy int32) bool {
 		r.waitOrdinal(p.Ordinal, "to be healthy before scale-down")
 		return true
 	}
-	r.deletePod(p, "scale down")
+	r.deletePod(p, CauseScaleDown, "scale down")
 	r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
 	return true
 }
@@ -550,7 +550,7 @@ func (r *reconciler) rollingUpdate() {
 			}
 			budget--
 		}
-		r.deletePod(p, "rolling update to "+r.update.Name)
+		r.deletePod(p, CauseUpdate, "rolling update to "+r.update.Name)
 		s.acted = true
 		r.wait(i, "to be updated")
 	}

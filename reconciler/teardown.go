@@ -40,7 +40,7 @@ func (r *reconciler) teardown() Output {
 	if r.spec.PodManagementPolicy == Parallel {
 		for i := range in.Pods {
 			if p := &in.Pods[i]; !p.Terminating {
-				r.deletePod(p, "set deleted")
+				r.deletePod(p, CauseSetDeleted, "set deleted")
 			}
 		}
 	} else if hi := r.highestPod(); hi >= 0 {
@@ -49,7 +49,7 @@ func (r *reconciler) teardown() Output {
 		ord := in.Pods[hi].Ordinal
 		for i := range in.Pods {
 			if p := &in.Pods[i]; p.Ordinal == ord && !p.Terminating {
-				r.deletePod(p, "set deleted")
+				r.deletePod(p, CauseSetDeleted, "set deleted")
 			}
 		}
 		r.waitOrdinal(ord, "to terminate")

@@ -264,6 +264,24 @@ const (
 	ActionDeleteSetState ActionType = "DeleteSetState"
 )
 
+// DeleteCause says why a pod is deleted, so the caller can run the right
+// lifecycle hook: a decommission before a scale-down or set delete, a drain
+// before an update, nothing for a pod that already ended.
+type DeleteCause string
+
+const (
+	// CauseScaleDown deletes a pod whose ordinal is no longer wanted.
+	CauseScaleDown DeleteCause = "ScaleDown"
+	// CauseSetDeleted deletes a pod of a set whose parent job is gone.
+	CauseSetDeleted DeleteCause = "SetDeleted"
+	// CauseUpdate deletes a pod to recreate it at the update revision.
+	CauseUpdate DeleteCause = "Update"
+	// CauseEnded deletes a pod that Failed or Succeeded, to recreate it.
+	CauseEnded DeleteCause = "Ended"
+	// CauseDuplicate deletes an extra pod for an ordinal that has two.
+	CauseDuplicate DeleteCause = "Duplicate"
+)
+
 // Action is one effect. Only the fields that matter for its Type are set.
 type Action struct {
 	Type ActionType
@@ -280,6 +298,8 @@ type Action struct {
 	// observation shows two pods for one ordinal, it tells the caller which
 	// one is meant (by Created and Revision).
 	Pod Pod
+	// Cause is set on DeletePod actions.
+	Cause DeleteCause
 }
 
 // Output is the decision of one reconcile.
