@@ -505,12 +505,18 @@ func TestScenarioOrderedScalingHaltsOnUnhealthyPod(t *testing.T) {
 		if len(revs) != 2 {
 			return fmt.Errorf("healthy: %v", revs)
 		}
-		for _, a := range Allocations(t, c.Nomad.Client, "default", "halt-2") {
-			if a.ClientStatus == "failed" {
+		// A failed pod is purged and recreated, so its allocation goes with
+		// its job; the daemon's events are what show it failed.
+		st, err := setStatus(d, "halt")
+		if err != nil {
+			return err
+		}
+		for _, e := range st.Events {
+			if e.Type == "DeletePod" && strings.Contains(e.Message, "halt-2") && strings.Contains(e.Message, "Failed") {
 				return nil
 			}
 		}
-		return fmt.Errorf("halt-2 has not failed yet")
+		return fmt.Errorf("halt-2 has not failed yet: %+v", st.Events)
 	})
 	// While halt-2 is unhealthy, halt-3 must never be created.
 	time.Sleep(5 * time.Second)
@@ -554,8 +560,8 @@ func TestScenarioRollbackRepairsStuckRollout(t *testing.T) {
 		if st.Status.UpdateRevision == good || st.Status.UpdateRevision == "" {
 			return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
 		}
-		for _, a := range Allocations(t, c.Nomad.Client, "default", "rb-2") {
-			if a.ClientStatus == "failed" {
+		for _, e := range st.Events {
+			if e.Type == "DeletePod" && strings.Contains(e.Message, "rb-2") && strings.Contains(e.Message, "Failed") {
 				return nil
 			}
 		}
