@@ -121,6 +121,27 @@ http_get() {
 	[[ "${status}" == *" 200 "* ]]
 }
 
+# chroot_env prints a client chroot_env block with just what the example
+# jobs use: Nomad's default chroot copies /usr, /lib, /etc and more into every
+# allocation (gigabytes, and seconds per pod). Same list as
+# internal/testagent/chroot.go.
+chroot_env() {
+	local b host
+	echo 'client {'
+	echo '  chroot_env {'
+	for b in sh sleep date cat echo head tail wc touch true env; do
+		host="$(readlink -f "/usr/bin/${b}")" || continue
+		[[ -x "${host}" ]] && echo "    \"${host}\" = \"/bin/${b}\""
+	done
+	for f in /lib/x86_64-linux-gnu/libc.so.6 /lib64/ld-linux-x86-64.so.2; do
+		[[ -e "${f}" ]] && echo "    \"$(readlink -f "${f}")\" = \"${f}\""
+	done
+	echo '    "/etc/passwd" = "/etc/passwd"'
+	echo '    "/etc/group" = "/etc/group"'
+	echo '  }'
+	echo '}'
+}
+
 up() {
 	[[ -x "${bin}/nomad" && -x "${bin}/consul" ]] || die "no nomad/consul in ${bin}: run \`make tools\` (or \`make demo\`)"
 	if [[ -z "${DEMO_NO_DAEMON:-}" && ! -x "${nss}" ]]; then
@@ -217,6 +238,7 @@ consul {
   address = "127.0.0.1:${consul_http}"
 }
 EOF
+	chroot_env >>"${demo}/nomad/nomad.hcl"
 	start nomad "${demo}/nomad" "${bin}/nomad" agent -config "${demo}/nomad/nomad.hcl"
 	export NOMAD_ADDR="http://127.0.0.1:${nomad_http}"
 	wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"
