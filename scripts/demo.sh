@@ -16,24 +16,6 @@
 # this script without the daemon).
 set -euo pipefail
 
-# chroot_env_block prints a Nomad client chroot_env with only what the example
-# jobs run (sh and a few coreutils, libc, the loader, passwd and group). The
-# exec driver's default chroot copies /usr, /lib and /etc into every
-# allocation: over 5 GB and 20 s per pod on a developer machine. Host paths
-# are resolved through symlinks because Nomad copies files, not links.
-# internal/testagent/chroot.go builds the same block for the tests.
-chroot_env_block() {
-	echo "  chroot_env {"
-	local b
-	for b in sh sleep date cat echo head tail wc touch true env; do
-		printf '    "%s" = "/bin/%s"\n' "$(readlink -f "/usr/bin/${b}")" "${b}"
-	done
-	printf '    "%s" = "/lib/x86_64-linux-gnu/libc.so.6"\n' "$(readlink -f /lib/x86_64-linux-gnu/libc.so.6)"
-	printf '    "%s" = "/lib64/ld-linux-x86-64.so.2"\n' "$(readlink -f /lib64/ld-linux-x86-64.so.2)"
-	printf '    "/etc/passwd" = "/etc/passwd"\n    "/etc/group" = "/etc/group"\n'
-	echo "  }"
-}
-
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 demo="${root}/.cache/demo"
 bin="${root}/.cache/bin"
@@ -227,7 +209,6 @@ client {
     # The cloud fingerprinters would query metadata addresses off this machine.
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
-$(chroot_env_block)
 }
 plugin "raw_exec" {
   config {
