@@ -648,3 +648,13 @@ func TestCLIVerbsAgainstRealAgents(t *testing.T) {
 	}
 	run(6, "status", "nope")
 }
+
+// httpGetJSON GETs url and decodes a JSON body into out.
+func httpGetJSON(url string, out any) (*http.Response, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return resp, json.NewDecoder(resp.Body).Decode(out)
+}
