@@ -88,8 +88,8 @@ func TestNomadACLPolicy(t *testing.T) {
 }
 
 // steadyStateWindow is how long a converged set is watched for Nomad writes.
-// Issue 5 asks for 10 minutes; the test runs in parallel with the others so
-// it does not add them to the suite's wall time.
+// Issue 5 asks for 10 minutes, which this test adds to the e2e suite's wall
+// time; NSS_STEADY_STATE shortens it for a quick local run.
 var steadyStateWindow = func() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("NSS_STEADY_STATE")); err == nil && d > 0 {
 		return d
@@ -126,7 +126,6 @@ func metricValue(t *testing.T, addr, name, match string) float64 {
 // to the next one's registration is measured; then, for the steady-state
 // window with a 1-minute resync, the agent makes no Nomad write at all.
 func TestSteadyStateMakesNoWrites(t *testing.T) {
-	t.Parallel()
 	c := NewCluster(t)
 	d := c.StartDaemon(`resync_interval = "1m"`)
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "steady", noVolume: true, meta: map[string]string{"statefulset_replicas": "5"}}.hcl())
