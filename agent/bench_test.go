@@ -586,3 +586,40 @@ func BenchmarkParseRenderCPU(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkDecodeAllocPayload measures the fix proposed for the event rate
+// (BENCHMARKS.md, "Recommended fixes"): today the watcher re-encodes the
+// generic payload map that the api client decoded and decodes it again
+// (map), where a client that kept each payload's raw JSON would decode once
+// (raw). One op is one allocation payload of the event benchmark.
+func BenchmarkDecodeAllocPayload(b *testing.B) {
+	w := buildEventWorld(b)
+	al := w.allocs[0]
+	raw, err := json.Marshal(al)
+	if err != nil {
+		b.Fatal(err)
+	}
+	generic := jsonPayload(b, "Allocation", al)["Allocation"]
+	b.Run("map", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			enc, err := json.Marshal(generic)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out api.Allocation
+			if err := json.Unmarshal(enc, &out); err != nil || out.ID != al.ID {
+				b.Fatalf("decoded %q: %v", out.ID, err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out api.Allocation
+			if err := json.Unmarshal(raw, &out); err != nil || out.ID != al.ID {
+				b.Fatalf("decoded %q: %v", out.ID, err)
+			}
+		}
+	})
+}
