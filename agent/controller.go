@@ -69,6 +69,41 @@ type controller struct {
 	// from Nomad is still torn down by its own retention policy.
 	mu       sync.Mutex
 	lastSpec map[backend.SetKey]reconciler.Spec
+	// revData caches each set's revision data by the parent's
+	// JobModifyIndex: computing it is half of a steady-state reconcile, and
+	// it changes only when the parent job does.
+	revData map[backend.SetKey]cachedRevisionData
+}
+
+type cachedRevisionData struct {
+	jobModifyIndex uint64
+	data           []byte
+}
+
+// revisionData returns jobs.RevisionData of the parent, computed once per
+// parent version.
+func (c *controller) revisionData(key backend.SetKey, parent *api.Job) ([]byte, error) {
+	var idx uint64
+	if parent.JobModifyIndex != nil {
+		idx = *parent.JobModifyIndex
+	}
+	c.mu.Lock()
+	hit, ok := c.revData[key]
+	c.mu.Unlock()
+	if ok && idx != 0 && hit.jobModifyIndex == idx {
+		return hit.data, nil
+	}
+	data, err := jobs.RevisionData(parent)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.revData == nil {
+		c.revData = map[backend.SetKey]cachedRevisionData{}
+	}
+	c.revData[key] = cachedRevisionData{jobModifyIndex: idx, data: data}
+	c.mu.Unlock()
+	return data, nil
 }
 
 // sync reconciles one set once.
@@ -112,7 +147,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		in.JobVersion = *obs.Parent.Version
 	}
 	if !spec.Deleted {
-		data, err := jobs.RevisionData(obs.Parent)
+		data, err := c.revisionData(key, obs.Parent)
 		if err != nil {
 			return c.recordInvalid(ctx, key, obs.Parent, err, now)
 		}
@@ -167,6 +202,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	if stateDeleted || cascadeDone {
 		c.mu.Lock()
 		delete(c.lastSpec, key)
+		delete(c.revData, key)
 		c.mu.Unlock()
 		c.views.remove(key)
 	} else {

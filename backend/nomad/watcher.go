@@ -94,20 +94,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			w.fail(err)
-			w.log.Warn("lost the Nomad event stream; will re-list everything and resubscribe", "error", err, "retry_in", backoff)
+		if err == nil {
+			// A resync that was asked for or due: list again at once.
+			backoff = w.cfg.MinBackoff
+			continue
 		}
+		w.fail(err)
+		w.log.Warn("lost the Nomad event stream; will re-list everything and resubscribe", "error", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(backoff):
 		}
-		if err != nil {
-			backoff = min(backoff*2, w.cfg.MaxBackoff)
-		} else {
-			backoff = w.cfg.MinBackoff
-		}
+		backoff = min(backoff*2, w.cfg.MaxBackoff)
 	}
 }
 
