@@ -91,7 +91,7 @@ func (c *RolloutUndoCommand) Run(args []string) int {
 		if err == nil && bytes.Equal(cur, target) {
 			return false, fmt.Sprintf("Statefulset %q already has the template of revision %d (%s); nothing to do", name, rev.Number, rev.Name), nil
 		}
-		next, err := applyRevision(job, target)
+		next, err := jobs.ApplyRevision(job, target)
 		if err != nil {
 			return false, "", fmt.Errorf("rolling %q back to revision %d: %w", name, rev.Number, err)
 		}

@@ -361,7 +361,7 @@ func TestApplyRevisionKeepsExplicitZeros(t *testing.T) {
 	}
 	v2 := parentJob("web")
 	v2.TaskGroups[0].RestartPolicy = &api.RestartPolicy{Attempts: ptrTo(5)}
-	got, err := applyRevision(v2, data)
+	got, err := jobs.ApplyRevision(v2, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,10 +380,10 @@ func TestApplyRevisionKeepsExplicitZeros(t *testing.T) {
 	if v2.TaskGroups[0].RestartPolicy.Attempts == nil || *v2.TaskGroups[0].RestartPolicy.Attempts != 5 {
 		t.Error("applyRevision changed its input")
 	}
-	if _, err := applyRevision(v2, []byte(`{"Meta":{}}`)); err == nil || !strings.Contains(err.Error(), "no task group") {
+	if _, err := jobs.ApplyRevision(v2, []byte(`{"Meta":{}}`)); err == nil || !strings.Contains(err.Error(), "no task group") {
 		t.Errorf("data without a group: %v", err)
 	}
-	if _, err := applyRevision(v2, []byte(`not json`)); err == nil {
+	if _, err := jobs.ApplyRevision(v2, []byte(`not json`)); err == nil {
 		t.Error("bad data accepted")
 	}
 }
