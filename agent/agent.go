@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -41,16 +42,14 @@ type Options struct {
 	ResyncInterval time.Duration
 	// HTTPAddr is where the HTTP API listens ("" disables it).
 	HTTPAddr string
-	// Volumes configures per-ordinal host volume creation.
-	Volumes VolumeOptions
 	// Clock returns the time; time.Now when nil. Tests pass a fake.
 	Clock func() time.Time
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
-	// Provisioner creates and deletes per-ordinal volumes through a plugin
-	// (the plugin manager's). Nil: Nomad's host volume API directly, with
-	// Volumes.
+	// Provisioner creates and deletes per-ordinal volumes (the plugin
+	// manager's). Nil: the built-in nomad-host-volume provisioner with its
+	// defaults, on this agent's Nomad API.
 	Provisioner plugin.VolumeProvisioner
 	// Hooks runs lifecycle hooks before pod deletions and updates. Nil: none.
 	Hooks HookRunner
@@ -111,6 +110,9 @@ func New(opts Options) (*Agent, error) {
 	a.metrics = newMetrics(func() float64 { return float64(a.depth.Load()) })
 	a.api = instrumented{inner: opts.Nomad, m: a.metrics}
 	a.views = newViews(a.metrics.setPods)
+	if a.opts.Provisioner == nil {
+		a.opts.Provisioner = hostvolume.New(a.api, opts.Logger.Named("nomad-host-volume"))
+	}
 	if opts.HTTPAddr != "" {
 		h, err := newHTTPServer(opts.HTTPAddr, a)
 		if err != nil {
@@ -184,7 +186,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	c := &controller{
 		log: log, api: a.api, store: a.store, cache: cache, queue: q,
 		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
-		volumes: a.opts.Volumes, metrics: a.metrics, views: a.views,
+		metrics: a.metrics, views: a.views,
 		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
 		provisioner: a.opts.Provisioner, hooks: a.opts.Hooks,
 	}

@@ -34,17 +34,6 @@ const StopTimeout = effectTimeout + time.Second
 // cache is distrusted and re-listed.
 const defaultExpectationTTL = 2 * time.Minute
 
-// VolumeOptions are the provisioner settings for per-ordinal host volumes.
-type VolumeOptions struct {
-	// PluginID is the dynamic host volume plugin, "mkdir" by default.
-	PluginID string
-	// CapacityMin and CapacityMax are the requested capacity in bytes (0: unset).
-	CapacityMin int64
-	CapacityMax int64
-	// Parameters are passed to the plugin.
-	Parameters map[string]string
-}
-
 // controller reconciles sets: it observes a set in the cache, asks the
 // reconciler what to do, carries the actions out and records the status.
 type controller struct {
@@ -56,11 +45,10 @@ type controller struct {
 	queue   *queue
 	expect  *expectations
 	clock   func() time.Time
-	volumes VolumeOptions
 	metrics *metrics
 	views   *views
 	backoff *crashBackoff
-	// provisioner makes volumes through a plugin; nil uses Nomad directly.
+	// provisioner makes and removes the per-ordinal volumes.
 	provisioner plugin.VolumeProvisioner
 	// hooks runs lifecycle hooks; nil runs none.
 	hooks HookRunner

@@ -37,7 +37,7 @@ func (c *controller) execute(ctx context.Context, key backend.SetKey, spec recon
 	case reconciler.ActionDeleteRevision:
 		return false, c.store.DeleteRevision(ectx, key, act.Revision.Name)
 	case reconciler.ActionCreateVolume:
-		return false, c.createVolume(ectx, key, obs, act, now)
+		return false, c.createVolume(ectx, key, obs, act)
 	case reconciler.ActionDeleteVolume:
 		return false, c.deleteVolume(ectx, key, obs, act)
 	case reconciler.ActionCreatePod:
@@ -155,10 +155,6 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 	return nil
 }
 
-func volumeAction(act reconciler.Action) string {
-	return act.Volume.Name
-}
-
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. A pod
 // that already ended, a duplicate, or a drift repair runs none.
 func hookEvent(act reconciler.Action) (config.HookEvent, bool) {
@@ -209,9 +205,7 @@ func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Act
 		for _, c := range p.Constraints {
 			req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
 		}
-		if caps := claimCapabilities(p, act.Volume.Claim); len(caps) == 1 {
-			req.AccessMode, req.AttachmentMode = string(caps[0].AccessMode), string(caps[0].AttachmentMode)
-		}
+		req.AccessMode, req.AttachmentMode = jobs.ClaimModes(p, act.Volume.Claim)
 	}
 	return req
 }
@@ -225,105 +219,23 @@ func pluginDown(err error) error {
 	return err
 }
 
-func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action, now time.Time) error {
-	if c.provisioner != nil {
-		vol, err := c.provisioner.CreateVolume(ctx, volumeRequest(key, obs, act))
-		if err != nil {
-			return pluginDown(err)
-		}
-		c.cache.PutVolume(&api.HostVolumeStub{
-			Namespace: vol.Namespace, ID: vol.ID, Name: vol.Name, PluginID: vol.PluginID,
-			NodePool: vol.NodePool, NodeID: vol.NodeID, State: api.HostVolumeState(vol.State),
-			CreateIndex: vol.CreateIndex, ModifyIndex: vol.ModifyIndex,
-		})
-		return nil
-	}
-	req := &api.HostVolume{
-		Namespace:                 key.Namespace,
-		Name:                      volumeAction(act),
-		PluginID:                  c.volumes.PluginID,
-		RequestedCapacityMinBytes: c.volumes.CapacityMin,
-		RequestedCapacityMaxBytes: c.volumes.CapacityMax,
-		Parameters:                c.volumes.Parameters,
-	}
-	if req.PluginID == "" {
-		req.PluginID = "mkdir"
-	}
-	// Nomad does not keep host volume names unique, so a create that timed
-	// out but succeeded would be duplicated by a blind retry. Look first.
-	existing, err := c.api.ListHostVolumes(ctx, key.Namespace, req.Name)
+func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
+	vol, err := c.provisioner.CreateVolume(ctx, volumeRequest(key, obs, act))
 	if err != nil {
-		return err
-	}
-	for _, v := range existing {
-		if v.Name == req.Name {
-			c.cache.PutVolume(v)
-			return nil
-		}
-	}
-	if p := obs.Parent; p != nil {
-		// The volume pins the ordinal to a node, so it must be placed where
-		// the set's jobs may run.
-		if p.NodePool != nil {
-			req.NodePool = *p.NodePool
-		}
-		req.Constraints = p.Constraints
-		req.RequestedCapabilities = claimCapabilities(p, act.Volume.Claim)
-	}
-	vol, err := c.api.CreateHostVolume(ctx, req)
-	if err != nil {
-		return err
+		return pluginDown(err)
 	}
 	c.cache.PutVolume(&api.HostVolumeStub{
 		Namespace: vol.Namespace, ID: vol.ID, Name: vol.Name, PluginID: vol.PluginID,
-		NodePool: vol.NodePool, NodeID: vol.NodeID, State: vol.State,
+		NodePool: vol.NodePool, NodeID: vol.NodeID, State: api.HostVolumeState(vol.State),
 		CreateIndex: vol.CreateIndex, ModifyIndex: vol.ModifyIndex,
 	})
 	return nil
 }
 
 func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
-	if c.provisioner != nil {
-		if err := c.provisioner.DeleteVolume(ctx, volumeRequest(key, obs, act)); err != nil {
-			return pluginDown(err)
-		}
-		c.cache.RemoveVolume(key.Namespace, act.Volume.Name)
-		return nil
+	if err := c.provisioner.DeleteVolume(ctx, volumeRequest(key, obs, act)); err != nil {
+		return pluginDown(err)
 	}
-	for _, v := range obs.Volumes {
-		if v.Volume.Name != act.Volume.Name {
-			continue
-		}
-		if err := c.api.DeleteHostVolume(ctx, key.Namespace, v.ID); err != nil && !errors.Is(err, nomad.ErrNotFound) {
-			return err
-		}
-		c.cache.RemoveVolume(key.Namespace, v.Volume.Name)
-		return nil
-	}
-	return nil
-}
-
-// claimCapabilities returns the access and attachment mode the claim's group
-// volume asks for. Nomad places a job on a dynamic host volume only if the
-// volume was created with a matching capability ("missing compatible host
-// volumes" otherwise), so the volume must offer exactly what the child mounts.
-func claimCapabilities(parent *api.Job, claim string) []*api.HostVolumeCapability {
-	for _, g := range parent.TaskGroups {
-		v, ok := g.Volumes[claim]
-		if !ok || v == nil {
-			continue
-		}
-		access, attach := v.AccessMode, v.AttachmentMode
-		if access == "" {
-			access = "single-node-writer"
-		}
-		if attach == "" {
-			attach = "file-system"
-		}
-		return []*api.HostVolumeCapability{{
-			AccessMode:     api.HostVolumeAccessMode(access),
-			AttachmentMode: api.HostVolumeAttachmentMode(attach),
-		}}
-	}
+	c.cache.RemoveVolume(key.Namespace, act.Volume.Name)
 	return nil
 }

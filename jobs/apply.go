@@ -66,3 +66,23 @@ func ApplyRevision(parent *api.Job, data []byte) (*api.Job, error) {
 	job.Spreads = doc.Spreads
 	return job, nil
 }
+
+// ClaimModes returns the access and attachment mode that a claim's group
+// volume asks for, with Nomad's defaults for unset ones. The claim's volume
+// must be created with exactly these: Nomad places a job on a dynamic host
+// volume only if the volume offers a matching capability ("missing
+// compatible host volumes" otherwise).
+func ClaimModes(parent *api.Job, claim string) (access, attachment string) {
+	access, attachment = "single-node-writer", "file-system"
+	for _, g := range parent.TaskGroups {
+		if v, ok := g.Volumes[claim]; ok && v != nil {
+			if v.AccessMode != "" {
+				access = v.AccessMode
+			}
+			if v.AttachmentMode != "" {
+				attachment = v.AttachmentMode
+			}
+		}
+	}
+	return access, attachment
+}
