@@ -57,11 +57,7 @@ func (b *crashBackoff) remaining(key backend.SetKey, ordinal int, now time.Time)
 	if !ok || r.count < 2 || now.Sub(r.last) > crashBackoffReset {
 		return 0
 	}
-	d := crashBackoffBase << min(r.count-2, 20)
-	if d > crashBackoffMax {
-		d = crashBackoffMax
-	}
-	return r.last.Add(d).Sub(now)
+	return r.last.Add(exponential(crashBackoffBase, crashBackoffMax, r.count-2)).Sub(now)
 }
 
 // deferError defers an action: a crash-loop backoff, a lifecycle hook that

@@ -94,11 +94,17 @@ func (q *queue) AddRateLimited(key string) {
 	n := q.failures[key]
 	q.failures[key] = n + 1
 	q.mu.Unlock()
-	d := q.baseDelay << min(n, 30)
-	if d > q.maxDelay || d <= 0 {
-		d = q.maxDelay
+	q.AddAfter(key, exponential(q.baseDelay, q.maxDelay, n))
+}
+
+// exponential is base doubled n times, capped at max (and safe from
+// overflow): the retry delay after the (n+1)-th consecutive failure.
+func exponential(base, max time.Duration, n int) time.Duration {
+	d := base << min(n, 30)
+	if d > max || d <= 0 {
+		return max
 	}
-	q.AddAfter(key, d)
+	return d
 }
 
 // Forget clears key's failure count after a success.

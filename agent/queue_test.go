@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 func TestQueueDeduplicatesWaitingKeys(t *testing.T) {
@@ -78,31 +80,59 @@ func TestQueueConcurrentWorkersNeverOverlapOnAKey(t *testing.T) {
 	}
 }
 
-func TestQueueRateLimitedBackoffDoublesAndForgetResets(t *testing.T) {
-	q := newQueue(10*time.Millisecond, 80*time.Millisecond)
-	for i, want := range []time.Duration{10, 20, 40, 80, 80} {
-		q.mu.Lock()
-		n := q.failures["k"]
-		q.mu.Unlock()
-		d := q.baseDelay << min(n, 30)
-		if d > q.maxDelay {
-			d = q.maxDelay
+func TestExponentialBackoffDoublesAndCaps(t *testing.T) {
+	for n, want := range []time.Duration{10, 20, 40, 80, 80} {
+		if got := exponential(10*time.Millisecond, 80*time.Millisecond, n); got != want*time.Millisecond {
+			t.Errorf("failure %d: backoff %v, want %v", n, got, want*time.Millisecond)
 		}
-		if d != want*time.Millisecond {
-			t.Fatalf("failure %d: backoff %v, want %v", i, d, want*time.Millisecond)
-		}
-		q.AddRateLimited("k")
 	}
-	q.Forget("k")
+	if got := exponential(time.Second, time.Minute, 1000); got != time.Minute {
+		t.Errorf("many failures: %v, want the cap (no overflow)", got)
+	}
+}
+
+func TestQueueRateLimitedRetriesAndForgetResets(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	q.AddRateLimited("k")
+	q.AddRateLimited("k")
 	q.mu.Lock()
 	n := q.failures["k"]
+	q.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("failures = %d after two rate-limited adds, want 2", n)
+	}
+	k, ok := q.Get() // the delayed add arrives
+	if !ok || k != "k" {
+		t.Fatalf("got %q %v, want the rate-limited key", k, ok)
+	}
+	q.Done(k)
+	q.Forget("k")
+	q.mu.Lock()
+	n = q.failures["k"]
 	q.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("Forget left %d failures", n)
 	}
-	k, ok := q.Get() // the delayed add arrives eventually
-	if !ok || k != "k" {
-		t.Fatalf("got %q %v, want the rate-limited key", k, ok)
+}
+
+func TestCrashBackoffWaitsLongerAfterEachFailure(t *testing.T) {
+	b := newCrashBackoff()
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	now := time.Unix(1000, 0)
+	b.failed(key, 2, now)
+	if w := b.remaining(key, 2, now); w != 0 {
+		t.Fatalf("the first failure is recreated at once, got a wait of %v", w)
+	}
+	b.failed(key, 2, now)
+	b.failed(key, 2, now)
+	if w := b.remaining(key, 2, now); w != 2*time.Second {
+		t.Fatalf("after three failures wait %v, want 2s", w)
+	}
+	if w := b.remaining(key, 1, now); w != 0 {
+		t.Fatalf("another ordinal must not wait: %v", w)
+	}
+	if w := b.remaining(key, 2, now.Add(crashBackoffReset+time.Second)); w != 0 {
+		t.Fatalf("failures older than the reset window must be forgotten: %v", w)
 	}
 }
 
