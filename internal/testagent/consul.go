@@ -1,6 +1,7 @@
 package testagent
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,17 +31,38 @@ type ConsulAgent struct {
 	LogPath string
 	// NodeName is the agent's node name.
 	NodeName string
-	// Client is an API client for the agent.
+	// Client is an API client for the agent, carrying Token.
 	Client *consulapi.Client
+	// Token is the management token when ACLs are on (WithConsulACL), or "".
+	Token string
 
 	t    testing.TB
 	proc *process
 }
 
+// ConsulOption configures Consul.
+type ConsulOption func(*ConsulAgent)
+
+// WithConsulACL turns ACLs on with default deny. The agent is bootstrapped
+// with a management token of the test's making, kept in Token (and in
+// Client), which is also its agent token so the node registers itself.
+func WithConsulACL() ConsulOption {
+	return func(a *ConsulAgent) { a.Token = newUUID() }
+}
+
+// newUUID returns a random UUID, the form Consul requires of a token.
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("testagent: reading random bytes: %v", err))
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
 // Consul starts a Consul server agent on 127.0.0.1 with free ports and a
 // fresh data directory, waits until a leader is elected and the node is in
 // the catalog, and registers its teardown with t.Cleanup.
-func Consul(t testing.TB) *ConsulAgent {
+func Consul(t testing.TB, opts ...ConsulOption) *ConsulAgent {
 	t.Helper()
 	bin := findBinary(t, "consul", "CONSUL_BIN")
 	dir := newAgentDir(t, "consul")
@@ -53,6 +75,20 @@ func Consul(t testing.TB) *ConsulAgent {
 		LogPath:  filepath.Join(dir, "consul.log"),
 		NodeName: "testagent-" + filepath.Base(dir),
 		t:        t,
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	acl := ""
+	if a.Token != "" {
+		acl = fmt.Sprintf(`acl {
+  enabled        = true
+  default_policy = "deny"
+  tokens {
+    initial_management = %q
+    agent              = %q
+  }
+}`, a.Token, a.Token)
 	}
 	a.HostPort = fmt.Sprintf("127.0.0.1:%d", a.HTTPPort)
 	a.Addr = "http://" + a.HostPort
@@ -82,7 +118,8 @@ ports {
   grpc_tls = -1
   https    = -1
 }
-`, a.NodeName, a.DataDir, a.HTTPPort, a.DNSPort, a.ServerPort, a.SerfLANPort, a.SerfWANPort, a.GRPCPort)
+%s
+`, a.NodeName, a.DataDir, a.HTTPPort, a.DNSPort, a.ServerPort, a.SerfLANPort, a.SerfWANPort, a.GRPCPort, acl)
 	cfgPath := filepath.Join(dir, "consul.hcl")
 	if err := os.MkdirAll(a.DataDir, 0o755); err != nil {
 		t.Fatalf("testagent: %v", err)
@@ -98,7 +135,7 @@ ports {
 		dir:     dir,
 		logPath: a.LogPath,
 	}
-	client, err := consulapi.NewClient(&consulapi.Config{Address: a.HostPort, Scheme: "http"})
+	client, err := consulapi.NewClient(&consulapi.Config{Address: a.HostPort, Scheme: "http", Token: a.Token})
 	if err != nil {
 		t.Fatalf("testagent: consul client: %v", err)
 	}
@@ -135,6 +172,11 @@ func (a *ConsulAgent) ready() error {
 	}
 	if leader == "" {
 		return fmt.Errorf("no leader yet")
+	}
+	if a.Token != "" {
+		if _, _, err := a.Client.ACL().TokenReadSelf(nil); err != nil {
+			return fmt.Errorf("ACLs not bootstrapped yet: %w", err)
+		}
 	}
 	nodes, _, err := a.Client.Catalog().Nodes(nil)
 	if err != nil {
