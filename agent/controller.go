@@ -167,13 +167,13 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		var bo *deferError
 		if errors.As(err, &bo) {
 			c.views.event(key, now, bo.kind, fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err))
-			c.views.update(key, *spec, out.Status, obs, revs, "")
+			c.views.update(key, *spec, out.Status, obs, revs, "", now)
 			c.queue.AddAfter(key.String(), bo.wait)
 			return nil
 		}
 		if err != nil {
 			c.views.event(key, now, "Error", fmt.Sprintf("%s ordinal %d: %v", act.Type, act.Ordinal, err))
-			c.views.update(key, *spec, out.Status, obs, revs, "")
+			c.views.update(key, *spec, out.Status, obs, revs, "", now)
 			return fmt.Errorf("%s for ordinal %d of %s: %w", act.Type, act.Ordinal, key, err)
 		}
 		stateDeleted = stateDeleted || deleted
@@ -200,7 +200,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 				finalRevs = r
 			}
 		}
-		c.views.update(key, *spec, out.Status, c.cache.Observe(key, spec.VolumeClaims, now), finalRevs, "")
+		c.views.update(key, *spec, out.Status, c.cache.Observe(key, spec.VolumeClaims, now), finalRevs, "", now)
 	}
 	switch {
 	case len(out.Actions) > 0 && !stateDeleted:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 func TestQueueDeduplicatesWaitingKeys(t *testing.T) {
@@ -146,5 +147,26 @@ func TestQueueShutDownReleasesWorkers(t *testing.T) {
 	q.ShutDown()
 	if ok := <-done; ok {
 		t.Fatal("Get returned a key after ShutDown")
+	}
+}
+
+func TestPodStateAvailableAfterMinReadySeconds(t *testing.T) {
+	since := time.Unix(1000, 0)
+	ready := reconciler.Pod{Phase: reconciler.PhaseRunning, Ready: true, ReadySince: since}
+	for _, tc := range []struct {
+		minReady int
+		now      time.Time
+		want     string
+	}{
+		{0, since, "Available"},
+		{10, since.Add(9 * time.Second), "Ready"},
+		{10, since.Add(10 * time.Second), "Available"},
+	} {
+		if got := podState(ready, tc.minReady, tc.now); got != tc.want {
+			t.Errorf("min_ready_seconds %d at +%v: %s, want %s", tc.minReady, tc.now.Sub(since), got, tc.want)
+		}
+	}
+	if got := podState(reconciler.Pod{Phase: reconciler.PhaseRunning, Ready: true, Terminating: true}, 0, since); got != "Terminating" {
+		t.Errorf("a terminating pod reads %s", got)
 	}
 }

@@ -69,7 +69,7 @@ func (v *views) remove(key backend.SetKey) {
 	}
 }
 
-func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, errMsg string) {
+func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, errMsg string, now time.Time) {
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	volumesByOrd := map[int][]string{}
@@ -77,7 +77,7 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 		volumesByOrd[vol.Volume.Ordinal] = append(volumesByOrd[vol.Volume.Ordinal], vol.Volume.Name)
 	}
 	for _, p := range obs.Pods {
-		state := podState(p.Pod, spec.MinReadySeconds, st)
+		state := podState(p.Pod, spec.MinReadySeconds, now)
 		counts[state]++
 		pods = append(pods, client.Pod{
 			Ordinal: p.Pod.Ordinal, Name: spec.Name + "-" + strconv.Itoa(p.Pod.Ordinal),
@@ -105,8 +105,9 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	}
 }
 
-// podState names a pod's state as DESIGN §2 does.
-func podState(p reconciler.Pod, minReady int, _ reconciler.Status) string {
+// podState names a pod's state as DESIGN §2 does: Available is Ready for
+// min_ready_seconds.
+func podState(p reconciler.Pod, minReady int, now time.Time) string {
 	switch {
 	case p.Terminating:
 		return "Terminating"
@@ -114,7 +115,7 @@ func podState(p reconciler.Pod, minReady int, _ reconciler.Status) string {
 		return "Failed"
 	case p.Phase == reconciler.PhaseSucceeded:
 		return "Succeeded"
-	case p.Ready && minReady == 0:
+	case p.Ready && !now.Before(p.ReadySince.Add(time.Duration(minReady)*time.Second)):
 		return "Available"
 	case p.Ready:
 		return "Ready"
