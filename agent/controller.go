@@ -52,6 +52,8 @@ type controller struct {
 	provisioner plugin.VolumeProvisioner
 	// hooks runs lifecycle hooks; nil runs none.
 	hooks HookRunner
+	// postReady remembers, per allocation, what the post_ready hooks said.
+	postReady postReadyGate
 
 	// lastSpec remembers each set's last valid spec, so that a parent purged
 	// from Nomad is still torn down by its own retention policy.
@@ -145,6 +147,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	for _, r := range revs {
 		revByName[r.Name] = r
 	}
+	holdReady := c.gatePostReady(ctx, key, obs, now)
 	for _, d := range obs.Pods {
 		p := d.Pod
 		if r, ok := revByName[p.Revision]; ok && !p.Terminating && !jobs.ChildMatches(*spec, r, p.Ordinal, d.Job) {
@@ -157,6 +160,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	}
 
 	out := reconciler.Reconcile(in)
+	out.Requeue = soonest(out.Requeue, holdReady)
 	stateDeleted := false
 	for _, act := range out.Actions {
 		if ctx.Err() != nil {
@@ -200,7 +204,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 				finalRevs = r
 			}
 		}
-		c.views.update(key, *spec, out.Status, c.cache.Observe(key, spec.VolumeClaims, now), finalRevs, "", now)
+		c.views.update(key, *spec, out.Status, c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now)), finalRevs, "", now)
 	}
 	switch {
 	case len(out.Actions) > 0 && !stateDeleted:

@@ -1,0 +1,231 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// postReadyUnasked is how soon a set is looked at again when a ready pod's
+// hooks could not be asked at all (the worker's context ended mid-call).
+const postReadyUnasked = time.Second
+
+// postReadyGate holds a pod's readiness back until the post_ready hooks of
+// its current allocation have said done: "wait until a new member has caught
+// up", as OpenKruise's lifecycle hooks do. A held pod is handed to the
+// reconciler as not Ready, so OrderedReady does not start the next ordinal,
+// a rolling update does not move on, and the set's ready count leaves it out.
+//
+// What the hooks said is remembered per allocation ID, so they run once per
+// allocation and not on every reconcile. The memory lasts one leadership
+// term: a new leader asks once more about every ready pod (hooks must be
+// idempotent). A pod whose hooks say done at the first asking keeps Nomad's
+// ReadySince, so that a new leader does not restart min_ready_seconds for the
+// whole set; one they held counts as ready from the moment they said done.
+//
+// The zero value is ready to use. The mutex guards only the map: hook calls
+// run without it, on the worker that owns the set, so a slow hook holds that
+// set's worker for at most the hooks' timeouts and never another set.
+type postReadyGate struct {
+	mu   sync.Mutex
+	sets map[backend.SetKey]map[string]*readyHold // by allocation ID
+}
+
+// readyHold is what the post_ready hooks last said about one allocation.
+type readyHold struct {
+	// done: every hook said done, or failed under failure_policy "ignore".
+	done bool
+	// doneAt is when the hooks said done after having held the pod at least
+	// once; zero when they said done at the first asking.
+	doneAt time.Time
+	// retryAt is when to ask again while the pod is held.
+	retryAt time.Time
+}
+
+// gated reports whether p is a pod whose readiness the hooks decide: ready
+// by Nomad, running, not on its way out, and with an allocation to key on.
+func gated(d nomad.PodDetail) bool {
+	p := d.Pod
+	return p.Ready && p.Phase == reconciler.PhaseRunning && !p.Terminating && d.AllocID != ""
+}
+
+// gatePostReady runs the post_ready hooks of the pods in obs that Nomad
+// reports ready and whose allocation the hooks have not cleared yet (unless
+// a held pod's retry time has not come), then marks every pod still held as
+// not Ready in obs.Pods, in place. It returns how soon the set should be
+// looked at again for a held pod, 0 when none is held.
+func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs nomad.Observation, now time.Time) time.Duration {
+	if c.hooks == nil {
+		return 0
+	}
+	due := c.postReady.due(key, obs.Pods, now)
+	if len(due) > 0 {
+		results := make([]manager.HookResult, len(due))
+		pods := make([]plugin.Pod, len(due))
+		var wg sync.WaitGroup
+		for i, d := range due {
+			pods[i] = plugin.Pod{
+				Namespace: key.Namespace, Set: key.Name, Ordinal: d.Pod.Ordinal, Name: d.JobID,
+				Revision: d.Pod.Revision, AllocID: d.AllocID, NodeID: d.NodeID,
+			}
+			// The set's pods are asked side by side (a Parallel set may
+			// have many become ready at once), so the wait is that of the
+			// slowest pod, not the sum.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = c.hooks.RunHooks(ctx, config.HookPostReady, pods[i])
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			// A call cut short by leadership loss or shutdown says nothing
+			// about the pod: record nothing, least of all an ignored failure
+			// as done. The pods stay held below.
+			return c.postReady.apply(key, obs.Pods, now)
+		}
+		doneAt := c.clock()
+		for i, res := range results {
+			c.recordPostReady(key, pods[i], res, now, doneAt)
+		}
+	}
+	return c.postReady.apply(key, obs.Pods, now)
+}
+
+// recordPostReady remembers one answer and says so in the set's events and
+// the log. Only a change is an event: a pod held across many reconciles
+// adds one event per asking, not one per reconcile.
+func (c *controller) recordPostReady(key backend.SetKey, pod plugin.Pod, res manager.HookResult, now, doneAt time.Time) {
+	log := c.log.With("set", key.String(), "pod", pod.Name, "alloc_id", pod.AllocID)
+	held := c.postReady.record(key, pod.AllocID, res, now, doneAt)
+	switch {
+	case res.Proceed && held:
+		log.Info("post_ready hooks done; the pod counts as ready")
+		c.views.event(key, now, "HookDone", fmt.Sprintf("%s: post_ready hooks done; it counts as ready", pod.Name))
+	case !res.Proceed:
+		wait := res.RetryAfter.Round(time.Second)
+		log.Info("post_ready hook holds the pod; it does not count as ready", "hook", res.Hook, "failed", res.Failed, "reason", res.Reason, "retry_after", wait)
+		c.views.event(key, now, "HookWaiting", fmt.Sprintf("%s: %s; it does not count as ready until the hook says done, asking again in %s", pod.Name, res.Reason, wait))
+	}
+}
+
+// due returns the pods whose hooks should be asked now, and forgets the
+// answers about allocations the set no longer has.
+func (g *postReadyGate) due(key backend.SetKey, pods []nomad.PodDetail, now time.Time) []nomad.PodDetail {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	holds := g.sets[key]
+	if len(pods) == 0 {
+		delete(g.sets, key)
+		return nil
+	}
+	live := make(map[string]bool, len(pods))
+	var out []nomad.PodDetail
+	for _, d := range pods {
+		live[d.AllocID] = true
+		if !gated(d) {
+			continue
+		}
+		h := holds[d.AllocID]
+		if h == nil || (!h.done && !now.Before(h.retryAt)) {
+			out = append(out, d)
+		}
+	}
+	for id := range holds {
+		if !live[id] {
+			delete(holds, id)
+		}
+	}
+	return out
+}
+
+// record stores one answer about an allocation. It reports whether the pod
+// had been held before, which is what makes a done answer news.
+func (g *postReadyGate) record(key backend.SetKey, allocID string, res manager.HookResult, now, doneAt time.Time) (heldBefore bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sets == nil {
+		g.sets = map[backend.SetKey]map[string]*readyHold{}
+	}
+	holds := g.sets[key]
+	if holds == nil {
+		holds = map[string]*readyHold{}
+		g.sets[key] = holds
+	}
+	h := holds[allocID]
+	heldBefore = h != nil && !h.done
+	if h == nil {
+		h = &readyHold{}
+		holds[allocID] = h
+	}
+	if res.Proceed {
+		h.done = true
+		if heldBefore {
+			h.doneAt = doneAt
+		}
+		return heldBefore
+	}
+	wait := res.RetryAfter
+	if wait <= 0 {
+		wait = manager.DefaultWaitRetry
+	}
+	h.retryAt = now.Add(wait)
+	return heldBefore
+}
+
+// apply marks the ready pods the hooks have not cleared as not Ready, and
+// moves the ReadySince of the pods they cleared late to when they did. It
+// returns how soon a held pod is due to be asked again, 0 if none is held.
+func (g *postReadyGate) apply(key backend.SetKey, pods []nomad.PodDetail, now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	holds := g.sets[key]
+	var next time.Duration
+	for i := range pods {
+		d := &pods[i]
+		if !gated(*d) {
+			continue
+		}
+		h := holds[d.AllocID]
+		if h != nil && h.done {
+			if h.doneAt.After(d.Pod.ReadySince) {
+				d.Pod.ReadySince = h.doneAt
+			}
+			continue
+		}
+		d.Pod.Ready, d.Pod.ReadySince = false, time.Time{}
+		wait := postReadyUnasked
+		if h != nil {
+			wait = max(h.retryAt.Sub(now), time.Millisecond)
+		}
+		if next == 0 || wait < next {
+			next = wait
+		}
+	}
+	return next
+}
+
+// postReadyView returns obs with the pods the hooks still hold shown as not
+// ready, for the set's view, without asking any hook.
+func (c *controller) postReadyView(key backend.SetKey, obs nomad.Observation) nomad.Observation {
+	if c.hooks != nil {
+		c.postReady.apply(key, obs.Pods, c.clock())
+	}
+	return obs
+}
+
+// soonest is the earlier of two requeue delays, where 0 means none.
+func soonest(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
