@@ -72,6 +72,9 @@ func TestACLs(t *testing.T) {
 		log := newLeadLog()
 		e := startElector(t, good, testElectorConfig(DefaultLockKey(prefix)), "limited", log)
 		waitFor(t, 60*time.Second, "the elector with the limited token to lead", e.e.IsLeader)
+		if e.e.Err() != nil || e.e.LeaderSince().IsZero() {
+			t.Fatalf("leading: Err() = %v, LeaderSince() = %v; want nil and the start of the term", e.e.Err(), e.e.LeaderSince())
+		}
 		s := NewStore(good, prefix, e.e.Fence(), testLogger(t))
 		set := backend.SetKey{Namespace: "default", Name: "web"}
 		if err := s.PutRevision(ctx, set, reconciler.Revision{Name: "web-1", Number: 1}); err != nil {
@@ -96,11 +99,32 @@ func TestACLs(t *testing.T) {
 			return NewStore(good, testPrefix(t), nil, testLogger(t))
 		})
 	})
-	for name, c := range map[string]*api.Client{"ReadOnlyToken": readOnly, "NoToken": anonymous} {
-		t.Run(name, func(t *testing.T) {
-			ctx := ctxFor(t, 2*time.Minute)
+	// Each token lacking a right gets an error naming that right, from Err
+	// (the agent shows it in /v1/health); Run keeps retrying rather than
+	// exiting, so a supervisor does not restart the agent into a crash loop.
+	noSession := tokenClient(t, mgmt, addr, "no-session", strings.Replace(testPolicyRules, `session_prefix "" {
+  policy = "write"
+}`, "", 1))
+	sessionOnly := tokenClient(t, mgmt, addr, "session-only", readOnlyRules+`
+session_prefix "" {
+  policy = "write"
+}
+`)
+	for _, tc := range []struct {
+		name    string
+		c       *api.Client
+		missing string
+	}{
+		{"ReadOnlyToken", readOnly, "session:write"},
+		{"NoToken", anonymous, "session:write"},
+		{"NoSessionRight", noSession, "session:write"},
+		{"NoKeyWrite", sessionOnly, "key:write on the lock key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(ctxFor(t, 2*time.Minute))
+			defer cancel()
 			prefix := testPrefix(t)
-			e := NewElector(c, testElectorConfig(DefaultLockKey(prefix)), testLogger(t))
+			e := NewElector(tc.c, testElectorConfig(DefaultLockKey(prefix)), testLogger(t))
 			runErr := make(chan error, 1)
 			go func() {
 				runErr <- e.Run(ctx, func(ctx context.Context) error {
@@ -109,21 +133,38 @@ func TestACLs(t *testing.T) {
 					return nil
 				})
 			}()
+			waitFor(t, 60*time.Second, "Err to report the denial", func() bool { return e.Err() != nil })
+			err := e.Err()
+			if !strings.Contains(err.Error(), "Consul denied") || !strings.Contains(err.Error(), tc.missing) {
+				t.Fatalf("Err() = %v; want a clear permission error naming %s", err, tc.missing)
+			}
+			t.Logf("election with %s: %v", tc.name, err)
+			// Still retrying after a few backoffs, not exited.
+			time.Sleep(3 * time.Second)
 			select {
 			case err := <-runErr:
-				if err == nil || !strings.Contains(err.Error(), "Consul denied") || !strings.Contains(err.Error(), "session:write") {
-					t.Fatalf("Run error = %v; want a clear permission error naming session:write", err)
-				}
-				t.Logf("election with %s: %v", name, err)
-			case <-time.After(90 * time.Second):
-				t.Fatal("Run did not give up on a token without rights within 90s")
+				t.Fatalf("Run returned %v; it must keep retrying a denied token", err)
+			default:
 			}
-			s := NewStore(c, prefix, nil, testLogger(t))
-			err := s.PutStatus(ctx, backend.SetKey{Namespace: "default", Name: "web"}, reconciler.Status{})
+			if e.IsLeader() {
+				t.Fatal("leads without the rights to")
+			}
+			cancel()
+			if err := <-runErr; err != nil {
+				t.Fatalf("Run after cancel: %v", err)
+			}
+			s := NewStore(tc.c, prefix, nil, testLogger(t))
+			err = s.PutStatus(ctxFor(t, time.Minute), backend.SetKey{Namespace: "default", Name: "web"}, reconciler.Status{})
+			if tc.name == "NoSessionRight" {
+				if err != nil {
+					t.Fatalf("store write with key write: %v", err)
+				}
+				return
+			}
 			if err == nil || !strings.Contains(err.Error(), "Consul denied") && !strings.Contains(err.Error(), "403") {
 				t.Fatalf("store write error = %v; want a clear permission error", err)
 			}
-			t.Logf("store write with %s: %v", name, err)
+			t.Logf("store write with %s: %v", tc.name, err)
 		})
 	}
 }

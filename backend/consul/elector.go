@@ -199,8 +199,12 @@ type Elector struct {
 	leader  atomic.Bool
 
 	mu      sync.Mutex
-	session string // the session holding the lock in the current term
+	session string    // the session holding the lock in the current term
+	since   time.Time // when the current term began
 	terms   uint64
+	// problem is why the last attempt to create a session or take the lock
+	// failed (Consul unreachable, or denied by ACLs), nil once one succeeds.
+	problem error
 }
 
 var (
@@ -243,11 +247,40 @@ func (e *Elector) FenceToken() (key, session string, ok bool) {
 	return e.cfg.LockKey, e.session, e.leader.Load() && e.session != ""
 }
 
+// LeaderSince returns when this agent gained leadership in the current
+// term, or the zero time when it is not leading.
+func (e *Elector) LeaderSince() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leader.Load() {
+		return time.Time{}
+	}
+	return e.since
+}
+
+// Err returns why the elector can currently neither lead nor follow: the
+// last error creating a session or taking the lock (Consul unreachable, or
+// the token denied), or nil once an attempt succeeds. The agent shows it in
+// /v1/health, because a denied token is retried, not fatal.
+func (e *Elector) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.problem
+}
+
+func (e *Elector) setProblem(err error) {
+	e.mu.Lock()
+	e.problem = err
+	e.mu.Unlock()
+}
+
 func (e *Elector) setLeader(session string) {
 	e.mu.Lock()
 	e.session = session
 	if session != "" {
 		e.terms++
+		e.since = time.Now()
+		e.problem = nil
 	}
 	e.leader.Store(session != "")
 	e.mu.Unlock()
@@ -257,6 +290,11 @@ func (e *Elector) setLeader(session string) {
 // error at once if the config is invalid or Run is already running. When
 // lead returns while this agent still leads, the lock is released and the
 // elector campaigns again after a pause.
+//
+// Consul errors, a denied token included, are retried with backoff and
+// reported by Err: an operator fixes a token's policy in Consul without
+// restarting the agent, and an agent that exited on a denial would only be
+// restarted by its supervisor into the same denial, a crash loop.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error) error {
 	if err := e.cfg.Validate(); err != nil {
 		return fmt.Errorf("leader election: %w", err)
@@ -285,9 +323,10 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 			var err error
 			sess, err = e.newSession(ctx)
 			if isPermissionDenied(err) {
-				return e.deniedError(err)
+				err = e.deniedError(permSession, err)
 			}
 			if err != nil {
+				e.setProblem(err)
 				e.logger.Warn("cannot create a Consul session; retrying", "error", err, "retry_in", backoff)
 				sleep(ctx, backoff)
 				backoff = nextBackoff(backoff)
@@ -296,9 +335,10 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 		}
 		if err := e.acquire(ctx, sess); err != nil {
 			if isPermissionDenied(err) {
-				return e.deniedError(err)
+				err = e.deniedError(fmt.Sprintf(permLockKey, e.cfg.LockKey), err)
 			}
 			if ctx.Err() == nil {
+				e.setProblem(err)
 				e.logger.Warn("cannot acquire the leader lock; retrying", "error", err, "retry_in", backoff)
 				sleep(ctx, backoff)
 				backoff = nextBackoff(backoff)
@@ -344,12 +384,18 @@ func isPermissionDenied(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "Permission denied") || strings.Contains(err.Error(), "ACL not found"))
 }
 
-// deniedError is Run's error when the Consul token lacks the rights election
-// needs. It is not retried: it will not fix itself.
-func (e *Elector) deniedError(err error) error {
-	e.logger.Error("Consul denied leader election; check the token's ACL policy", "lock_key", e.cfg.LockKey, "error", err)
-	return fmt.Errorf("leader election: Consul denied the request; the token needs session:write (session_prefix \"\") "+
-		"and key:write on the lock key %q: %w", e.cfg.LockKey, err)
+// The rights election needs, as deniedError names them.
+const (
+	permSession = `session:write (ACL rule session_prefix "" { policy = "write" })`
+	permLockKey = `key:write on the lock key %q (ACL rule key_prefix "<kv_prefix>/" { policy = "write" })`
+)
+
+// deniedError is the error when the Consul token lacks a right election
+// needs; missing names that right. It is logged at error level, and Run
+// retries, since the policy can be fixed in Consul while the agent runs.
+func (e *Elector) deniedError(missing string, err error) error {
+	e.logger.Error("Consul denied leader election; the token lacks a right; fix its ACL policy (retrying)", "missing", missing, "lock_key", e.cfg.LockKey, "error", err)
+	return fmt.Errorf("leader election: Consul denied the request; the token lacks %s: %w", missing, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -410,6 +456,7 @@ func (e *Elector) acquire(ctx context.Context, sess *session) error {
 		if err != nil {
 			return fmt.Errorf("acquiring %s: %w", e.cfg.LockKey, err)
 		}
+		e.setProblem(nil) // following (or about to lead) is not a problem
 		if ok {
 			// Consul checked the session in the same raft write: as good
 			// as a renewal for the lease.
