@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,8 +62,10 @@ var (
 )
 
 // DaemonBinary builds ./cmd/nomad-statefulset from this repository (once
-// per test binary) into .cache/e2e/ and returns its path. A build failure
-// fails the test with the compiler's output.
+// per test binary) into .cache/e2e/<pid>/ and returns its path. The
+// directory is per process so that two test binaries running at once never
+// replace each other's daemon. A build failure fails the test with the
+// compiler's output.
 func DaemonBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -75,7 +78,7 @@ func DaemonBinary(t testing.TB) string {
 			buildErr = fmt.Errorf("./cmd/nomad-statefulset does not exist: %w", err)
 			return
 		}
-		out := filepath.Join(root, ".cache", "e2e", "nomad-statefulset")
+		out := filepath.Join(root, ".cache", "e2e", strconv.Itoa(os.Getpid()), "nomad-statefulset")
 		cmd := exec.Command("go", "build", "-o", out, "./cmd/nomad-statefulset")
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {

@@ -29,8 +29,15 @@ type ChildRecord struct {
 	// version's SubmitTime, or when the watchdog first saw it).
 	RegisteredAt time.Time
 	// HealthyAt is when an allocation of the child first became healthy
-	// (its deployment status timestamp), zero if never.
+	// (its deployment status timestamp, taken by the Nomad client), zero if
+	// never.
 	HealthyAt time.Time
+	// RegisteredSeenAt and HealthySeenAt are when the watchdog first saw the
+	// registration and the healthy allocation on Nomad's event stream, as
+	// the daemon would. Their difference across two ordinals is the
+	// daemon's own share of a step: the Nomad client reports health to the
+	// servers up to a second after HealthyAt (see BENCHMARKS.md).
+	RegisteredSeenAt, HealthySeenAt time.Time
 	// Registrations counts the distinct job versions seen (JobModifyIndex).
 	Registrations int
 }
@@ -107,10 +114,11 @@ func (w *Watchdog) ObserveJob(namespace, id string, meta map[string]string, subm
 	rec := w.jobs[k]
 	if rec == nil {
 		rec = &ChildRecord{Namespace: namespace, JobID: id, Parent: parent, Ordinal: ord}
+		rec.RegisteredSeenAt = w.now()
 		if submitTime > 0 {
 			rec.RegisteredAt = time.Unix(0, submitTime)
 		} else {
-			rec.RegisteredAt = w.now()
+			rec.RegisteredAt = rec.RegisteredSeenAt
 		}
 		w.jobs[k] = rec
 		w.jobIndex[k] = map[uint64]bool{}
@@ -162,6 +170,9 @@ func (w *Watchdog) ObserveAlloc(id, namespace, jobID, clientStatus string, modif
 	if rec := w.jobs[k]; rec != nil {
 		if !healthyAt.IsZero() && (rec.HealthyAt.IsZero() || healthyAt.Before(rec.HealthyAt)) {
 			rec.HealthyAt = healthyAt
+		}
+		if !healthyAt.IsZero() && rec.HealthySeenAt.IsZero() {
+			rec.HealthySeenAt = w.now()
 		}
 	} else {
 		w.pending[k] = append(w.pending[k], id)

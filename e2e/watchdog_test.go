@@ -146,6 +146,28 @@ func TestWatchdogOrders(t *testing.T) {
 	}
 }
 
+// The "seen" times are the watchdog's own clock when it first saw the
+// registration and the health, not the times Nomad stamped.
+func TestWatchdogSeenTimes(t *testing.T) {
+	w := NewWatchdog()
+	clock := time.Unix(2000, 0)
+	w.now = func() time.Time { return clock }
+	w.ObserveJob("default", "web-0", map[string]string{MetaParent: "web", MetaOrdinal: "0"}, time.Unix(1000, 0).UnixNano(), 3)
+	clock = clock.Add(time.Second)
+	w.ObserveAlloc("a0", "default", "web-0", "running", 4, time.Time{})
+	clock = clock.Add(time.Second)
+	w.ObserveAlloc("a0", "default", "web-0", "running", 5, time.Unix(1001, 0))
+	clock = clock.Add(time.Second)
+	w.ObserveAlloc("a0", "default", "web-0", "running", 6, time.Unix(1001, 0)) // seen again
+	r, _ := w.Child("default", "web-0")
+	if !r.RegisteredSeenAt.Equal(time.Unix(2000, 0)) || !r.RegisteredAt.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("registration: seen %v, stamped %v", r.RegisteredSeenAt, r.RegisteredAt)
+	}
+	if !r.HealthySeenAt.Equal(time.Unix(2002, 0)) || !r.HealthyAt.Equal(time.Unix(1001, 0)) {
+		t.Fatalf("health: seen %v, stamped %v", r.HealthySeenAt, r.HealthyAt)
+	}
+}
+
 // TestWatchdogRealNomad runs two jobs that claim the same ordinal of a set on
 // a real Nomad and checks that the watchdog, fed by the event stream and the
 // listing, sees them register, become healthy, and run at once.

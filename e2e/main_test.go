@@ -1,0 +1,17 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestMain removes this process's daemon build (see DaemonBinary) after the
+// tests, so that per-process builds do not pile up in .cache/e2e.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildPath != "" {
+		_ = os.RemoveAll(filepath.Dir(buildPath))
+	}
+	os.Exit(code)
+}
