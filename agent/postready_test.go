@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// readyHook is an in-process lifecycle-hook plugin whose post_ready answer
+// a test scripts. It counts its post_ready calls per pod and allocation.
+type readyHook struct {
+	mu     sync.Mutex
+	answer func(pod plugin.Pod) *plugin.HookResponse
+	calls  map[string]map[string]int // pod name → alloc ID → calls
+}
+
+func newReadyHook(answer func(plugin.Pod) *plugin.HookResponse) *readyHook {
+	return &readyHook{answer: answer, calls: map[string]map[string]int{}}
+}
+
+func (h *readyHook) PluginInfo(context.Context) (*plugin.Info, error) {
+	return &plugin.Info{Name: "ready-hook", Type: plugin.TypeLifecycleHook}, nil
+}
+func (h *readyHook) SetConfig(context.Context, map[string]string) error { return nil }
+func (h *readyHook) PreDelete(context.Context, plugin.Pod) (*plugin.HookResponse, error) {
+	return plugin.Done(), nil
+}
+func (h *readyHook) PreUpdate(context.Context, plugin.Pod) (*plugin.HookResponse, error) {
+	return plugin.Done(), nil
+}
+func (h *readyHook) PostReady(_ context.Context, pod plugin.Pod) (*plugin.HookResponse, error) {
+	h.mu.Lock()
+	if h.calls[pod.Name] == nil {
+		h.calls[pod.Name] = map[string]int{}
+	}
+	h.calls[pod.Name][pod.AllocID]++
+	answer := h.answer
+	h.mu.Unlock()
+	return answer(pod), nil
+}
+
+func (h *readyHook) setAnswer(answer func(plugin.Pod) *plugin.HookResponse) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.answer = answer
+}
+
+// callsOf returns the post_ready calls made for pod, by allocation ID.
+func (h *readyHook) callsOf(pod string) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range h.calls[pod] {
+		out[id] = n
+	}
+	return out
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// startWithReadyHook starts an agent on the simulator whose hooks run
+// through the real plugin manager: one built-in plugin, hook, with a
+// post_ready hook block under policy.
+func startWithReadyHook(t *testing.T, hook *readyHook, policy config.FailurePolicy) *harness {
+	t.Helper()
+	cfg := config.Default()
+	cfg.PluginDir = ""
+	cfg.Plugins = append(cfg.Plugins, &config.PluginConfig{Name: "ready", Driver: "ready-hook", Config: map[string]string{}})
+	cfg.Hooks = append(cfg.Hooks, &config.HookConfig{
+		Name: "caught-up", Plugin: "ready", Events: []config.HookEvent{config.HookPostReady},
+		Timeout: 10 * time.Second, FailurePolicy: policy,
+	})
+	pm := manager.New(manager.Options{
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+		Builtins: map[string]plugin.Factory{
+			// Declared by every config; the agent uses its own provisioner.
+			config.BuiltinHostVolume: hostvolume.Factory(nil),
+			"ready-hook":             func(hclog.Logger) plugin.Base { return hook },
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pm.Start(ctx, cfg); err != nil {
+		t.Fatalf("starting the plugin manager: %v", err)
+	}
+	t.Cleanup(pm.Close)
+	return startAgentWith(t, fastSim(), func(o *Options) { o.Hooks = pm })
+}
+
+// view returns the set's view as GET /v1/statefulset shows it.
+func (h *harness) view(set string) client.SetDetail {
+	d, _ := h.agent.views.get(backend.SetKey{Namespace: "default", Name: set})
+	return d
+}
+
+func hasEvent(d client.SetDetail, typ string, parts ...string) bool {
+	for _, e := range d.Events {
+		if e.Type != typ {
+			continue
+		}
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(e.Message, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPostReadyHoldsTheNextOrdinalUntilDone: under OrderedReady, ordinal 1
+// is not created while ordinal 0's post_ready hook waits, the set shows why,
+// and another set carries on meanwhile. The hook runs once per allocation:
+// not on every reconcile, and again for a new allocation of the pod.
+func TestPostReadyHoldsTheNextOrdinalUntilDone(t *testing.T) {
+	caughtUp := func(pod plugin.Pod) *plugin.HookResponse {
+		if pod.Set == "pr" && pod.Ordinal == 0 {
+			return plugin.Wait(20*time.Millisecond, "replica %s is catching up", pod.Name)
+		}
+		return plugin.Done()
+	}
+	hook := newReadyHook(caughtUp)
+	h := startWithReadyHook(t, hook, config.FailureBlock)
+	h.register(parentJob("pr", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.register(parentJob("other", map[string]string{"statefulset_replicas": "3"}, "v1"))
+
+	// The hook is asked again and again about pr-0 (so pr was reconciled
+	// while held), and the other set converges in the meantime.
+	h.waitFor("several askings about pr-0", 20*time.Second, func() (bool, string) {
+		c := hook.callsOf("pr-0")
+		return total(c) >= 5, fmt.Sprint(c)
+	})
+	h.waitConverged("other", 3, nil)
+	if n := h.liveChildren("pr"); n != 1 {
+		t.Fatalf("pr has %d live children while pr-0's post_ready hook waits; want 1 (pr-1 must not be created)", n)
+	}
+	if hc := h.healthyChildren("pr"); len(hc) != 1 {
+		t.Fatalf("pr-0 must be healthy in Nomad (it is the hook that holds it): healthy %v", hc)
+	}
+	h.waitFor("pr's view to show the hold", 5*time.Second, func() (bool, string) {
+		d := h.view("pr")
+		ok := d.Status.ReadyReplicas == 0 && len(d.Pods) == 1 && d.Pods[0].State == "Running" &&
+			hasEvent(d, "HookWaiting", "pr-0", `hook "caught-up" (post_ready)`, "replica pr-0 is catching up")
+		return ok, fmt.Sprintf("status %+v pods %+v events %+v", d.Status, d.Pods, d.Events)
+	})
+
+	hook.setAnswer(func(plugin.Pod) *plugin.HookResponse { return plugin.Done() })
+	h.waitConverged("pr", 3, nil)
+	h.waitFor("pr to count 3 ready", 5*time.Second, func() (bool, string) {
+		d := h.view("pr")
+		return d.Status.ReadyReplicas == 3 && hasEvent(d, "HookDone", "pr-0"), fmt.Sprintf("%+v %+v", d.Status, d.Events)
+	})
+
+	// Once per allocation: one allocation each, asked until it said done
+	// (pr-0) or exactly once.
+	before := map[string]map[string]int{}
+	for _, pod := range []string{"pr-0", "pr-1", "pr-2", "other-0", "other-1", "other-2"} {
+		c := hook.callsOf(pod)
+		before[pod] = c
+		if len(c) != 1 {
+			t.Fatalf("%s: post_ready asked about allocations %v; want its one allocation", pod, c)
+		}
+		if pod != "pr-0" && total(c) != 1 {
+			t.Fatalf("%s: post_ready asked %d times; want once (it said done at once)", pod, total(c))
+		}
+	}
+	// More reconciles of pr (a spec change that touches no pod) ask nothing.
+	job := h.sim.Job("default", "pr")
+	job.Meta["statefulset_revision_history_limit"] = "7"
+	h.register(job)
+	h.waitFor("pr to reconcile the new spec", 5*time.Second, func() (bool, string) {
+		d := h.view("pr")
+		return d.Spec.RevisionHistoryLimit == 7, fmt.Sprintf("%+v", d.Spec)
+	})
+	for pod, c := range before {
+		if got := hook.callsOf(pod); fmt.Sprint(got) != fmt.Sprint(c) {
+			t.Fatalf("%s: post_ready calls went from %v to %v on a reconcile; want once per allocation", pod, c, got)
+		}
+	}
+
+	// A new allocation of a pod (its child stopped and recreated) is asked
+	// about again.
+	if err := h.sim.DeregisterJob(context.Background(), "default", "pr-2", false); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("pr-2's new allocation to be asked about", 20*time.Second, func() (bool, string) {
+		c := hook.callsOf("pr-2")
+		return len(c) == 2, fmt.Sprint(c)
+	})
+	for id, n := range hook.callsOf("pr-2") {
+		if n != 1 {
+			t.Fatalf("pr-2 allocation %s asked %d times; want once", id, n)
+		}
+	}
+	h.waitConverged("pr", 3, nil)
+}
+
+// TestPostReadyFailurePolicy: a failing post_ready hook holds the pod under
+// failure_policy "block" (the next ordinal is not created, the reason is
+// shown) and is skipped under "ignore".
+func TestPostReadyFailurePolicy(t *testing.T) {
+	behind := func(pod plugin.Pod) *plugin.HookResponse {
+		if pod.Ordinal == 0 {
+			return &plugin.HookResponse{Status: plugin.HookFail, RetryAfter: 20 * time.Millisecond, Message: "replica is behind"}
+		}
+		return plugin.Done()
+	}
+	t.Run("block", func(t *testing.T) {
+		hook := newReadyHook(behind)
+		h := startWithReadyHook(t, hook, config.FailureBlock)
+		h.register(parentJob("fb", map[string]string{"statefulset_replicas": "2"}, "v1"))
+		h.waitFor("the failing hook to be asked about fb-0 again", 20*time.Second, func() (bool, string) {
+			c := hook.callsOf("fb-0")
+			return total(c) >= 5, fmt.Sprint(c)
+		})
+		if n := h.liveChildren("fb"); n != 1 {
+			t.Fatalf("fb has %d live children while fb-0's post_ready hook fails under block; want 1", n)
+		}
+		h.waitFor("fb's view to show the failure", 5*time.Second, func() (bool, string) {
+			d := h.view("fb")
+			ok := d.Status.ReadyReplicas == 0 && hasEvent(d, "HookWaiting", "fb-0", "failed: replica is behind")
+			return ok, fmt.Sprintf("%+v %+v", d.Status, d.Events)
+		})
+	})
+	t.Run("ignore", func(t *testing.T) {
+		hook := newReadyHook(behind)
+		h := startWithReadyHook(t, hook, config.FailureIgnore)
+		h.register(parentJob("fi", map[string]string{"statefulset_replicas": "2"}, "v1"))
+		h.waitConverged("fi", 2, nil)
+		h.waitFor("fi to count 2 ready", 5*time.Second, func() (bool, string) {
+			d := h.view("fi")
+			return d.Status.ReadyReplicas == 2, fmt.Sprintf("%+v", d.Status)
+		})
+		if c := hook.callsOf("fi-0"); total(c) != 1 {
+			t.Fatalf("fi-0: asked %v; an ignored failure counts as done and is not asked again", c)
+		}
+	})
+}
+
+// TestPostReadyGate covers the gate's bookkeeping: which pods are held, the
+// requeue delay, ReadySince, and forgetting gone allocations.
+func TestPostReadyGate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	nomadReady := now.Add(-time.Minute)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	pod := func(alloc string, ready bool) nomad.PodDetail {
+		p := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning, Ready: ready}
+		if ready {
+			p.ReadySince = nomadReady
+		}
+		return nomad.PodDetail{Pod: p, JobID: "web-0", AllocID: alloc}
+	}
+	wait := manager.HookResult{RetryAfter: 5 * time.Second, Reason: "catching up"}
+	done := manager.HookResult{Proceed: true}
+	doneAt := now.Add(3 * time.Second)
+	tests := []struct {
+		name      string
+		answers   []manager.HookResult // recorded for alloc "a", in order
+		pod       nomad.PodDetail
+		wantDue   bool
+		wantReady bool
+		wantSince time.Time
+		wantHold  time.Duration
+	}{
+		{name: "never asked: due and held", pod: pod("a", true), wantDue: true, wantHold: postReadyUnasked},
+		{name: "not ready in Nomad: nothing to do", pod: pod("a", false)},
+		{name: "waiting: held until the retry", answers: []manager.HookResult{wait}, pod: pod("a", true), wantHold: 5 * time.Second},
+		{name: "done at once: Nomad's ReadySince stands", answers: []manager.HookResult{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
+		{name: "done after a wait: ready from then", answers: []manager.HookResult{wait, done}, pod: pod("a", true), wantReady: true, wantSince: doneAt},
+		{name: "another allocation: asked afresh", answers: []manager.HookResult{done}, pod: pod("b", true), wantDue: true, wantHold: postReadyUnasked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var g postReadyGate
+			for _, a := range tc.answers {
+				g.record(key, "a", a, now, doneAt)
+			}
+			pods := []nomad.PodDetail{tc.pod}
+			if due := g.due(key, pods, now); (len(due) == 1) != tc.wantDue {
+				t.Fatalf("due = %v; want due %v", due, tc.wantDue)
+			}
+			hold := g.apply(key, pods, now)
+			if pods[0].Pod.Ready != tc.wantReady || !pods[0].Pod.ReadySince.Equal(tc.wantSince) || hold != tc.wantHold {
+				t.Fatalf("after apply: ready %v since %v hold %v; want %v %v %v",
+					pods[0].Pod.Ready, pods[0].Pod.ReadySince, hold, tc.wantReady, tc.wantSince, tc.wantHold)
+			}
+		})
+	}
+
+	// Answers about allocations the set no longer has are forgotten, and a
+	// set with no pods is forgotten entirely.
+	var g postReadyGate
+	g.record(key, "old", done, now, doneAt)
+	g.due(key, []nomad.PodDetail{pod("new", true)}, now)
+	if _, ok := g.sets[key]["old"]; ok {
+		t.Fatal("the answer about a gone allocation was kept")
+	}
+	g.due(key, nil, now)
+	if _, ok := g.sets[key]; ok {
+		t.Fatal("a set with no pods kept its entry")
+	}
+}
