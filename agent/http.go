@@ -77,8 +77,32 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, h)
 }
 
+// electionState is what an elector with a real election (the Consul lock)
+// tells beyond backend.Elector; backend.AlwaysLeader has none of it.
+type electionState interface {
+	// LeaderSince is when the current term began, zero when not leading.
+	LeaderSince() time.Time
+	// Err is why the elector can neither lead nor follow (Consul
+	// unreachable, the token denied), or nil.
+	Err() error
+}
+
 func (a *Agent) health(ctx context.Context) client.Health {
 	h := client.Health{Status: "ok", Leader: a.elector.IsLeader(), Checks: map[string]string{}}
+	if es, ok := a.elector.(electionState); ok {
+		h.HighAvailability = true
+		if since := es.LeaderSince(); h.Leader && !since.IsZero() {
+			h.LeaderSince = &since
+		}
+		// A denied token is retried, not fatal, so the agent stays up;
+		// this check is where an operator sees why it never leads.
+		if err := es.Err(); err != nil {
+			h.Checks["leader_election"] = err.Error()
+			h.Status = "degraded"
+		} else {
+			h.Checks["leader_election"] = "ok"
+		}
+	}
 	if c := a.current.Load(); c != nil {
 		if ok, msg := c.watcher.Healthy(); ok {
 			h.Checks["nomad"] = "ok"

@@ -111,6 +111,36 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 	return &out, nil
 }
 
+// AgentHealth reads GET /v1/health and returns its body whether the agent
+// answers 200 (ok) or 503 (degraded). Health fails on a degraded agent; a
+// caller that shows the agent's state (leader or follower, and which check
+// fails) wants the body either way.
+func (c *Client) AgentHealth(ctx context.Context) (*Health, error) {
+	target := c.base.String() + "/v1/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building request for %s: %w", target, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &UnreachableError{Address: c.Address(), Err: unwrapURLError(err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, &StatusError{Method: req.Method, URL: target, Code: resp.StatusCode, Body: errorText(body)}
+	}
+	var out Health
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decoding the agent's answer to GET %s: %w", target, err)
+	}
+	return &out, nil
+}
+
 // ListSets reads GET /v1/statefulsets. A namespace other than "" or "*" is
 // sent as ?namespace= and also filtered here, so the answer is right
 // whether or not the agent filters.

@@ -10,7 +10,14 @@ type Health struct {
 	Status string `json:"status"`
 	// Leader is true when this agent holds leadership (always true without HA).
 	Leader bool `json:"leader"`
-	// Checks maps a dependency ("nomad", "store") to "ok" or an error message.
+	// HighAvailability is true when agents elect a leader through a Consul
+	// lock (high_availability enabled); without it the one agent always leads.
+	HighAvailability bool `json:"high_availability"`
+	// LeaderSince is when this agent took the lock in its current term; set
+	// only with high availability and while leading.
+	LeaderSince *time.Time `json:"leader_since,omitempty"`
+	// Checks maps a dependency ("nomad", "store", and with high
+	// availability "leader_election") to "ok" or an error message.
 	Checks map[string]string `json:"checks"`
 }
 

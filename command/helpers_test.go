@@ -89,13 +89,24 @@ type fakeAgent struct {
 	sets     map[string][]*client.SetDetail // "ns/name" -> sequence
 	served   map[string]int
 	requests []string
+	// health is the body of /v1/health (503 unless its status is "ok"):
+	// by default a leader without high availability.
+	health client.Health
 }
 
 func newFakeAgent(t *testing.T) *fakeAgent {
-	a := &fakeAgent{t: t, sets: map[string][]*client.SetDetail{}, served: map[string]int{}}
+	a := &fakeAgent{t: t, sets: map[string][]*client.SetDetail{}, served: map[string]int{},
+		health: client.Health{Status: "ok", Leader: true, Checks: map[string]string{"nomad": "ok", "store": "ok"}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		writeTestJSON(w, http.StatusOK, client.Health{Status: "ok", Leader: true})
+		a.mu.Lock()
+		h := a.health
+		a.mu.Unlock()
+		code := http.StatusOK
+		if h.Status != "ok" {
+			code = http.StatusServiceUnavailable
+		}
+		writeTestJSON(w, code, h)
 	})
 	mux.HandleFunc("GET /v1/statefulsets", func(w http.ResponseWriter, r *http.Request) {
 		a.record(r)

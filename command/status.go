@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -32,6 +33,11 @@ Usage: nomad-statefulset status [options] [set]
   With a set, shows its summary, one row per ordinal (pod, revision,
   allocation, node, state, ready since, volumes), its conditions and its
   recent events.
+
+  Both start with the agent's state: "Agent: leader" (with high
+  availability, since when it holds the lock) or "Agent: follower" (another
+  agent acts and shows the sets), and any failing health check. With -json
+  the same is under "agent", in the form of GET /v1/health.
 
   Reads come from the nomad-statefulset agent.
 
@@ -65,13 +71,23 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	ctx := context.Background()
 	if len(pos) == 0 {
+		// The agent's state comes first: a follower shows no sets, and
+		// without it that looks like an empty cluster.
+		health, err := ac.AgentHealth(ctx)
+		if err != nil {
+			return c.report(err)
+		}
 		list, err := ac.ListSets(ctx, c.Namespace())
 		if err != nil {
 			return c.report(err)
 		}
 		if c.JSON() {
-			return c.outputJSON(list)
+			return c.outputJSON(struct {
+				*client.SetList
+				Agent *client.Health `json:"agent"`
+			}{list, health})
 		}
+		c.UI.Output(formatAgent(health, c.now()) + "\n")
 		if len(list.Sets) == 0 {
 			if c.Namespace() == "*" {
 				c.UI.Output("No statefulsets")
@@ -87,15 +103,56 @@ func (c *StatusCommand) Run(args []string) int {
 	if strings.Contains(ns, "*") {
 		return c.usageError("status", "-namespace %q names no single namespace; give the set's namespace", ns)
 	}
+	health, err := ac.AgentHealth(ctx)
+	if err != nil {
+		return c.report(err)
+	}
 	d, err := ac.GetSet(ctx, ns, name)
 	if err != nil {
+		if errors.Is(err, client.ErrNotFound) && !health.Leader {
+			return c.report(fmt.Errorf("statefulset %q is not known to this agent: it is a follower, and only the leader "+
+				"reconciles and shows sets; point -address or %s at the leader: %w", name, client.AddressEnv, errNotFound))
+		}
 		return c.report(setNotFound(ns, name, err))
 	}
 	if c.JSON() {
-		return c.outputJSON(d)
+		return c.outputJSON(struct {
+			*client.SetDetail
+			Agent *client.Health `json:"agent"`
+		}{d, health})
 	}
+	c.UI.Output(formatAgent(health, c.now()) + "\n")
 	c.UI.Output(formatSetDetail(d, verbose, c.now()))
 	return ExitOK
+}
+
+// formatAgent renders the agent's state: leader or follower, since when it
+// holds the lock, and every health check that is not ok, sorted by name.
+func formatAgent(h *client.Health, now time.Time) string {
+	var line string
+	switch {
+	case !h.HighAvailability:
+		line = "Agent: leader (high availability off: this agent always acts)"
+	case h.Leader && h.LeaderSince != nil:
+		line = fmt.Sprintf("Agent: leader (lock held since %s, %s)", formatTime(*h.LeaderSince), formatAgo(*h.LeaderSince, now))
+	case h.Leader:
+		line = "Agent: leader"
+	case h.Checks["leader_election"] != "" && h.Checks["leader_election"] != "ok":
+		line = "Agent: not leading (leader election is failing)"
+	default:
+		line = "Agent: follower (another agent holds the lock and acts; it shows the sets)"
+	}
+	var failing []string
+	for name, msg := range h.Checks {
+		if msg != "ok" && !strings.HasPrefix(msg, "standby") {
+			failing = append(failing, name)
+		}
+	}
+	sort.Strings(failing)
+	for _, name := range failing {
+		line += fmt.Sprintf("\nAgent %s: %s", name, oneLine(h.Checks[name]))
+	}
+	return line
 }
 
 // formatSetList renders the table of sets, sorted by namespace and name.

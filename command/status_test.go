@@ -107,7 +107,7 @@ func TestStatusListFiltersNamespace(t *testing.T) {
 func TestStatusListEmpty(t *testing.T) {
 	agent := newFakeAgent(t)
 	code, out, _ := runStatus(t, agent, "-namespace", "nothing-here")
-	if code != ExitOK || strings.TrimSpace(out) != `No statefulsets in namespace "nothing-here"` {
+	if code != ExitOK || !strings.HasSuffix(strings.TrimSpace(out), "\n"+`No statefulsets in namespace "nothing-here"`) {
 		t.Fatalf("exit %d, output %q", code, out)
 	}
 }
@@ -165,6 +165,84 @@ func TestStatusJSON(t *testing.T) {
 	var l client.SetList
 	if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Sets) != 1 || l.Sets[0].Name != "web" {
 		t.Fatalf("-json list: %v %+v\n%s", err, l, out)
+	}
+}
+
+// The agent's state heads the output, in each election state the agent can
+// be in: no high availability, leader with the term's start, follower, and a
+// follower whose election fails (a degraded agent answers 503; its body is
+// still shown).
+func TestStatusAgentStateGolden(t *testing.T) {
+	since := testNow.Add(-3*time.Hour - 5*time.Minute)
+	denied := `leader election: Consul denied the request; the token lacks session:write (ACL rule session_prefix "" { policy = "write" }): creating session: Unexpected response code: 403`
+	for _, tc := range []struct {
+		name   string
+		health client.Health
+	}{
+		{"leader_ha", client.Health{Status: "ok", Leader: true, HighAvailability: true, LeaderSince: &since,
+			Checks: map[string]string{"nomad": "ok", "store": "ok", "leader_election": "ok"}}},
+		{"follower", client.Health{Status: "ok", HighAvailability: true,
+			Checks: map[string]string{"nomad": "standby: not the leader, not watching", "store": "ok", "leader_election": "ok"}}},
+		{"denied", client.Health{Status: "degraded", HighAvailability: true,
+			Checks: map[string]string{"nomad": "standby: not the leader, not watching", "store": "ok", "leader_election": denied}}},
+		{"store_down", client.Health{Status: "degraded", HighAvailability: true, Leader: true, LeaderSince: &since,
+			Checks: map[string]string{"nomad": "ok", "store": "listing sets from consul: connection refused", "leader_election": "ok"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agent := newFakeAgent(t)
+			agent.health = tc.health
+			if tc.health.Leader {
+				agent.add(webDetail())
+			}
+			code, out, errOut := runStatus(t, agent)
+			if code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			golden(t, "status_agent_"+tc.name, out)
+		})
+	}
+}
+
+// A follower shows no sets; asking it for one says why instead of
+// suggesting the set does not exist.
+func TestStatusSetOnFollower(t *testing.T) {
+	agent := newFakeAgent(t)
+	agent.health = client.Health{Status: "ok", HighAvailability: true, Checks: map[string]string{"leader_election": "ok"}}
+	code, out, errOut := runStatus(t, agent, "web")
+	if code != ExitNotFound {
+		t.Fatalf("exit %d, want %d", code, ExitNotFound)
+	}
+	if out != "" || !strings.Contains(errOut, "it is a follower") || !strings.Contains(errOut, client.AddressEnv) {
+		t.Errorf("stdout %q stderr %q", out, errOut)
+	}
+}
+
+// -json carries the agent's state under "agent", beside the set's fields
+// (which stay where they were, so `.status.ready_replicas` still works).
+func TestStatusJSONAgentState(t *testing.T) {
+	since := testNow.Add(-time.Minute)
+	agent := newFakeAgent(t)
+	agent.health = client.Health{Status: "ok", Leader: true, HighAvailability: true, LeaderSince: &since, Checks: map[string]string{"leader_election": "ok"}}
+	agent.add(webDetail())
+	for _, args := range [][]string{{"-json", "web"}, {"-json"}} {
+		code, out, _ := runStatus(t, agent, args...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		var got struct {
+			Agent  *client.Health `json:"agent"`
+			Status *client.Status `json:"status"`
+			Sets   []any          `json:"sets"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if got.Agent == nil || !got.Agent.Leader || !got.Agent.HighAvailability || got.Agent.LeaderSince == nil || !got.Agent.LeaderSince.Equal(since) {
+			t.Fatalf("%v: agent = %+v\n%s", args, got.Agent, out)
+		}
+		if (got.Status == nil) == (got.Sets == nil) {
+			t.Fatalf("%v: want the set's status or the list beside the agent:\n%s", args, out)
+		}
 	}
 }
 

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+)
+
+// fakeElection is an elector with the Consul elector's extra state, set by
+// the test.
+type fakeElection struct {
+	leader bool
+	since  time.Time
+	err    error
+}
+
+func (f *fakeElection) Run(ctx context.Context, _ func(context.Context) error) error {
+	<-ctx.Done()
+	return nil
+}
+func (f *fakeElection) IsLeader() bool         { return f.leader }
+func (f *fakeElection) LeaderSince() time.Time { return f.since }
+func (f *fakeElection) Err() error             { return f.err }
+
+// /v1/health shows the election: high availability, the term's start while
+// leading, and an election error (a denied token) as a degraded check.
+func TestHealthShowsLeaderElection(t *testing.T) {
+	since := time.Date(2026, 11, 21, 6, 0, 0, 0, time.UTC)
+	denied := errors.New("leader election: Consul denied the request; the token lacks session:write")
+	for _, tc := range []struct {
+		name       string
+		el         *fakeElection
+		wantStatus string
+		wantSince  bool
+		wantCheck  string
+	}{
+		{"leader", &fakeElection{leader: true, since: since}, "ok", true, "ok"},
+		{"follower", &fakeElection{}, "ok", false, "ok"},
+		{"denied", &fakeElection{err: denied}, "degraded", false, denied.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := memory.NewNomad(memory.NomadConfig{})
+			t.Cleanup(sim.Close)
+			a, err := New(Options{Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(), Elector: tc.el})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := a.health(context.Background())
+			if !h.HighAvailability || h.Leader != tc.el.leader || h.Status != tc.wantStatus || h.Checks["leader_election"] != tc.wantCheck {
+				t.Fatalf("health = %+v", h)
+			}
+			if got := h.LeaderSince != nil; got != tc.wantSince || (got && !h.LeaderSince.Equal(since)) {
+				t.Fatalf("leader_since = %v, want set: %v", h.LeaderSince, tc.wantSince)
+			}
+		})
+	}
+	// Without an election (AlwaysLeader) there is nothing to report.
+	sim := memory.NewNomad(memory.NomadConfig{})
+	t.Cleanup(sim.Close)
+	a, err := New(Options{Nomad: sim, Store: memory.NewStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := a.health(context.Background()); h.HighAvailability || !h.Leader || h.LeaderSince != nil || h.Checks["leader_election"] != "" {
+		t.Fatalf("health without HA = %+v", h)
+	}
+}
