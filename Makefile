@@ -7,6 +7,7 @@
 #   make lint       gofmt, go vet, staticcheck
 #   make test       lint + test-unit + test-e2e (what CI runs)
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
+#   make bench-cluster  set vs native Nomad on real agents (e2e), written to .cache/bench-cluster.txt
 #   make demo       local Consul + Nomad + daemon on loopback, running examples/web.nomad.hcl
 #   make demo-down  stop everything `make demo` started
 #
@@ -32,7 +33,7 @@ export CONSUL_BIN ?= $(BIN_DIR)/consul
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unexport AWS_CA_BUNDLE
 
-.PHONY: all tools build test-unit test-e2e lint test bench demo demo-down clean
+.PHONY: all tools build test-unit test-e2e lint test bench bench-cluster demo demo-down clean
 
 all: build
 
@@ -67,6 +68,13 @@ bench:
 	@mkdir -p $(CACHE)
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 $$($(GO) list ./... | grep -v '/e2e') | tee $(CACHE)/bench.txt
 	@echo "benchmarks written to $(CACHE)/bench.txt"
+
+# Real Nomad and Consul, one fresh cluster per run; about a minute a run.
+BENCH_CLUSTER_COUNT ?= 5
+bench-cluster: tools build
+	@mkdir -p $(CACHE)
+	$(GO) test -run '^$$' -bench 'VsNative' -benchtime 1x -count $(BENCH_CLUSTER_COUNT) -timeout 60m ./e2e/ | tee $(CACHE)/bench-cluster.txt
+	@echo "benchmarks written to $(CACHE)/bench-cluster.txt"
 
 demo: tools build
 	@bash scripts/demo.sh up
