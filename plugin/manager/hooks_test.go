@@ -309,3 +309,62 @@ plugin "cmd" {
 		t.Fatalf("Start with a bad example config = %v; want its config error", err)
 	}
 }
+
+// TestExamplePlugin_eventsAndOnFailure: the example runs its check on every
+// event its hook block lists, with the event in NSS_EVENT, and with
+// on_failure = "fail" a failing check is a failure that failure_policy
+// decides: block holds the step, ignore lets it go ahead.
+func TestExamplePlugin_eventsAndOnFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	install(t, dir, "predelete-command", "predelete-command")
+	marks := t.TempDir()
+	cfg, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+plugin "gate" {
+  driver = "predelete-command"
+  config = {
+    command    = "test -f %s/$NSS_EVENT-$NSS_POD || { echo not caught up; exit 3; }"
+    on_failure = "fail"
+  }
+}
+hook "caught-up" {
+  plugin = "gate"
+  events = ["post_ready"]
+}
+hook "best-effort" {
+  plugin         = "gate"
+  events         = ["pre_update"]
+  failure_policy = "ignore"
+}
+`, dir, marks))
+	m := newManager(t, Options{})
+	start(t, m, cfg)
+
+	r := m.RunHooks(ctx, config.HookPostReady, testPod)
+	if r.Proceed || !r.Failed || r.Hook != "caught-up" || r.RetryAfter != 10*time.Second || !strings.Contains(r.Reason, "not caught up") {
+		t.Fatalf("RunHooks(post_ready) before the mark = %+v; want caught-up failed (on_failure fail, policy block) after 10s", r)
+	}
+	// The mark is per event: NSS_EVENT reached the command.
+	if err := os.WriteFile(filepath.Join(marks, "post_ready-web-2"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := m.RunHooks(ctx, config.HookPostReady, testPod); !r.Proceed {
+		t.Fatalf("RunHooks(post_ready) after the mark = %+v; want proceed", r)
+	}
+	if r := m.RunHooks(ctx, config.HookPreUpdate, testPod); !r.Proceed {
+		t.Fatalf("RunHooks(pre_update) with no mark under ignore = %+v; want proceed", r)
+	}
+
+	bad, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+plugin "gate" {
+  driver = "predelete-command"
+  config = { command = "true", on_failure = "explode" }
+}
+`, dir))
+	err := newManager(t, Options{}).Start(ctx, bad)
+	if err == nil || !strings.Contains(err.Error(), `on_failure "explode"`) {
+		t.Fatalf("Start with on_failure = explode: %v; want an error naming it", err)
+	}
+}

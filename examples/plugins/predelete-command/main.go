@@ -2,7 +2,9 @@
 // nomad-statefulset: before a pod is deleted, it runs a command or calls an
 // HTTP endpoint, and lets the deletion go ahead only once that succeeds.
 // Until then it answers "wait", so the agent holds that one pod's deletion
-// and asks again later; other pods and sets carry on.
+// and asks again later; other pods and sets carry on. It does the same for
+// every event its hook block lists: after a pod became ready (post_ready,
+// "has the new member caught up?") or before it is updated (pre_update).
 //
 // Take it as a starting point: the shape (a struct implementing
 // plugin.LifecycleHook, plugin.Serve in main, config checked in SetConfig,
@@ -12,11 +14,16 @@
 //
 //	command      a shell command, run with /bin/sh -c; the pod is in the
 //	             environment as NSS_NAMESPACE, NSS_SET, NSS_ORDINAL, NSS_POD,
-//	             NSS_REVISION, NSS_ALLOC_ID and NSS_NODE_ID. Exit 0 is done.
-//	url          instead of command: the pod is POSTed there as JSON, and a
-//	             2xx answer is done.
+//	             NSS_REVISION, NSS_ALLOC_ID, NSS_NODE_ID, and the event as
+//	             NSS_EVENT (pre_delete, post_ready or pre_update). Exit 0 is
+//	             done.
+//	url          instead of command: the pod is POSTed there as JSON, with
+//	             the event in the X-NSS-Event header; a 2xx answer is done.
 //	retry_after  how long the agent should wait before asking again after a
 //	             failure (default 10s).
+//	on_failure   what a failing command or endpoint answers: "wait" (the
+//	             default: hold the step and ask again) or "fail" (the hook
+//	             block's failure_policy decides: block holds, ignore skips).
 //
 // See README.md for how to build, install and configure it.
 package main
@@ -63,6 +70,8 @@ type settings struct {
 	command    string
 	url        string
 	retryAfter time.Duration
+	// fail makes a failed check a fail answer instead of a wait.
+	fail bool
 }
 
 // hook implements plugin.LifecycleHook.
@@ -84,10 +93,17 @@ func (h *hook) SetConfig(_ context.Context, config map[string]string) error {
 	s := &settings{command: config["command"], url: config["url"], retryAfter: defaultRetryAfter}
 	for k := range config {
 		switch k {
-		case "command", "url", "retry_after":
+		case "command", "url", "retry_after", "on_failure":
 		default:
-			return fmt.Errorf("unknown config key %q (known: command, url, retry_after)", k)
+			return fmt.Errorf("unknown config key %q (known: command, url, retry_after, on_failure)", k)
 		}
+	}
+	switch v := config["on_failure"]; v {
+	case "", "wait":
+	case "fail":
+		s.fail = true
+	default:
+		return fmt.Errorf("on_failure %q is neither \"wait\" nor \"fail\"", v)
 	}
 	if (s.command == "") == (s.url == "") {
 		return errors.New("set exactly one of command and url")
@@ -106,11 +122,30 @@ func (h *hook) SetConfig(_ context.Context, config map[string]string) error {
 }
 
 // PreDelete implements plugin.LifecycleHook: done once the command or the
-// endpoint succeeds, wait while it fails. A failure is a wait, not a fail,
-// because the point is to hold the deletion until the replica has been
-// decommissioned; the hook's timeout and failure_policy still apply if the
-// command hangs.
+// endpoint succeeds, wait while it fails. By default a failure is a wait,
+// not a fail, because the point is to hold the deletion until the replica
+// has been decommissioned; the hook's timeout and failure_policy still apply
+// if the command hangs, and to every failure with on_failure = "fail".
 func (h *hook) PreDelete(ctx context.Context, pod plugin.Pod) (*plugin.HookResponse, error) {
+	return h.check(ctx, plugin.EventPreDelete, pod)
+}
+
+// PostReady implements plugin.LifecycleHook: the same check, after a pod
+// became ready. Until it passes the pod does not count as ready, so an
+// OrderedReady set does not start the next ordinal.
+func (h *hook) PostReady(ctx context.Context, pod plugin.Pod) (*plugin.HookResponse, error) {
+	return h.check(ctx, plugin.EventPostReady, pod)
+}
+
+// PreUpdate implements plugin.LifecycleHook: the same check, before a pod is
+// replaced by a new revision.
+func (h *hook) PreUpdate(ctx context.Context, pod plugin.Pod) (*plugin.HookResponse, error) {
+	return h.check(ctx, plugin.EventPreUpdate, pod)
+}
+
+// check runs the command or calls the endpoint for one event of one pod.
+// The agent calls only the events the hook block lists.
+func (h *hook) check(ctx context.Context, event plugin.Event, pod plugin.Pod) (*plugin.HookResponse, error) {
 	h.mu.RLock()
 	s := h.conf
 	h.mu.RUnlock()
@@ -119,33 +154,28 @@ func (h *hook) PreDelete(ctx context.Context, pod plugin.Pod) (*plugin.HookRespo
 	}
 	var err error
 	if s.command != "" {
-		err = runCommand(ctx, s.command, pod)
+		err = runCommand(ctx, s.command, event, pod)
 	} else {
-		err = h.post(ctx, s.url, pod)
+		err = h.post(ctx, s.url, event, pod)
+	}
+	if err != nil && s.fail {
+		h.log.Info("check failed; answering fail", "event", event, "pod", pod.Name, "error", err)
+		return &plugin.HookResponse{Status: plugin.HookFail, RetryAfter: s.retryAfter, Message: err.Error()}, nil
 	}
 	if err != nil {
-		h.log.Info("pre-delete check failed; the pod waits", "pod", pod.Name, "error", err)
+		h.log.Info("check failed; the pod waits", "event", event, "pod", pod.Name, "error", err)
 		return plugin.Wait(s.retryAfter, "%v", err), nil
 	}
-	h.log.Info("pre-delete check passed", "pod", pod.Name)
-	return plugin.Done(), nil
-}
-
-// PostReady implements plugin.LifecycleHook; this plugin has nothing to do.
-func (h *hook) PostReady(context.Context, plugin.Pod) (*plugin.HookResponse, error) {
-	return plugin.Done(), nil
-}
-
-// PreUpdate implements plugin.LifecycleHook; this plugin has nothing to do.
-func (h *hook) PreUpdate(context.Context, plugin.Pod) (*plugin.HookResponse, error) {
+	h.log.Info("check passed", "event", event, "pod", pod.Name)
 	return plugin.Done(), nil
 }
 
 // runCommand runs the command for pod; ctx carries the hook's timeout and
 // kills the command when it expires.
-func runCommand(ctx context.Context, command string, pod plugin.Pod) error {
+func runCommand(ctx context.Context, command string, event plugin.Event, pod plugin.Pod) error {
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
 	cmd.Env = append(os.Environ(),
+		"NSS_EVENT="+string(event),
 		"NSS_NAMESPACE="+pod.Namespace,
 		"NSS_SET="+pod.Set,
 		"NSS_ORDINAL="+strconv.Itoa(pod.Ordinal),
@@ -161,8 +191,8 @@ func runCommand(ctx context.Context, command string, pod plugin.Pod) error {
 	return nil
 }
 
-// post sends pod to url as JSON.
-func (h *hook) post(ctx context.Context, url string, pod plugin.Pod) error {
+// post sends pod to url as JSON, naming the event in a header.
+func (h *hook) post(ctx context.Context, url string, event plugin.Event, pod plugin.Pod) error {
 	body, err := json.Marshal(pod)
 	if err != nil {
 		return fmt.Errorf("encoding the pod: %w", err)
@@ -172,6 +202,7 @@ func (h *hook) post(ctx context.Context, url string, pod plugin.Pod) error {
 		return fmt.Errorf("building the request to %s: %w", url, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-NSS-Event", string(event))
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("calling %s: %w", url, err)
