@@ -321,3 +321,37 @@ func TestPostReadyGate(t *testing.T) {
 		t.Fatal("a set with no pods kept its entry")
 	}
 }
+
+// TestPostReadyHoldsARollingUpdate: a rolling update does not move on from
+// an updated pod until its new allocation's post_ready hooks say done.
+func TestPostReadyHoldsARollingUpdate(t *testing.T) {
+	hook := newReadyHook(func(plugin.Pod) *plugin.HookResponse { return plugin.Done() })
+	h := startWithReadyHook(t, hook, config.FailureBlock)
+	h.register(parentJob("ru", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("ru", 3, nil)
+	old := h.healthyChildren("ru")[2]
+
+	hook.setAnswer(func(pod plugin.Pod) *plugin.HookResponse {
+		if pod.Revision != old {
+			return plugin.Wait(20*time.Millisecond, "%s is replaying the log", pod.Name)
+		}
+		return plugin.Done()
+	})
+	job := h.sim.Job("default", "ru")
+	job.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "v2"}
+	h.register(job)
+	// ru-2 is updated first; the hook holds its new allocation.
+	h.waitFor("the hook to hold the updated ru-2", 20*time.Second, func() (bool, string) {
+		c := hook.callsOf("ru-2")
+		return len(c) == 2 && total(c) >= 5, fmt.Sprint(c)
+	})
+	hc := h.healthyChildren("ru")
+	if hc[2] == old || hc[1] != old || hc[0] != old {
+		t.Fatalf("healthy revisions %v while the updated ru-2 is held; want only ru-2 updated (old %s)", hc, old)
+	}
+	if h.liveChildren("ru") != 3 {
+		t.Fatalf("%d live children; the update must not take ru-1 down while ru-2 is held", h.liveChildren("ru"))
+	}
+	hook.setAnswer(func(plugin.Pod) *plugin.HookResponse { return plugin.Done() })
+	h.waitConverged("ru", 3, func(r string) bool { return r != old })
+}
