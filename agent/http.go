@@ -104,7 +104,16 @@ func (a *Agent) health(ctx context.Context) client.Health {
 		}
 	}
 	if c := a.current.Load(); c != nil {
-		if ok, msg := c.watcher.Healthy(); ok {
+		ok, msg := c.watcher.Healthy()
+		if calls := a.metrics.calls.problem(time.Now()); calls != "" {
+			if ok {
+				msg = calls
+			} else {
+				msg += "; " + calls
+			}
+			ok = false
+		}
+		if ok {
 			h.Checks["nomad"] = "ok"
 		} else {
 			h.Checks["nomad"] = msg

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,8 @@ type metrics struct {
 	apiCalls          *prometheus.CounterVec
 	apiErrors         *prometheus.CounterVec
 	leader            prometheus.Gauge
+	// calls remembers failing Nomad verbs for /v1/health.
+	calls callHealth
 
 	mu      sync.Mutex
 	podKeys map[backend.SetKey]map[string]bool
@@ -91,6 +94,7 @@ func (i instrumented) count(verb string, err error) {
 		w = "true"
 	}
 	i.m.apiCalls.WithLabelValues(verb, w).Inc()
+	i.m.calls.observe(verb, err, time.Now())
 	if err != nil && !isNotFound(err) {
 		i.m.apiErrors.WithLabelValues(verb).Inc()
 	}

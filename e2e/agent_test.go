@@ -74,6 +74,16 @@ func TestNomadACLPolicy(t *testing.T) {
 			}
 			return fmt.Errorf("events: %+v", st.Events)
 		})
+		Eventually(t, time.Minute, "/v1/health to report degraded, naming the capability", func() error {
+			h, err := daemonHealth(d)
+			if err != nil {
+				return err
+			}
+			if h.Status != "degraded" || !strings.Contains(h.Checks["nomad"], "submit-job") {
+				return fmt.Errorf("health %+v", h)
+			}
+			return nil
+		})
 		if !strings.Contains(d.Proc.LogTail(200), "submit-job") {
 			t.Fatalf("the log does not name the missing capability:\n%s", d.Proc.LogTail(40))
 		}

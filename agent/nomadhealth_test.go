@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+)
+
+// refusingNomad answers 500 to child registrations while refuse is set;
+// everything else, the event stream included, works.
+type refusingNomad struct {
+	*memory.Nomad
+	refuse atomic.Bool
+}
+
+func (r *refusingNomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, idx uint64) (*api.JobRegisterResponse, error) {
+	if r.refuse.Load() && job.Meta["statefulset_parent"] != "" {
+		return nil, memory.ServerError()
+	}
+	return r.Nomad.RegisterJob(ctx, job, enforce, idx)
+}
+
+func getHealth(t *testing.T, a *Agent) (client.Health, int) {
+	t.Helper()
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h client.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h, resp.StatusCode
+}
+
+// Nomad answering 5xx to writes while its event stream works: health says
+// degraded and names the failing verb, the agent retries with backoff, and
+// health recovers with Nomad.
+func TestAgentHealthReportsFailingNomadWritesAndRecovers(t *testing.T) {
+	refusing := &refusingNomad{}
+	h := startAgentWith(t, fastSim(), func(o *Options) {
+		refusing.Nomad = o.Nomad.(*memory.Nomad)
+		o.Nomad = refusing
+	})
+	refusing.refuse.Store(true)
+	h.register(parentJob("refused", map[string]string{"statefulset_replicas": "2"}, "v1"))
+	h.waitFor("health to report the failing writes", 10*time.Second, func() (bool, string) {
+		hl, code := getHealth(t, h.agent)
+		return code == http.StatusServiceUnavailable && hl.Status == "degraded" &&
+			strings.Contains(hl.Checks["nomad"], "RegisterJob failing since"), fmt.Sprintf("%d %+v", code, hl)
+	})
+	refusing.refuse.Store(false)
+	h.waitConverged("refused", 2, nil)
+	h.waitFor("health to recover", 10*time.Second, func() (bool, string) {
+		hl, code := getHealth(t, h.agent)
+		return code == http.StatusOK && hl.Checks["nomad"] == "ok", fmt.Sprintf("%d %+v", code, hl)
+	})
+}
+
+func TestCallHealth(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	boom := errors.New("500 internal error")
+	tests := []struct {
+		name  string
+		calls func(h *callHealth)
+		at    time.Time
+		want  string
+	}{
+		{"no calls", func(h *callHealth) {}, t0, ""},
+		{"a failure", func(h *callHealth) { h.observe("RegisterJob", boom, t0) }, t0,
+			"RegisterJob failing since 1970-01-01T00:16:40Z: 500 internal error"},
+		{"cleared by a success of the same verb", func(h *callHealth) {
+			h.observe("RegisterJob", boom, t0)
+			h.observe("RegisterJob", nil, t0.Add(time.Second))
+		}, t0.Add(time.Second), ""},
+		{"not cleared by another verb", func(h *callHealth) {
+			h.observe("RegisterJob", boom, t0)
+			h.observe("ListJobs", nil, t0.Add(time.Second))
+		}, t0.Add(time.Second), "RegisterJob failing since 1970-01-01T00:16:40Z: 500 internal error"},
+		{"not found is an answer", func(h *callHealth) { h.observe("GetJob", nomad.ErrNotFound, t0) }, t0, ""},
+		{"forgotten when not retried", func(h *callHealth) { h.observe("DeleteHostVolume", boom, t0) },
+			t0.Add(callFailureMemory + time.Second), ""},
+		{"several, sorted", func(h *callHealth) {
+			h.observe("RegisterJob", boom, t0)
+			h.observe("CreateHostVolume", boom, t0)
+		}, t0, "CreateHostVolume failing since 1970-01-01T00:16:40Z: 500 internal error; RegisterJob failing since 1970-01-01T00:16:40Z: 500 internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h callHealth
+			tt.calls(&h)
+			if got := h.problem(tt.at); got != tt.want {
+				t.Fatalf("problem = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
