@@ -132,6 +132,12 @@ func (i instrumented) JobAllocations(ctx context.Context, ns, id string) ([]*api
 	return a, err
 }
 
+func (i instrumented) ListAllocations(ctx context.Context, ns string) ([]*api.AllocationListStub, error) {
+	a, err := i.inner.ListAllocations(ctx, ns)
+	i.count("ListAllocations", err)
+	return a, err
+}
+
 func (i instrumented) CreateHostVolume(ctx context.Context, v *api.HostVolume) (*api.HostVolume, error) {
 	a, err := i.inner.CreateHostVolume(ctx, v)
 	i.count("CreateHostVolume", err)

@@ -121,10 +121,10 @@ type NomadConfig struct {
 	// event_buffer_size). Like Nomad's buffer it trims after appending, so
 	// the oldest retained index is the newest minus EventBufferSize.
 	EventBufferSize int
-	// JSONPayloads makes event payloads the generic maps the real api
-	// client decodes from JSON, instead of typed api objects. It is slower,
-	// and catches a consumer that reads payloads without Event.Job(),
-	// Event.Allocation() or Event.Deployment().
+	// JSONPayloads makes each event payload object its JSON encoding
+	// (json.RawMessage), as nomad.Client delivers it, instead of a typed
+	// api object. It is slower, and catches a consumer that reads payloads
+	// without nomad.DecodePayload.
 	JSONPayloads bool
 
 	// Nodes are the client node IDs that allocations and volumes are placed
@@ -440,6 +440,33 @@ func (s *Nomad) JobAllocations(ctx context.Context, namespace, id string) ([]*ap
 	for _, a := range list {
 		out = append(out, a.stub())
 	}
+	return out, nil
+}
+
+// ListAllocations implements nomad.API: every allocation of the namespace
+// ("*" for all) not yet garbage collected, newest first as the api client
+// sorts them, without task states (the daemon asks Nomad to leave them out).
+func (s *Nomad) ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error) {
+	if err := s.enterRead(ctx, VerbListAllocations); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*api.AllocationListStub, 0, len(s.allocs))
+	for _, a := range s.allocs {
+		if namespace != "*" && a.ns != namespaceOrDefault(namespace) {
+			continue
+		}
+		st := a.stub()
+		st.TaskStates = nil
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].CreateIndex != out[j].CreateIndex {
+			return out[i].CreateIndex > out[j].CreateIndex
+		}
+		return out[i].ID < out[j].ID
+	})
 	return out, nil
 }
 

@@ -39,21 +39,22 @@ type subscription struct {
 	err    error
 }
 
-// payload wraps an object under its payload key, typed or, with
-// NomadConfig.JSONPayloads, as the generic map the real client decodes.
-func (s *Nomad) payload(key string, obj any) map[string]any {
+// payload wraps an object under its payload key: typed (a copy, made by
+// copyOf unless nil, so that later writes do not show through), or, with
+// NomadConfig.JSONPayloads, as the JSON that nomad.Client keeps of it, which
+// needs no copy. Callers hold s.mu.
+func (s *Nomad) payload(key string, obj any, copyOf func() any) map[string]any {
 	if !s.cfg.JSONPayloads {
+		if copyOf != nil {
+			obj = copyOf()
+		}
 		return map[string]any{key: obj}
 	}
-	b, err := json.Marshal(map[string]any{key: obj})
+	b, err := json.Marshal(obj)
 	if err != nil {
 		panic("memory: encoding an event payload: " + err.Error())
 	}
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic("memory: decoding an event payload: " + err.Error())
-	}
-	return out
+	return map[string]any{key: json.RawMessage(b)}
 }
 
 // publish appends one index's events to the buffer and wakes subscribers.

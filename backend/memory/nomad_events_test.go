@@ -2,12 +2,15 @@ package memory
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
 // guard bounds how long a test waits for something that must happen. It is
@@ -97,9 +100,17 @@ func TestEventsOrderAndPayloads(t *testing.T) {
 					if e.Index != batch.Index {
 						t.Fatalf("event index %d in batch %d", e.Index, batch.Index)
 					}
+					// JSON payloads are what nomad.Client delivers: each
+					// object's raw JSON, decoded once by the watcher.
+					for k, v := range e.Payload {
+						if _, raw := v.(json.RawMessage); raw != jsonPayloads {
+							t.Fatalf("payload %s is a %T with JSONPayloads %v", k, v, jsonPayloads)
+						}
+					}
 					switch e.Topic {
 					case api.TopicJob:
-						j, err := e.Job()
+						var j *api.Job
+						err := nomad.DecodePayload(&e, "Job", &j)
 						if err != nil || j == nil || *j.ID != "web-0" || e.Key != "web-0" {
 							t.Fatalf("job payload: %+v %v", j, err)
 						}
@@ -110,7 +121,8 @@ func TestEventsOrderAndPayloads(t *testing.T) {
 							sawStable = e.Type == "DeploymentStatusUpdate"
 						}
 					case api.TopicAllocation:
-						a, err := e.Allocation()
+						var a *api.Allocation
+						err := nomad.DecodePayload(&e, "Allocation", &a)
 						if err != nil || a == nil || a.ID != e.Key || a.JobID != "web-0" || a.Job != nil {
 							t.Fatalf("alloc payload: %+v %v", a, err)
 						}
@@ -119,7 +131,8 @@ func TestEventsOrderAndPayloads(t *testing.T) {
 							sawHealthy = e.Type == "AllocationUpdated"
 						}
 					case api.TopicDeployment:
-						d, err := e.Deployment()
+						var d *api.Deployment
+						err := nomad.DecodePayload(&e, "Deployment", &d)
 						if err != nil || d == nil || d.JobID != "web-0" {
 							t.Fatalf("deployment payload: %+v %v", d, err)
 						}

@@ -24,6 +24,7 @@ const (
 	VerbRegisterJob      = "RegisterJob"
 	VerbDeregisterJob    = "DeregisterJob"
 	VerbJobAllocations   = "JobAllocations"
+	VerbListAllocations  = "ListAllocations"
 	VerbCreateHostVolume = "CreateHostVolume"
 	VerbListHostVolumes  = "ListHostVolumes"
 	VerbDeleteHostVolume = "DeleteHostVolume"
@@ -46,6 +47,7 @@ var verbRoutes = map[string][2]string{
 	VerbRegisterJob:      {"PUT", "/v1/jobs"},
 	VerbDeregisterJob:    {"DELETE", "/v1/job/"},
 	VerbJobAllocations:   {"GET", "/v1/job/"},
+	VerbListAllocations:  {"GET", "/v1/allocations"},
 	VerbCreateHostVolume: {"PUT", "/v1/volume/host/create"},
 	VerbListHostVolumes:  {"GET", "/v1/volumes"},
 	VerbDeleteHostVolume: {"DELETE", "/v1/volume/host/"},

@@ -58,6 +58,10 @@ var faultSteps = []faultStep{
 		_, err := f.s.JobAllocations(ctx, "default", "pre")
 		return err
 	}},
+	{VerbListAllocations, false, func(ctx context.Context, f *faultScenario) error {
+		_, err := f.s.ListAllocations(ctx, "*")
+		return err
+	}},
 	{VerbCreateHostVolume, true, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.CreateHostVolume(ctx, &api.HostVolume{Name: "new-vol"})
 		return err

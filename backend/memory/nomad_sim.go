@@ -336,22 +336,22 @@ func (t *txn) commit(s *Nomad) {
 		switch o := c.obj.(type) {
 		case *api.Job:
 			ev.Key = *o.ID
-			ev.Payload = s.payload("Job", deepCopy(o))
+			ev.Payload = s.payload("Job", o, func() any { return deepCopy(o) })
 		case *allocRec:
 			ev.Key = o.id
 			ev.FilterKeys = []string{o.jobID, o.deploymentID}
-			ev.Payload = s.payload("Allocation", o.full())
+			ev.Payload = s.payload("Allocation", o.full(), nil)
 		case *api.Deployment:
 			ev.Key = o.ID
 			ev.FilterKeys = []string{o.JobID}
-			ev.Payload = s.payload("Deployment", deepCopy(o))
+			ev.Payload = s.payload("Deployment", o, func() any { return deepCopy(o) })
 		case *api.HostVolume:
 			// Nomad leaves Key empty on a deleted host volume's event.
 			if !c.deleted {
 				ev.Key = o.ID
 			}
 			ev.FilterKeys = []string{o.ID, o.Name, o.PluginID}
-			ev.Payload = s.payload("Volume", deepCopy(o))
+			ev.Payload = s.payload("Volume", o, func() any { return deepCopy(o) })
 		}
 		events = append(events, ev)
 	}

@@ -672,3 +672,62 @@ func TestCopyAndEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestListAllocations: one call lists the allocations of every job, in one
+// namespace or all of them, newest first and without task states, the same
+// stubs JobAllocations gives job by job.
+func TestListAllocations(t *testing.T) {
+	s := manual(t)
+	ctx := context.Background()
+	register(t, s, testJob("web-0"), true, 0)
+	other := testJob("db-0")
+	other.Namespace = ptr("prod")
+	register(t, s, other, true, 0)
+	s.Settle()
+	// A new version replaces web-0's allocation: both stay listed.
+	next := testJob("web-0")
+	next.Meta["statefulset_revision"] = "r2"
+	register(t, s, next, false, 0)
+	s.Settle()
+
+	all, err := s.ListAllocations(ctx, "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []*api.AllocationListStub
+	for _, j := range []struct{ ns, id string }{{"default", "web-0"}, {"prod", "db-0"}} {
+		list, err := s.JobAllocations(ctx, j.ns, j.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, list...)
+	}
+	if len(all) != 3 || len(want) != 3 {
+		t.Fatalf("listed %d allocations, job by job %d; want 3", len(all), len(want))
+	}
+	byID := map[string]*api.AllocationListStub{}
+	for i, a := range all {
+		if a.TaskStates != nil {
+			t.Errorf("allocation %s lists task states", a.ID)
+		}
+		if i > 0 && all[i-1].CreateIndex < a.CreateIndex {
+			t.Errorf("not newest first: %d before %d", all[i-1].CreateIndex, a.CreateIndex)
+		}
+		byID[a.ID] = a
+	}
+	for _, w := range want {
+		a := byID[w.ID]
+		if a == nil || a.JobID != w.JobID || a.Namespace != w.Namespace || a.ClientStatus != w.ClientStatus ||
+			a.DesiredStatus != w.DesiredStatus || a.ModifyIndex != w.ModifyIndex || a.NodeID != w.NodeID {
+			t.Errorf("allocation %s: listed %+v, job listing %+v", w.ID, a, w)
+		}
+	}
+	prod, err := s.ListAllocations(ctx, "prod")
+	if err != nil || len(prod) != 1 || prod[0].JobID != "db-0" {
+		t.Fatalf("namespace prod: %v %v", prod, err)
+	}
+	def, err := s.ListAllocations(ctx, "")
+	if err != nil || len(def) != 2 {
+		t.Fatalf("default namespace: %d allocations, %v", len(def), err)
+	}
+}

@@ -30,6 +30,10 @@ type API interface {
 	DeregisterJob(ctx context.Context, namespace, id string, purge bool) error
 	// JobAllocations lists the allocations of one job, old ones included.
 	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
+	// ListAllocations lists every allocation of a namespace ("*" for all
+	// namespaces) in one call, without task states: the re-list reads all
+	// children's allocations with it instead of one JobAllocations each.
+	ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error)
 	// CreateHostVolume creates a dynamic host volume.
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)
 	// ListHostVolumes lists host volumes in a namespace whose name has prefix.
@@ -39,5 +43,9 @@ type API interface {
 	// Events subscribes to the event stream from index for the Job,
 	// Allocation, Deployment and HostVolume topics. The channel closes when
 	// the stream ends; the caller then re-lists and subscribes again.
+	//
+	// A payload value is either the typed api object (*api.Job, …) or its
+	// JSON as Nomad sent it (json.RawMessage), which the real client keeps
+	// so that each payload is decoded once; DecodePayload reads both.
 	Events(ctx context.Context, index uint64) (<-chan *api.Events, error)
 }

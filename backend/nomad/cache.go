@@ -1,14 +1,17 @@
 package nomad
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // Meta keys that tie a child job to its set. They are written by
@@ -19,13 +22,66 @@ const (
 	metaOrdinal = "statefulset_ordinal"
 )
 
-// child is the cached state of one child job and its allocations.
+// child is the cached state of one child job and its allocations. A cache
+// holds one per pod, so it is kept small: the job in its compact form
+// (jobs.CompactChild: what drift detection and the observation read, a
+// tenth of the decoded job) and of each allocation only what Observe reads.
 type child struct {
 	job    *api.Job
-	allocs map[string]*api.AllocationListStub
+	allocs []allocState
 	// purged marks a child Nomad purged while its allocations were still
 	// stopping; it is forgotten once they are terminal.
 	purged bool
+}
+
+// allocState is what the cache keeps of an allocation.
+type allocState struct {
+	id, nodeID                  string
+	clientStatus, desiredStatus string
+	createIndex, modifyIndex    uint64
+	// modifyTime is in Unix nanoseconds, as Nomad gives it.
+	modifyTime int64
+	// healthKnown is set once the deployment reported the allocation's
+	// health: healthy, since healthTime.
+	healthKnown, healthy bool
+	healthTime           time.Time
+}
+
+// internStatus returns Nomad's status strings as constants, so that ten
+// thousand cached allocations do not each hold a decoded copy.
+func internStatus(s string) string {
+	for _, c := range [...]string{
+		api.AllocClientStatusPending, api.AllocClientStatusRunning, api.AllocClientStatusComplete,
+		api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusUnknown,
+		api.AllocDesiredStatusRun, api.AllocDesiredStatusStop, api.AllocDesiredStatusEvict,
+	} {
+		if s == c {
+			return c
+		}
+	}
+	return s
+}
+
+// stateOf converts a decoded allocation for the cache, interning the node
+// ID, which a cluster's allocations share. Callers hold c.mu.
+func (c *Cache) stateOf(a *allocPayload) allocState {
+	st := allocState{
+		id: a.ID, nodeID: internNode(c.nodes, a.NodeID),
+		clientStatus: internStatus(a.ClientStatus), desiredStatus: internStatus(a.DesiredStatus),
+		createIndex: a.CreateIndex, modifyIndex: a.ModifyIndex, modifyTime: a.ModifyTime,
+	}
+	if d := a.DeploymentStatus; d != nil && d.Healthy != nil {
+		st.healthKnown, st.healthy, st.healthTime = true, *d.Healthy, d.Timestamp
+	}
+	return st
+}
+
+func internNode(nodes map[string]string, id string) string {
+	if n, ok := nodes[id]; ok {
+		return n
+	}
+	nodes[id] = id
+	return id
 }
 
 // Cache is the watcher's in-memory view of the cluster, grouped by set. It is
@@ -45,6 +101,8 @@ type Cache struct {
 	owner map[string]backend.SetKey
 	// volumes maps "namespace/<claim>-<set>" to ordinal to volume.
 	volumes map[string]map[int]*api.HostVolumeStub
+	// nodes interns the node IDs of cached allocations.
+	nodes map[string]string
 }
 
 // NewCache returns an empty, unsynced cache.
@@ -60,6 +118,7 @@ func (c *Cache) reset() {
 	c.children = map[backend.SetKey]map[string]*child{}
 	c.owner = map[string]backend.SetKey{}
 	c.volumes = map[string]map[int]*api.HostVolumeStub{}
+	c.nodes = map[string]string{}
 }
 
 // Index returns the highest Nomad index the cache reflects.
@@ -213,14 +272,37 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 	}
 	ch := kids[*j.ID]
 	if ch == nil {
-		ch = &child{allocs: map[string]*api.AllocationListStub{}}
+		ch = &child{}
 		kids[*j.ID] = ch
 	} else if ch.job != nil && u64(ch.job.ModifyIndex) > u64(j.ModifyIndex) {
 		return k, true
 	}
-	ch.job = j
+	ch.job = jobs.CompactChild(j)
 	c.owner[id] = k
 	return k, true
+}
+
+// jobAt returns the cached job ns/id if the cache holds it at exactly
+// modifyIndex: the re-list then need not read it again. A purged child's
+// stopped stand-in is never returned: it is not what Nomad holds.
+func (c *Cache) jobAt(ns, id string, modifyIndex uint64) *api.Job {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if p, ok := c.parents[backend.SetKey{Namespace: ns, Name: id}]; ok {
+		if u64(p.ModifyIndex) == modifyIndex && modifyIndex != 0 {
+			return p
+		}
+		return nil
+	}
+	k, ok := c.owner[ns+"/"+id]
+	if !ok {
+		return nil
+	}
+	ch := c.children[k][id]
+	if ch == nil || ch.purged || ch.job == nil || modifyIndex == 0 || u64(ch.job.ModifyIndex) != modifyIndex {
+		return nil
+	}
+	return ch.job
 }
 
 // RemoveJob forgets a job that Nomad purged.
@@ -273,26 +355,46 @@ func (c *Cache) upsertAllocLocked(a *api.AllocationListStub) (backend.SetKey, bo
 	if a == nil {
 		return backend.SetKey{}, false
 	}
-	ns := a.Namespace
+	return c.upsertAllocStateLocked(a.Namespace, a.JobID, c.stateOf(&allocPayload{
+		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, JobID: a.JobID,
+		DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus, DeploymentStatus: a.DeploymentStatus,
+		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, ModifyTime: a.ModifyTime,
+	}))
+}
+
+// upsertAllocPayload records an allocation decoded from an event.
+func (c *Cache) upsertAllocPayload(a *allocPayload, index uint64) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	return c.upsertAllocStateLocked(a.Namespace, a.JobID, c.stateOf(a))
+}
+
+func (c *Cache) upsertAllocStateLocked(ns, jobID string, a allocState) (backend.SetKey, bool) {
 	if ns == "" {
 		ns = "default"
 	}
-	k, ok := c.owner[ns+"/"+a.JobID]
+	k, ok := c.owner[ns+"/"+jobID]
 	if !ok {
 		return backend.SetKey{}, false
 	}
-	ch := c.children[k][a.JobID]
+	ch := c.children[k][jobID]
 	if ch == nil {
 		return backend.SetKey{}, false
 	}
-	if old, ok := ch.allocs[a.ID]; ok && old.ModifyIndex > a.ModifyIndex {
+	i := slices.IndexFunc(ch.allocs, func(o allocState) bool { return o.id == a.id })
+	switch {
+	case i < 0:
+		ch.allocs = append(ch.allocs, a)
+	case ch.allocs[i].modifyIndex > a.modifyIndex:
 		return k, true
+	default:
+		ch.allocs[i] = a
 	}
-	ch.allocs[a.ID] = a
 	// A purged child whose last allocation just finished is now gone.
 	if ch.purged && allTerminal(ch.allocs) {
-		delete(c.children[k], a.JobID)
-		delete(c.owner, ns+"/"+a.JobID)
+		delete(c.children[k], jobID)
+		delete(c.owner, ns+"/"+jobID)
 	}
 	return k, true
 }
@@ -365,9 +467,9 @@ func (c *Cache) Sets() []backend.SetKey {
 	return sortedKeys(m)
 }
 
-func allTerminal(allocs map[string]*api.AllocationListStub) bool {
+func allTerminal(allocs []allocState) bool {
 	for _, a := range allocs {
-		if !terminalClientStatus(a.ClientStatus) {
+		if !terminalClientStatus(a.clientStatus) {
 			return false
 		}
 	}

@@ -34,7 +34,9 @@ type PodDetail struct {
 	NodeID  string
 	// ClientStatus is the newest allocation's client status.
 	ClientStatus string
-	// Job is the child job as Nomad has it, for drift detection.
+	// Job is the child job as Nomad has it, in its compact form
+	// (jobs.CompactChild): what drift detection (jobs.ChildMatches) and
+	// ParseChild read, not the whole job.
 	Job *api.Job
 	// AllTerminal is true when no allocation of the child can still run.
 	AllTerminal bool
@@ -114,33 +116,39 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 	return obs
 }
 
-// newestAlloc returns the allocation created last.
-func newestAlloc(allocs map[string]*api.AllocationListStub) *api.AllocationListStub {
-	var best *api.AllocationListStub
-	for _, a := range allocs {
-		if best == nil || a.CreateIndex > best.CreateIndex || (a.CreateIndex == best.CreateIndex && a.ID > best.ID) {
+// newestAlloc returns the allocation created last, or nil.
+func newestAlloc(allocs []allocState) *allocState {
+	var best *allocState
+	for i := range allocs {
+		a := &allocs[i]
+		if best == nil || a.createIndex > best.createIndex || (a.createIndex == best.createIndex && a.id > best.id) {
 			best = a
 		}
 	}
 	return best
 }
 
-// allocsCreatedAfter returns the allocations created after a raft index.
-func allocsCreatedAfter(allocs map[string]*api.AllocationListStub, index uint64) map[string]*api.AllocationListStub {
-	out := make(map[string]*api.AllocationListStub, len(allocs))
-	for id, a := range allocs {
-		if a.CreateIndex > index {
-			out[id] = a
+// newestAllocAfter returns the allocation created last after a raft index,
+// or nil.
+func newestAllocAfter(allocs []allocState, index uint64) *allocState {
+	var best *allocState
+	for i := range allocs {
+		a := &allocs[i]
+		if a.createIndex <= index {
+			continue
+		}
+		if best == nil || a.createIndex > best.createIndex || (a.createIndex == best.createIndex && a.id > best.id) {
+			best = a
 		}
 	}
-	return out
+	return best
 }
 
 // allocStopped reports whether an allocation can no longer be running
 // anywhere. Lost allocations are only taken as stopped once their client
 // must have stopped them itself (see lostAllocMargin).
-func allocStopped(a *api.AllocationListStub, job *api.Job, now time.Time) bool {
-	switch a.ClientStatus {
+func allocStopped(a *allocState, job *api.Job, now time.Time) bool {
+	switch a.clientStatus {
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
 		return true
 	case api.AllocClientStatusLost:
@@ -148,7 +156,7 @@ func allocStopped(a *api.AllocationListStub, job *api.Job, now time.Time) bool {
 		if d := stopOnClientAfter(job); d > 0 {
 			wait = d + lostAllocMargin
 		}
-		return now.Sub(time.Unix(0, a.ModifyTime)) >= wait
+		return now.Sub(time.Unix(0, a.modifyTime)) >= wait
 	}
 	return false
 }
@@ -167,8 +175,8 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	job := ch.job
 	stopped := job.Stop != nil && *job.Stop
 	anyLive := false
-	for _, a := range ch.allocs {
-		if !allocStopped(a, job, now) {
+	for i := range ch.allocs {
+		if !allocStopped(&ch.allocs[i], job, now) {
 			anyLive = true
 			break
 		}
@@ -203,31 +211,31 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	// when the spec changes.
 	a := newestAlloc(ch.allocs)
 	if !stopped {
-		a = newestAlloc(allocsCreatedAfter(ch.allocs, u64(job.JobModifyIndex)))
+		a = newestAllocAfter(ch.allocs, u64(job.JobModifyIndex))
 	}
 	if a == nil {
 		return d, true
 	}
-	d.AllocID, d.NodeID, d.ClientStatus = a.ID, a.NodeID, a.ClientStatus
+	d.AllocID, d.NodeID, d.ClientStatus = a.id, a.nodeID, a.clientStatus
 	// An older allocation still running beside the newest one (Nomad is
 	// replacing it) means the ordinal is in transition, never ready.
 	olderLive := false
-	for _, o := range ch.allocs {
-		if o.ID != a.ID && !allocStopped(o, job, now) {
+	for i := range ch.allocs {
+		if o := &ch.allocs[i]; o.id != a.id && !allocStopped(o, job, now) {
 			olderLive = true
 		}
 	}
-	switch a.ClientStatus {
+	switch a.clientStatus {
 	case api.AllocClientStatusPending:
 		d.Pod.Phase = reconciler.PhasePending
 	case api.AllocClientStatusRunning:
 		d.Pod.Phase = reconciler.PhaseRunning
-		if a.DesiredStatus != api.AllocDesiredStatusRun {
+		if a.desiredStatus != api.AllocDesiredStatusRun {
 			d.Pod.Terminating = true
 		}
-		if !d.Pod.Terminating && !olderLive && a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+		if !d.Pod.Terminating && !olderLive && a.healthKnown && a.healthy {
 			d.Pod.Ready = true
-			d.Pod.ReadySince = a.DeploymentStatus.Timestamp
+			d.Pod.ReadySince = a.healthTime
 		}
 	case api.AllocClientStatusComplete:
 		d.Pod.Phase = reconciler.PhaseSucceeded

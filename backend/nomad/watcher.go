@@ -158,7 +158,12 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	}
 }
 
-// list reads the whole cluster state the daemon cares about.
+// list reads the whole cluster state the daemon cares about, in a few calls
+// whatever the number of sets: the jobs, every allocation, and the volumes
+// of each namespace with a set. A job is read again only when its stub's
+// ModifyIndex differs from the one in the cache (Nomad moves ModifyIndex on
+// every change to the stored job, status and stability included), so a
+// steady-state resync reads no job at all.
 func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	stubs, index, err := w.api.ListJobs(ctx, "*")
 	if err != nil {
@@ -166,25 +171,44 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	}
 	snap := Snapshot{Index: index}
 	namespaces := map[string]struct{}{}
+	children := map[string]struct{}{}
 	for _, s := range stubs {
 		if s.Meta[metaManaged] != "true" && s.Meta[metaParent] == "" {
 			continue
 		}
-		job, err := w.api.GetJob(ctx, s.Namespace, s.ID)
-		if errors.Is(err, ErrNotFound) {
-			continue
+		ns := s.Namespace
+		if ns == "" {
+			ns = "default"
 		}
-		if err != nil {
-			return Snapshot{}, err
+		job := w.cache.jobAt(ns, s.ID, s.ModifyIndex)
+		if job == nil {
+			job, err = w.api.GetJob(ctx, ns, s.ID)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return Snapshot{}, err
+			}
 		}
 		snap.Jobs = append(snap.Jobs, job)
 		namespaces[jobNamespace(job)] = struct{}{}
 		if s.Meta[metaParent] != "" {
-			allocs, err := w.api.JobAllocations(ctx, s.Namespace, s.ID)
-			if err != nil {
-				return Snapshot{}, err
+			children[ns+"/"+s.ID] = struct{}{}
+		}
+	}
+	if len(children) > 0 {
+		allocs, err := w.api.ListAllocations(ctx, "*")
+		if err != nil {
+			return Snapshot{}, err
+		}
+		for _, a := range allocs {
+			ns := a.Namespace
+			if ns == "" {
+				ns = "default"
 			}
-			snap.Allocs = append(snap.Allocs, allocs...)
+			if _, ok := children[ns+"/"+a.JobID]; ok {
+				snap.Allocs = append(snap.Allocs, a)
+			}
 		}
 	}
 	for ns := range namespaces {
@@ -205,7 +229,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 		switch e.Topic {
 		case api.TopicJob:
 			var job *api.Job
-			err := decodePayload(e, "Job", &job)
+			err := DecodePayload(e, "Job", &job)
 			if err != nil || job == nil || job.ID == nil {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -227,8 +251,8 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				touched[k] = struct{}{}
 			}
 		case api.TopicAllocation:
-			var alloc *api.Allocation
-			err := decodePayload(e, "Allocation", &alloc)
+			var alloc *allocPayload
+			err := DecodePayload(e, "Allocation", &alloc)
 			if err != nil || alloc == nil {
 				w.log.Warn("ignoring an allocation event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -239,12 +263,12 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 					w.cache.UpsertJob(alloc.Job, 0)
 				}
 			}
-			if k, ok := w.cache.UpsertAlloc(alloc.Stub(), e.Index); ok {
+			if k, ok := w.cache.upsertAllocPayload(alloc, e.Index); ok {
 				touched[k] = struct{}{}
 			}
 		case api.TopicDeployment:
 			var d *api.Deployment
-			err := decodePayload(e, "Deployment", &d)
+			err := DecodePayload(e, "Deployment", &d)
 			if err != nil || d == nil {
 				continue
 			}
@@ -261,19 +285,41 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 	}
 }
 
-// decodePayload decodes one object of an event's payload. It goes through
-// JSON rather than the api package's Event.Job() and friends: those use
-// mapstructure, which follows the structs' snake_case `mapstructure` tags
-// while the payload uses Go field names, so fields such as MaxParallel,
-// StopOnClientAfter and the reschedule policy silently come out nil.
-func decodePayload(e *api.Event, key string, out any) error {
+// allocPayload is the part of an allocation event's payload the cache keeps,
+// with the api.Allocation field names so that it decodes from the same JSON.
+// Decoding only these skips building the task states, resources and
+// metrics of every allocation update.
+type allocPayload struct {
+	ID, Namespace, NodeID, JobID string
+	DesiredStatus, ClientStatus  string
+	DeploymentStatus             *api.AllocDeploymentStatus
+	CreateIndex, ModifyIndex     uint64
+	ModifyTime                   int64
+	// Job is set when Nomad includes the job, which lets the watcher adopt
+	// a child it did not know yet.
+	Job *api.Job
+}
+
+// DecodePayload decodes the object under key of an event's payload into
+// out. The real client (Client.Events) keeps each payload object as the JSON
+// Nomad sent, which is decoded once. Any other value (the simulator's typed
+// objects, or a generic map) goes through a JSON round trip, which also
+// copies it. Both are JSON-faithful, unlike the api package's Event.Job()
+// and friends: those use mapstructure, which follows the structs'
+// snake_case `mapstructure` tags while the payload uses Go field names, so
+// fields such as MaxParallel, StopOnClientAfter and the reschedule policy
+// silently come out nil.
+func DecodePayload(e *api.Event, key string, out any) error {
 	raw, ok := e.Payload[key]
 	if !ok {
 		return fmt.Errorf("event %s has no %s payload", e.Type, key)
 	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return fmt.Errorf("re-encoding the %s payload: %w", key, err)
+	b, isRaw := raw.(json.RawMessage)
+	if !isRaw {
+		var err error
+		if b, err = json.Marshal(raw); err != nil {
+			return fmt.Errorf("re-encoding the %s payload: %w", key, err)
+		}
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("decoding the %s payload: %w", key, err)

@@ -2,6 +2,8 @@ package nomad_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -93,5 +95,150 @@ func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
 	})
 	if n := sim.MaxConcurrentAllocsPerJob(); n > 1 {
 		t.Fatalf("%d allocations ran at once", n)
+	}
+}
+
+// childOf is child for ordinal ord of set.
+func childOf(set string, ord int, rev string) *api.Job {
+	j := child(rev)
+	j.ID = ptr(fmt.Sprintf("%s-%d", set, ord))
+	j.Meta = map[string]string{"statefulset_parent": set, "statefulset_ordinal": strconv.Itoa(ord), "statefulset_revision": rev}
+	return j
+}
+
+// parentOf is a managed parent job with no allocations of its own.
+func parentOf(set string) *api.Job {
+	j := child("p")
+	j.ID = ptr(set)
+	j.Meta = map[string]string{"statefulset": "true"}
+	j.TaskGroups[0].Count = ptr(0)
+	return j
+}
+
+// watchWorld starts a watcher over a simulated Nomad holding sets × 3
+// healthy children, and waits until the cache shows them all ready.
+func watchWorld(t *testing.T, sets int) (*memory.Nomad, *nomad.Cache, *nomad.Watcher) {
+	t.Helper()
+	sim := memory.NewNomad(memory.NomadConfig{Manual: true, JSONPayloads: true})
+	t.Cleanup(sim.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for s := 0; s < sets; s++ {
+		set := fmt.Sprintf("set%03d", s)
+		if _, err := sim.RegisterJob(ctx, parentOf(set), false, 0); err != nil {
+			t.Fatal(err)
+		}
+		for o := 0; o < 3; o++ {
+			if _, err := sim.RegisterJob(ctx, childOf(set, o, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sim.Settle()
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	go func() { _ = w.Run(ctx) }()
+	waitFor(t, "every pod ready in the cache", func() bool {
+		for s := 0; s < sets; s++ {
+			obs := cache.Observe(backend.SetKey{Namespace: "default", Name: fmt.Sprintf("set%03d", s)}, nil, sim.Now())
+			if obs.Parent == nil || len(obs.Pods) != 3 {
+				return false
+			}
+			for _, p := range obs.Pods {
+				if !p.Pod.Ready {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return sim, cache, w
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resync forces a re-list and returns the Nomad calls it made, once the
+// watcher has subscribed to the stream again.
+func resync(t *testing.T, sim *memory.Nomad, w *nomad.Watcher) map[string]int {
+	t.Helper()
+	sim.ResetCalls()
+	before := w.Relists()
+	w.RequestResync()
+	waitFor(t, "the re-list and the new subscription", func() bool {
+		return w.Relists() > before && sim.Calls()[memory.VerbEvents] == 1
+	})
+	return sim.Calls()
+}
+
+// TestSteadyStateRelistMakesConstantCalls: a re-list of an unchanged
+// cluster reads no job and no per-job allocation list: the same handful of
+// calls for 2 sets as for 40. The first list, with an empty cache, reads
+// every managed job.
+func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
+	var got []map[string]int
+	for _, sets := range []int{2, 40} {
+		sim, _, w := watchWorld(t, sets)
+		calls := resync(t, sim, w)
+		want := map[string]int{memory.VerbListJobs: 1, memory.VerbListAllocations: 1, memory.VerbListHostVolumes: 1, memory.VerbEvents: 1}
+		for verb, n := range calls {
+			if want[verb] != n {
+				t.Errorf("%d sets: a steady-state re-list made %d %s calls, want %d (all calls: %v)", sets, n, verb, want[verb], calls)
+			}
+		}
+		got = append(got, calls)
+	}
+	t.Logf("re-list calls: 2 sets %v, 40 sets %v", got[0], got[1])
+
+	// A cold list reads each managed job once: 2 parents and 6 children.
+	sim, _, _ := watchWorld(t, 2)
+	cache := nomad.NewCache()
+	sim.ResetCalls()
+	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	waitFor(t, "the first list", func() bool { return cache.Synced() })
+	if n := sim.Calls()[memory.VerbGetJob]; n != 8 {
+		t.Fatalf("a cold list read %d jobs, want 8", n)
+	}
+}
+
+// TestRelistRereadsOnlyChangedJobs: a job that changed while its events
+// were missed is read again by the re-list, and only that one, and the cache
+// shows the change without any event.
+func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
+	sim, cache, w := watchWorld(t, 5)
+	sim.PauseEvents()
+	defer sim.ResumeEvents()
+	if _, err := sim.RegisterJob(context.Background(), childOf("set002", 1, "r2"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	sim.Settle()
+	calls := resync(t, sim, w)
+	if calls[memory.VerbGetJob] != 1 {
+		t.Fatalf("the re-list read %d jobs, want only the changed one (calls %v)", calls[memory.VerbGetJob], calls)
+	}
+	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "set002"}, nil, sim.Now())
+	revs := map[int]string{}
+	for _, p := range obs.Pods {
+		revs[p.Pod.Ordinal] = p.Pod.Revision
+	}
+	if revs[0] != "r1" || revs[1] != "r2" || revs[2] != "r1" {
+		t.Fatalf("revisions after the re-list: %v, want ordinal 1 at r2", revs)
+	}
+	// Drift detection still sees the whole of what it compares.
+	g := obs.Pods[1].Job.TaskGroups[0]
+	if g.Update == nil || g.Update.MaxParallel == nil || g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil ||
+		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
+		t.Fatalf("the re-read child lost fields: %+v", g)
 	}
 }

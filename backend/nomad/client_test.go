@@ -1,0 +1,118 @@
+package nomad_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+)
+
+// TestClientEventsKeepsRawPayloads: Client.Events hands every payload
+// object over as the JSON Nomad sent, so the watcher decodes it once, and
+// that one decode keeps the fields the api's mapstructure helpers lose. The
+// server here speaks the event stream's wire format: one JSON object per
+// index, "{}" heartbeats.
+func TestClientEventsKeepsRawPayloads(t *testing.T) {
+	job := child("r1")
+	job.ModifyIndex = ptr(uint64(7))
+	jobJSON, err := json.Marshal(map[string]any{"Job": job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := make(chan url.Values, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/event/stream" {
+			http.NotFound(w, r)
+			return
+		}
+		queries <- r.URL.Query()
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("{}\n"))
+		_, _ = w.Write([]byte(`{"Index":7,"Events":[{"Topic":"Job","Type":"JobRegistered","Key":"web-0","Index":7,"Payload":` + string(jobJSON) + "}]}\n"))
+		_, _ = w.Write([]byte(`{"Index":8,"Events":[{"Topic":"Allocation","Type":"AllocationUpdated","Key":"a1","Index":8,"Payload":{"Allocation":{"ID":"a1","JobID":"web-0","ClientStatus":"running","DeploymentStatus":{"Healthy":true}}}}]}` + "\n"))
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch, err := nomad.NewAPI(c).Events(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*api.Events
+	for evs := range ch {
+		got = append(got, evs)
+		if evs.Err != nil {
+			break
+		}
+	}
+	gotQuery := <-queries
+	topics := gotQuery["topic"]
+	sort.Strings(topics)
+	if gotQuery.Get("index") != "5" || len(topics) != 3 || topics[0] != "Allocation:*" || topics[1] != "Deployment:*" || topics[2] != "Job:*" {
+		t.Fatalf("subscribed with %v", gotQuery)
+	}
+	if len(got) != 3 || got[0].Index != 7 || got[1].Index != 8 || got[2].Err == nil {
+		t.Fatalf("want the two indexes, no heartbeat, then the end of the stream as an error; got %+v", got)
+	}
+	e := got[0].Events[0]
+	if _, raw := e.Payload["Job"].(json.RawMessage); !raw {
+		t.Fatalf("the job payload is a %T, not its raw JSON", e.Payload["Job"])
+	}
+	var decoded *api.Job
+	if err := nomad.DecodePayload(&e, "Job", &decoded); err != nil {
+		t.Fatal(err)
+	}
+	g := decoded.TaskGroups[0]
+	if *decoded.ModifyIndex != 7 || g.Update == nil || g.Update.MaxParallel == nil || *g.Update.MaxParallel != 1 ||
+		g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil || *g.Disconnect.StopOnClientAfter != time.Minute ||
+		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
+		t.Fatalf("decoding lost fields: update %+v disconnect %+v reschedule %+v", g.Update, g.Disconnect, g.ReschedulePolicy)
+	}
+	var alloc *api.Allocation
+	ae := got[1].Events[0]
+	if err := nomad.DecodePayload(&ae, "Allocation", &alloc); err != nil || alloc.ID != "a1" || !*alloc.DeploymentStatus.Healthy {
+		t.Fatalf("allocation payload: %+v, %v", alloc, err)
+	}
+}
+
+// TestDecodePayloadForms: a raw JSON payload, a typed object (the
+// simulator's default) and a generic map decode to the same job.
+func TestDecodePayloadForms(t *testing.T) {
+	job := child("r1")
+	raw, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic map[string]any
+	if err := json.Unmarshal(raw, &generic); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]any{"raw": json.RawMessage(raw), "typed": job, "map": generic} {
+		e := api.Event{Type: "JobRegistered", Payload: map[string]any{"Job": v}}
+		var out *api.Job
+		if err := nomad.DecodePayload(&e, "Job", &out); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		back, _ := json.Marshal(out)
+		if string(back) != string(raw) {
+			t.Errorf("%s: decoded %s, want %s", name, back, raw)
+		}
+	}
+	e := api.Event{Type: "JobRegistered", Payload: map[string]any{}}
+	var out *api.Job
+	if err := nomad.DecodePayload(&e, "Job", &out); err == nil {
+		t.Error("a missing payload decoded")
+	}
+}
