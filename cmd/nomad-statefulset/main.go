@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
 
 	"github.com/hashicorp/cli"
 
@@ -14,7 +17,58 @@ import (
 )
 
 func main() {
+	applyMemoryLimit(os.Args[1:], os.Getenv("GOMEMLIMIT"), readCgroupMemoryMax())
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// applyMemoryLimit sets the daemon's default soft memory limit when args
+// run the agent; the short-lived CLI commands keep Go's default.
+func applyMemoryLimit(args []string, env string, cgroupMax int64) {
+	if len(args) == 0 || args[0] != "agent" {
+		return
+	}
+	if limit, ok := defaultMemoryLimit(env, cgroupMax); ok {
+		debug.SetMemoryLimit(limit)
+	}
+}
+
+// agentMemoryLimit is the daemon's default soft memory limit. Go's collector
+// otherwise lets the heap grow to twice what is live before it collects
+// (GOGC=100), so a daemon whose live heap is 60 MB peaks well above 150 MB
+// of RSS. Near this limit the collector runs earlier instead; it is soft,
+// so a daemon whose live heap needs more still gets it (the collector then
+// uses at most about half a core). 256 MiB is roughly four times the live
+// heap at 1,000 sets × 10 replicas (BENCHMARKS.md).
+const agentMemoryLimit = 256 << 20
+
+// defaultMemoryLimit decides the daemon's soft memory limit: none when the
+// operator set GOMEMLIMIT (the runtime has applied it already); else
+// agentMemoryLimit, or 90% of the container's memory limit (cgroupMax,
+// bytes, 0 when there is none) when that is lower, leaving room for the
+// memory Go does not count.
+func defaultMemoryLimit(env string, cgroupMax int64) (int64, bool) {
+	if env != "" {
+		return 0, false
+	}
+	limit := int64(agentMemoryLimit)
+	if cgroupMax > 0 && cgroupMax/10*9 < limit {
+		limit = cgroupMax / 10 * 9
+	}
+	return limit, true
+}
+
+// readCgroupMemoryMax returns the cgroup v2 memory limit of this process in
+// bytes, or 0 when there is none ("max") or it cannot be read.
+func readCgroupMemoryMax() int64 {
+	b, err := os.ReadFile("/sys/fs/cgroup/memory.max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
 }
 
 // run executes the CLI with the given arguments and streams and returns the

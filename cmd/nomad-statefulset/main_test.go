@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"net"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -83,6 +85,57 @@ func TestUnreachableAgentThroughTheCLI(t *testing.T) {
 		}
 		if strings.Contains(errOut, "goroutine") || strings.Contains(errOut, "panic") {
 			t.Errorf("%v: crash output %q", args, errOut)
+		}
+	}
+}
+
+// TestDefaultMemoryLimit: the daemon sets a soft memory limit unless the
+// operator chose one, and stays under a container's limit.
+func TestDefaultMemoryLimit(t *testing.T) {
+	cases := []struct {
+		name      string
+		env       string
+		cgroupMax int64
+		want      int64
+		set       bool
+	}{
+		{"GOMEMLIMIT set by the operator", "1GiB", 0, 0, false},
+		{"GOMEMLIMIT=off is a choice too", "off", 64 << 20, 0, false},
+		{"no container limit", "", 0, agentMemoryLimit, true},
+		{"a container limit above the default", "", 4 << 30, agentMemoryLimit, true},
+		{"a container limit below the default", "", 200 << 20, 200 << 20 / 10 * 9, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, set := defaultMemoryLimit(tc.env, tc.cgroupMax)
+			if got != tc.want || set != tc.set {
+				t.Fatalf("defaultMemoryLimit(%q, %d) = %d, %v; want %d, %v", tc.env, tc.cgroupMax, got, set, tc.want, tc.set)
+			}
+		})
+	}
+}
+
+// TestApplyMemoryLimit: `agent` gets the limit, other commands and an
+// operator's GOMEMLIMIT are left alone.
+func TestApplyMemoryLimit(t *testing.T) {
+	orig := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(orig)
+	const unset = math.MaxInt64
+	cases := []struct {
+		args []string
+		env  string
+		want int64
+	}{
+		{[]string{"status"}, "", unset},
+		{nil, "", unset},
+		{[]string{"agent", "-dev"}, "1GiB", unset},
+		{[]string{"agent", "-dev"}, "", agentMemoryLimit},
+	}
+	for _, tc := range cases {
+		debug.SetMemoryLimit(unset)
+		applyMemoryLimit(tc.args, tc.env, 0)
+		if got := debug.SetMemoryLimit(-1); got != tc.want {
+			t.Errorf("args %v, GOMEMLIMIT %q: limit %d, want %d", tc.args, tc.env, got, tc.want)
 		}
 	}
 }
