@@ -152,6 +152,36 @@ func waitHealthyAllocs(b *testing.B, client *nomadapi.Client, id string, n int) 
 	return out
 }
 
+// taskStarts returns when the task of each allocation of job id started,
+// earliest first: it splits register → healthy into placement and start
+// (Nomad's scheduler and the exec driver) and min_healthy_time.
+func taskStarts(b *testing.B, client *nomadapi.Client, id string) []time.Time {
+	b.Helper()
+	allocs, _, err := client.Jobs().Allocations(id, false, nil)
+	if err != nil {
+		b.Fatalf("allocations of %s: %v", id, err)
+	}
+	var out []time.Time
+	for _, a := range allocs {
+		for _, ts := range a.TaskStates {
+			if ts != nil && !ts.StartedAt.IsZero() {
+				out = append(out, ts.StartedAt)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// sinceAll returns each t minus start.
+func sinceAll(start time.Time, ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Sub(start)
+	}
+	return out
+}
+
 // stopAndWait deregisters jobs (purging them when purge) and waits until
 // none of their allocations runs any more, so the next measurement starts
 // on an idle client.
@@ -445,7 +475,7 @@ func BenchmarkOrderedReadyVsNative(b *testing.B) {
 		var visible float64
 		native := func() float64 {
 			var sum, sumVisible time.Duration
-			var each, eachVisible []time.Duration
+			var each, eachVisible, startEach []time.Duration
 			var ids []string
 			for k := 0; k < n; k++ {
 				id := fmt.Sprintf("nat%s-%d", tag, k)
@@ -455,6 +485,9 @@ func BenchmarkOrderedReadyVsNative(b *testing.B) {
 				submitted := submitTime(b, client, id)
 				dur := healthy.Sub(submitted)
 				each = append(each, dur)
+				if st := taskStarts(b, client, id); len(st) > 0 {
+					startEach = append(startEach, st[0].Sub(submitted))
+				}
 				sum += dur
 				v := seen.wait(b, id).Sub(submitted)
 				eachVisible = append(eachVisible, v)
@@ -463,6 +496,7 @@ func BenchmarkOrderedReadyVsNative(b *testing.B) {
 			nativeFirst = jobInfo(b, client, ids[0])
 			b.Logf("%s native: register → healthy per job (ms): %s; sum %.3f s", tag, fmtMs(each), seconds(sum))
 			b.Logf("%s native: register → health event seen per job (ms): %s; sum %.3f s", tag, fmtMs(eachVisible), seconds(sumVisible))
+			b.Logf("%s native: register → task started per job (ms): %s", tag, fmtMs(startEach))
 			visible = seconds(sumVisible)
 			stopAndWait(b, client, true, ids...)
 			return seconds(sum)
@@ -475,8 +509,12 @@ func BenchmarkOrderedReadyVsNative(b *testing.B) {
 			conv := healthy[n-1].Sub(start)
 			acted := actedTimes(d.Proc.LogPath(), set)
 			var steps, nomadPart, daemonPart, afterAct, podTimes []time.Duration
+			var startTimes []time.Duration
 			for k := 0; k < n; k++ {
 				podTimes = append(podTimes, healthy[k].Sub(reg[k]))
+				if st := taskStarts(b, client, fmt.Sprintf("%s-%d", set, k)); len(st) > 0 {
+					startTimes = append(startTimes, st[0].Sub(reg[k]))
+				}
 				if a, ok := acted[k]; ok {
 					afterAct = append(afterAct, a.Sub(reg[k]))
 				}
@@ -492,6 +530,7 @@ func BenchmarkOrderedReadyVsNative(b *testing.B) {
 			first := reg[0].Sub(start)
 			b.Logf("%s set: parent registered → ordinal %d healthy %.3f s; parent → child 0 registered %.0f ms", tag, n-1, seconds(conv), ms(first))
 			b.Logf("%s set: register → healthy per child (ms): %s", tag, fmtMs(podTimes))
+			b.Logf("%s set: register → task started per child (ms): %s", tag, fmtMs(startTimes))
 			b.Logf("%s set: healthy(k-1) → registered(k) (ms): %s", tag, fmtMs(steps))
 			b.Logf("%s set: of which healthy → event seen (Nomad) (ms): %s; event seen → registered (daemon) (ms): %s",
 				tag, fmtMs(nomadPart), fmtMs(daemonPart))
@@ -574,6 +613,7 @@ func BenchmarkParallelVsNative(b *testing.B) {
 				each = append(each, h.Sub(start))
 			}
 			b.Logf("%s native count=%d: registered → each allocation healthy (ms): %s", tag, n, fmtMs(each))
+			b.Logf("%s native count=%d: registered → each task started (ms): %s", tag, n, fmtMs(sinceAll(start, taskStarts(b, client, nativeID))))
 			stopAndWait(b, client, true, nativeID)
 			return seconds(healthy[n-1].Sub(start))
 		}
@@ -596,6 +636,12 @@ func BenchmarkParallelVsNative(b *testing.B) {
 				}
 			}
 			sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
+			var started []time.Time
+			for k := 0; k < n; k++ {
+				started = append(started, taskStarts(b, client, fmt.Sprintf("%s-%d", set, k))...)
+			}
+			sort.Slice(started, func(i, j int) bool { return started[i].Before(started[j]) })
+			b.Logf("%s set: parent registered → each task started (ms, sorted): %s", tag, fmtMs(sinceAll(start, started)))
 			b.Logf("%s set: parent registered → child k registered (ms): %s", tag, fmtMs(regs))
 			b.Logf("%s set: parent registered → daemon logged \"acted\" for child k (ms): %s", tag, fmtMs(afterAct))
 			b.Logf("%s set: parent registered → each pod healthy (ms, sorted): %s", tag, fmtMs(hs))
