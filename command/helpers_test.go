@@ -121,6 +121,7 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 			list.Sets = append(list.Sets, client.SetSummary{
 				Namespace: d.Namespace, Name: d.Name, Replicas: d.Spec.Replicas, ReadyReplicas: d.Status.ReadyReplicas,
 				CurrentRevision: d.Status.CurrentRevision, UpdateRevision: d.Status.UpdateRevision, Conditions: d.Status.Conditions,
+				Error: d.Error,
 			})
 		}
 		writeTestJSON(w, http.StatusOK, list)

@@ -175,7 +175,19 @@ func formatSetList(sets []client.SetSummary) string {
 			orDash(trueConditions(s.Conditions)),
 		})
 	}
-	return formatTable(rows)
+	out := formatTable(rows)
+	// A set the agent cannot act on (invalid job, corrupt stored state)
+	// says why here too, so one look at the list finds it.
+	errRows := [][]string{{"Name", "Namespace", "Error"}}
+	for _, s := range sets {
+		if s.Error != "" {
+			errRows = append(errRows, []string{s.Name, s.Namespace, oneLine(s.Error)})
+		}
+	}
+	if len(errRows) > 1 {
+		out += "\n\nErrors\n" + formatTable(errRows)
+	}
+	return out
 }
 
 // trueConditions lists the types of the conditions that hold, which is what
