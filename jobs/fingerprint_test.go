@@ -209,6 +209,58 @@ func TestCompactChildKeepsDrift(t *testing.T) {
 	}
 }
 
+// TestDecodeCompactChildMatches: decoding a child's JSON straight into the
+// compact form gives exactly CompactChild of the whole decoded job, for
+// every one of the changes TestCompactChildKeepsDrift tries.
+func TestDecodeCompactChildMatches(t *testing.T) {
+	spec, rev := mustSpecRev(t, newJob(map[string]string{KeyVolumeClaims: "data,logs"}))
+	rendered, err := RenderChild(spec, rev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := []*api.Job{rendered}
+	for _, name := range examples {
+		bases = append(bases, loadJob(t, filepath.Join("testdata", name+".child.registered.json")))
+	}
+	for i, b := range bases {
+		tried := 0
+		for target := 0; ; target++ {
+			j := jsonCopy(t, b)
+			m := &mutator{target: target, what: "unchanged"}
+			if target > 0 {
+				m.walk(reflect.ValueOf(j).Elem(), "job")
+				if !m.done {
+					break
+				}
+			}
+			tried++
+			data, err := json.Marshal(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DecodeCompactChild(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var whole api.Job
+			if err := json.Unmarshal(data, &whole); err != nil {
+				t.Fatal(err)
+			}
+			if want := CompactChild(&whole); !reflect.DeepEqual(got, want) {
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(want)
+				t.Fatalf("base %d, %s: decoded compact\n%s\nwant\n%s", i, m.what, g, w)
+			}
+		}
+		if tried < 100 {
+			t.Fatalf("base %d: only %d variants tried", i, tried)
+		}
+	}
+	if _, err := DecodeCompactChild([]byte("{")); err == nil {
+		t.Fatal("truncated JSON decoded")
+	}
+}
+
 // TestCompactChildKeepsObservedFields: what the watcher's observation reads
 // survives, and the copy shares nothing mutable with the original's maps.
 func TestCompactChildKeepsObservedFields(t *testing.T) {

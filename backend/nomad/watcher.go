@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // WatcherConfig tunes the watcher.
@@ -228,8 +229,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 		e := &evs.Events[i]
 		switch e.Topic {
 		case api.TopicJob:
-			var job *api.Job
-			err := DecodePayload(e, "Job", &job)
+			job, err := decodeJobEvent(e)
 			if err != nil || job == nil || job.ID == nil {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -283,6 +283,23 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 	for k := range touched {
 		w.onChange(k)
 	}
+}
+
+// decodeJobEvent decodes a job event's job. From raw JSON (the real
+// client) it decodes the compact form the cache keeps of a child
+// (jobs.DecodeCompactChild), several times cheaper than a whole api.Job, and
+// decodes the whole job only for a parent, which the agent renders from.
+// Children's events are nearly all of a busy stream.
+func decodeJobEvent(e *api.Event) (*api.Job, error) {
+	if raw, ok := e.Payload["Job"].(json.RawMessage); ok {
+		job, err := jobs.DecodeCompactChild(raw)
+		if err != nil || !isParent(job) {
+			return job, err
+		}
+	}
+	var job *api.Job
+	err := DecodePayload(e, "Job", &job)
+	return job, err
 }
 
 // allocPayload is the part of an allocation event's payload the cache keeps,

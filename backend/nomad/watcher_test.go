@@ -242,3 +242,37 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 		t.Fatalf("the re-read child lost fields: %+v", g)
 	}
 }
+
+// TestJobEventsKeepParentsWhole: from the raw JSON of job events the cache
+// keeps a parent whole (the agent renders children from it) and a child in
+// its compact form.
+func TestJobEventsKeepParentsWhole(t *testing.T) {
+	sim := memory.NewNomad(memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	defer sim.Close()
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	waitFor(t, "the first list", cache.Synced)
+	parent := parentOf("web")
+	parent.Meta["user_key"] = "kept"
+	for _, j := range []*api.Job{parent, childOf("web", 0, "r1")} {
+		if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPod(t, cache, "the child", func(o nomad.Observation) bool { return o.Parent != nil && len(o.Pods) == 1 })
+	if w.Relists() != 1 {
+		t.Fatalf("%d lists: the jobs must have come from events", w.Relists())
+	}
+	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now())
+	pt := obs.Parent.TaskGroups[0].Tasks[0]
+	if pt.Driver != "exec" || pt.Config["command"] != "p" || obs.Parent.Meta["user_key"] != "kept" || obs.Parent.Datacenters == nil {
+		t.Fatalf("the parent was not kept whole: task %+v meta %v", pt, obs.Parent.Meta)
+	}
+	ct := obs.Pods[0].Job.TaskGroups[0].Tasks[0]
+	if ct.Driver != "" || ct.Config != nil {
+		t.Fatalf("the child is kept whole, not compact: task %+v", ct)
+	}
+}
