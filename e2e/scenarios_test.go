@@ -622,8 +622,11 @@ func TestCLIVerbsAgainstRealAgents(t *testing.T) {
 	}
 	RegisterFile(t, c.Nomad.Client, jobFile)
 	waitConverged(t, c, d, "cli", 2, nil)
-	if out := run(0, "status"); !strings.Contains(out, "cli") {
-		t.Fatalf("status lists no set cli:\n%s", out)
+	if out := run(0, "status"); !strings.Contains(out, "cli") || !strings.HasPrefix(out, "Agent: leader (lock held since ") {
+		t.Fatalf("status lists no set cli, or not the agent's state first:\n%s", out)
+	}
+	if out := run(0, "status", "-json", "cli"); !strings.Contains(out, `"agent": {`) || !strings.Contains(out, `"leader": true`) {
+		t.Fatalf("status -json carries no agent state:\n%s", out)
 	}
 	if out := run(0, "status", "cli"); !strings.Contains(out, "cli-1") {
 		t.Fatalf("status cli shows no pod cli-1:\n%s", out)
