@@ -1,0 +1,110 @@
+package memory_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// httpChild is a child job of set web, ordinal 0.
+func httpChild(rev string) *api.Job {
+	j := api.NewServiceJob("web-0", "web-0", "global", 50)
+	tg := api.NewTaskGroup("pod", 1)
+	tg.AddTask(api.NewTask("app", "mock_driver"))
+	tg.Update = &api.UpdateStrategy{MaxParallel: ptr(1)}
+	j.AddTaskGroup(tg)
+	j.Meta = map[string]string{"statefulset_parent": "web", "statefulset_ordinal": "0", "statefulset_revision": rev}
+	return j
+}
+
+// TestHandlerServesTheDaemonsClient drives the simulation through its HTTP
+// handler with the daemon's own nomad.Client: every API verb, Nomad's
+// errors as the client classifies them, and a watcher following the event
+// stream until the child is ready.
+func TestHandlerServesTheDaemonsClient(t *testing.T) {
+	sim := memory.NewNomad(memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	defer sim.Close()
+	srv := httptest.NewServer(sim.Handler())
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := nomad.NewAPI(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(cl, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	go func() { _ = w.Run(ctx) }()
+
+	resp, err := cl.RegisterJob(ctx, httpChild("r1"), true, 0)
+	if err != nil || resp.JobModifyIndex == 0 {
+		t.Fatalf("register: %+v, %v", resp, err)
+	}
+	if _, err := cl.RegisterJob(ctx, httpChild("r2"), true, resp.JobModifyIndex+100); !nomad.IsConflict(err) {
+		t.Fatalf("a check-and-set conflict reads as %v", err)
+	}
+	job, err := cl.GetJob(ctx, "default", "web-0")
+	if err != nil || *job.JobModifyIndex != resp.JobModifyIndex || *job.TaskGroups[0].Update.MaxParallel != 1 {
+		t.Fatalf("get: %+v, %v", job, err)
+	}
+	if _, err := cl.GetJob(ctx, "default", "nope"); !nomad.IsNotFound(err) {
+		t.Fatalf("a missing job reads as %v", err)
+	}
+	stubs, index, err := cl.ListJobs(ctx, "*")
+	if err != nil || len(stubs) != 1 || stubs[0].Meta["statefulset_parent"] != "web" || index < resp.JobModifyIndex {
+		t.Fatalf("list jobs: %+v at %d, %v", stubs, index, err)
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now())
+		if len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watcher never saw the child ready over HTTP: %+v", obs.Pods)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	byJob, err := cl.JobAllocations(ctx, "default", "web-0")
+	if err != nil || len(byJob) != 1 {
+		t.Fatalf("job allocations: %+v, %v", byJob, err)
+	}
+	all, err := cl.ListAllocations(ctx, "*")
+	if err != nil || len(all) != 1 || all[0].ID != byJob[0].ID || all[0].TaskStates != nil {
+		t.Fatalf("list allocations: %+v, %v", all, err)
+	}
+
+	vol, err := cl.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0", Namespace: "default", PluginID: "mkdir"})
+	if err != nil || vol.ID == "" {
+		t.Fatalf("create volume: %+v, %v", vol, err)
+	}
+	vols, err := cl.ListHostVolumes(ctx, "default", "data-web")
+	if err != nil || len(vols) != 1 || vols[0].ID != vol.ID {
+		t.Fatalf("list volumes: %+v, %v", vols, err)
+	}
+	if err := cl.DeleteHostVolume(ctx, "default", vol.ID); err != nil {
+		t.Fatalf("delete volume: %v", err)
+	}
+	if vols, err := cl.ListHostVolumes(ctx, "default", ""); err != nil || len(vols) != 0 {
+		t.Fatalf("volumes after the delete: %+v, %v", vols, err)
+	}
+	if err := cl.DeregisterJob(ctx, "default", "web-0", true); err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	if _, err := cl.GetJob(ctx, "default", "web-0"); !nomad.IsNotFound(err) {
+		t.Fatalf("the purged job reads as %v", err)
+	}
+}
