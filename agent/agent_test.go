@@ -417,10 +417,18 @@ func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 	if n := h.liveChildren("hk"); n != 3 {
 		t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
 	}
+	h.waitFor("hk's view to say why it is held", 5*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("hk"))
+		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `"drain" holds hk-2: draining`), fmt.Sprintf("%+v", c)
+	})
 	hooks.mu.Lock()
 	hooks.released = true
 	hooks.mu.Unlock()
 	h.waitConverged("hk", 1, nil)
+	h.waitFor("the Held condition to clear", 5*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("hk"))
+		return !ok, fmt.Sprintf("%+v", c)
+	})
 
 	// A rolling update asks pre_update, not pre_delete.
 	job = h.sim.Job("default", "hk")

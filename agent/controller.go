@@ -170,8 +170,11 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
 		var bo *deferError
 		if errors.As(err, &bo) {
-			c.views.event(key, now, bo.kind, fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err))
-			c.views.update(key, *spec, out.Status, obs, revs, "", now)
+			msg := fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err)
+			log.Info("a step is held; will look again", "action", act.Type, "ordinal", act.Ordinal,
+				"reason", bo.kind, "detail", bo.reason, "retry_in", bo.wait)
+			c.views.event(key, now, bo.kind, msg)
+			c.views.update(key, *spec, heldStatus(out.Status, bo.kind, msg, now), obs, revs, "", now)
 			c.queue.AddAfter(key.String(), bo.wait)
 			return nil
 		}
@@ -204,7 +207,11 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 				finalRevs = r
 			}
 		}
-		c.views.update(key, *spec, out.Status, c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now)), finalRevs, "", now)
+		shown := out.Status
+		if holdReady > 0 {
+			shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", now)
+		}
+		c.views.update(key, *spec, shown, c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now)), finalRevs, "", now)
 	}
 	switch {
 	case len(out.Actions) > 0 && !stateDeleted:
@@ -307,6 +314,19 @@ func (c *controller) recordStoreError(key backend.SetKey, spec *reconciler.Spec,
 		return nil
 	}
 	return err
+}
+
+// ConditionHeld is shown on a set, in the HTTP API and `status` only,
+// while one of its steps waits on something outside the algorithm: a
+// lifecycle hook, a plugin that is down, or a crash-loop backoff. Its
+// reason says which. It is not stored: it describes this leader's last
+// pass, and the next pass that is not held clears it.
+const ConditionHeld reconciler.ConditionType = "Held"
+
+// heldStatus returns st with the Held condition set, for the view.
+func heldStatus(st reconciler.Status, reason, msg string, now time.Time) reconciler.Status {
+	st.Conditions = setCondition(st.Conditions, reconciler.Condition{Type: ConditionHeld, Status: true, Reason: reason, Message: msg}, now)
+	return st
 }
 
 // setCondition replaces or adds cond, keeping the transition time when its

@@ -113,6 +113,16 @@ func (h *harness) view(set string) client.SetDetail {
 	return d
 }
 
+// heldCondition returns the set's Held condition, if it shows one.
+func heldCondition(d client.SetDetail) (client.Condition, bool) {
+	for _, c := range d.Status.Conditions {
+		if c.Type == string(ConditionHeld) && c.Status {
+			return c, true
+		}
+	}
+	return client.Condition{}, false
+}
+
 func hasEvent(d client.SetDetail, typ string, parts ...string) bool {
 	for _, e := range d.Events {
 		if e.Type != typ {
@@ -162,6 +172,8 @@ func TestPostReadyHoldsTheNextOrdinalUntilDone(t *testing.T) {
 		d := h.view("pr")
 		ok := d.Status.ReadyReplicas == 0 && len(d.Pods) == 1 && d.Pods[0].State == "Running" &&
 			hasEvent(d, "HookWaiting", "pr-0", `hook "caught-up" (post_ready)`, "replica pr-0 is catching up")
+		held, isHeld := heldCondition(d)
+		ok = ok && isHeld && held.Reason == "HookWaiting"
 		return ok, fmt.Sprintf("status %+v pods %+v events %+v", d.Status, d.Pods, d.Events)
 	})
 
@@ -169,7 +181,8 @@ func TestPostReadyHoldsTheNextOrdinalUntilDone(t *testing.T) {
 	h.waitConverged("pr", 3, nil)
 	h.waitFor("pr to count 3 ready", 5*time.Second, func() (bool, string) {
 		d := h.view("pr")
-		return d.Status.ReadyReplicas == 3 && hasEvent(d, "HookDone", "pr-0"), fmt.Sprintf("%+v %+v", d.Status, d.Events)
+		_, held := heldCondition(d)
+		return d.Status.ReadyReplicas == 3 && hasEvent(d, "HookDone", "pr-0") && !held, fmt.Sprintf("%+v %+v", d.Status, d.Events)
 	})
 
 	// Once per allocation: one allocation each, asked until it said done
