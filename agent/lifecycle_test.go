@@ -156,4 +156,3 @@ func TestAgentShutdownFinishesTheEffectInFlight(t *testing.T) {
 		t.Fatalf("%d children registered, want the one in flight", registered)
 	}
 }
-
