@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -13,99 +15,374 @@ import (
 // needs: identity, the statefulset meta, status, stop flag, version and
 // indexes, submit time, and per group its count, host volume sources,
 // disconnect, reschedule and update settings, service tags and the identity
-// env of each task. A watcher that caches every child of every set keeps
-// this instead of the whole job: a canonicalized child is some 10 KB of
-// decoded structs, its compact form a tenth of that, and drift detection
-// gives the same answer on both (TestCompactChildKeepsDrift proves it field
-// by field). It is kept next to ChildMatches so that a new check there
-// comes with the field it needs here. CompactChild(nil) is nil.
+// env of each task. Drift detection gives the same answer on it as on the
+// whole job (TestCompactChildKeepsDrift proves it field by field). It is
+// kept next to ChildMatches so that a new check there comes with the field
+// it needs here. CompactChild(nil) is nil.
 func CompactChild(j *api.Job) *api.Job {
 	if j == nil {
 		return nil
 	}
-	out := &api.Job{
-		ID: j.ID, Namespace: j.Namespace, Stop: j.Stop, Status: j.Status,
-		Version: j.Version, SubmitTime: j.SubmitTime, Stable: j.Stable,
-		CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex, JobModifyIndex: j.JobModifyIndex,
-	}
-	if j.Meta != nil {
-		out.Meta = make(map[string]string, 4)
-		for k, v := range j.Meta {
-			// The managed flag and every statefulset_* key: the identity
-			// keys above plus the parent's annotations, which the cache
-			// uses to tell parents from children.
-			if strings.HasPrefix(k, KeyManaged) {
-				out.Meta[k] = v
-			}
-		}
-	}
-	if j.TaskGroups != nil {
-		out.TaskGroups = make([]*api.TaskGroup, len(j.TaskGroups))
-		for i, g := range j.TaskGroups {
-			out.TaskGroups[i] = compactGroup(g)
-		}
-	}
-	return out
+	return NewChildRecord(j).Job()
 }
 
-func compactGroup(g *api.TaskGroup) *api.TaskGroup {
-	if g == nil {
+// ChildRecord is a child job reduced to what CompactChild keeps, in plain
+// values rather than api structs: about a third of the memory of the
+// compact *api.Job (which is a tenth of the decoded job). A watcher keeps
+// one per pod of every set; Job rebuilds the compact job when drift
+// detection asks for it. A ChildRecord is immutable.
+type ChildRecord struct {
+	id, namespace, status                             opt[string]
+	stop, stable                                      opt[bool]
+	version, createIndex, modifyIndex, jobModifyIndex opt[uint64]
+	submitTime                                        opt[int64]
+	meta                                              pairs
+	groups                                            []*groupRecord
+	hasGroups                                         bool
+}
+
+type groupRecord struct {
+	name       opt[string]
+	count      opt[int]
+	volumes    []volumeRecord
+	hasVolumes bool
+	disconnect *api.DisconnectStrategy
+	reschedule *api.ReschedulePolicy
+	update     *api.UpdateStrategy
+	services   []*serviceRecord
+	hasSvcs    bool
+	tasks      []*taskRecord
+	hasTasks   bool
+}
+
+type volumeRecord struct {
+	key               string
+	isNil             bool
+	name, typ, source string
+}
+
+type serviceRecord struct {
+	name string
+	tags []string
+}
+
+type taskRecord struct {
+	name     string
+	env      pairs
+	services []*serviceRecord
+	hasSvcs  bool
+}
+
+// opt is a value that may be absent: a pointer field without the pointer.
+type opt[T any] struct {
+	v  T
+	ok bool
+}
+
+func optOf[T any](p *T) opt[T] {
+	if p == nil {
+		return opt[T]{}
+	}
+	return opt[T]{v: *p, ok: true}
+}
+
+func (o opt[T]) ptr() *T {
+	if !o.ok {
 		return nil
 	}
-	out := &api.TaskGroup{Name: g.Name, Count: g.Count, Services: compactServices(g.Services)}
-	if g.Volumes != nil {
-		out.Volumes = make(map[string]*api.VolumeRequest, len(g.Volumes))
-		for k, v := range g.Volumes {
-			if v == nil {
-				out.Volumes[k] = nil
-				continue
-			}
-			out.Volumes[k] = &api.VolumeRequest{Name: v.Name, Type: v.Type, Source: v.Source}
+	v := o.v
+	return &v
+}
+
+// pairs is a small string map as key, value, key, value…; isMap tells an
+// empty map from none.
+type pairs struct {
+	kv    []string
+	isMap bool
+}
+
+func (p pairs) get(k string) string {
+	for i := 0; i+1 < len(p.kv); i += 2 {
+		if p.kv[i] == k {
+			return p.kv[i+1]
 		}
+	}
+	return ""
+}
+
+func (p pairs) toMap() map[string]string {
+	if !p.isMap {
+		return nil
+	}
+	m := make(map[string]string, len(p.kv)/2)
+	for i := 0; i+1 < len(p.kv); i += 2 {
+		m[p.kv[i]] = p.kv[i+1]
+	}
+	return m
+}
+
+// keep copies the entries of m for which want is true.
+func keep(m map[string]string, want func(string) bool) pairs {
+	if m == nil {
+		return pairs{}
+	}
+	p := pairs{isMap: true}
+	for k, v := range m {
+		if want(k) {
+			p.kv = append(p.kv, k, v)
+		}
+	}
+	return p
+}
+
+// Shared settings: children of a set carry the same disconnect, reschedule
+// and update values, so records point at one read-only copy of each.
+var (
+	sharedMu         sync.Mutex
+	sharedDisconnect = map[[4]int64]*api.DisconnectStrategy{}
+	sharedReschedule = map[[4]int64]*api.ReschedulePolicy{}
+	sharedUpdate     = map[[4]int64]*api.UpdateStrategy{}
+)
+
+// optKey encodes two optional values as a map key.
+func optKey(a, b *int64) [4]int64 {
+	var k [4]int64
+	if a != nil {
+		k[0], k[1] = 1, *a
+	}
+	if b != nil {
+		k[2], k[3] = 1, *b
+	}
+	return k
+}
+
+func i64(p *int) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := int64(*p)
+	return &v
+}
+
+func b64(p *bool) *int64 {
+	if p == nil {
+		return nil
+	}
+	var v int64
+	if *p {
+		v = 1
+	}
+	return &v
+}
+
+func intern[T any](m map[[4]int64]*T, k [4]int64, mk func() *T) *T {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if v, ok := m[k]; ok {
+		return v
+	}
+	// The tables hold distinct settings only; a cluster has a handful.
+	if len(m) >= 1024 {
+		return mk()
+	}
+	v := mk()
+	m[k] = v
+	return v
+}
+
+// NewChildRecord reduces a child job to its record.
+func NewChildRecord(j *api.Job) *ChildRecord {
+	r := &ChildRecord{
+		id: optOf(j.ID), namespace: optOf(j.Namespace), status: optOf(j.Status),
+		stop: optOf(j.Stop), stable: optOf(j.Stable),
+		version: optOf(j.Version), createIndex: optOf(j.CreateIndex), modifyIndex: optOf(j.ModifyIndex),
+		jobModifyIndex: optOf(j.JobModifyIndex), submitTime: optOf(j.SubmitTime),
+		// The managed flag and every statefulset_* key: the identity keys
+		// plus the parent's annotations, which tell parents from children.
+		meta:      keep(j.Meta, func(k string) bool { return strings.HasPrefix(k, KeyManaged) }),
+		hasGroups: j.TaskGroups != nil,
+	}
+	if len(j.TaskGroups) > 0 {
+		r.groups = make([]*groupRecord, len(j.TaskGroups))
+	}
+	for i, g := range j.TaskGroups {
+		if g != nil {
+			r.groups[i] = newGroupRecord(g)
+		}
+	}
+	return r
+}
+
+func newGroupRecord(g *api.TaskGroup) *groupRecord {
+	r := &groupRecord{name: optOf(g.Name), count: optOf(g.Count), hasVolumes: g.Volumes != nil}
+	for k, v := range g.Volumes {
+		if v == nil {
+			r.volumes = append(r.volumes, volumeRecord{key: k, isNil: true})
+			continue
+		}
+		r.volumes = append(r.volumes, volumeRecord{key: k, name: v.Name, typ: v.Type, source: v.Source})
 	}
 	if d := g.Disconnect; d != nil {
-		out.Disconnect = &api.DisconnectStrategy{Replace: d.Replace, StopOnClientAfter: d.StopOnClientAfter}
+		var after *int64
+		if d.StopOnClientAfter != nil {
+			v := int64(*d.StopOnClientAfter)
+			after = &v
+		}
+		r.disconnect = intern(sharedDisconnect, optKey(b64(d.Replace), after), func() *api.DisconnectStrategy {
+			return &api.DisconnectStrategy{Replace: d.Replace, StopOnClientAfter: d.StopOnClientAfter}
+		})
 	}
-	if r := g.ReschedulePolicy; r != nil {
-		out.ReschedulePolicy = &api.ReschedulePolicy{Attempts: r.Attempts, Unlimited: r.Unlimited}
+	if p := g.ReschedulePolicy; p != nil {
+		r.reschedule = intern(sharedReschedule, optKey(i64(p.Attempts), b64(p.Unlimited)), func() *api.ReschedulePolicy {
+			return &api.ReschedulePolicy{Attempts: p.Attempts, Unlimited: p.Unlimited}
+		})
 	}
 	if u := g.Update; u != nil {
-		out.Update = &api.UpdateStrategy{Canary: u.Canary, MaxParallel: u.MaxParallel}
+		r.update = intern(sharedUpdate, optKey(i64(u.Canary), i64(u.MaxParallel)), func() *api.UpdateStrategy {
+			return &api.UpdateStrategy{Canary: u.Canary, MaxParallel: u.MaxParallel}
+		})
 	}
-	if g.Tasks != nil {
-		out.Tasks = make([]*api.Task, len(g.Tasks))
-		for i, t := range g.Tasks {
-			if t == nil {
+	r.services, r.hasSvcs = newServiceRecords(g.Services)
+	r.hasTasks = g.Tasks != nil
+	if len(g.Tasks) > 0 {
+		r.tasks = make([]*taskRecord, len(g.Tasks))
+	}
+	for i, t := range g.Tasks {
+		if t == nil {
+			continue
+		}
+		tr := &taskRecord{name: t.Name, env: keep(t.Env, isIdentityEnv)}
+		tr.services, tr.hasSvcs = newServiceRecords(t.Services)
+		r.tasks[i] = tr
+	}
+	return r
+}
+
+func isIdentityEnv(k string) bool { return k == EnvName || k == EnvOrdinal || k == EnvPodName }
+
+func newServiceRecords(ss []*api.Service) ([]*serviceRecord, bool) {
+	if len(ss) == 0 {
+		return nil, ss != nil
+	}
+	out := make([]*serviceRecord, len(ss))
+	for i, s := range ss {
+		if s != nil {
+			out[i] = &serviceRecord{name: s.Name, tags: s.Tags}
+		}
+	}
+	return out, true
+}
+
+// Job rebuilds the compact job. Each call returns a new job that the
+// caller may keep; the shared disconnect, reschedule and update settings
+// are copied too, so changing the result changes nothing else.
+func (r *ChildRecord) Job() *api.Job {
+	j := &api.Job{
+		ID: r.id.ptr(), Namespace: r.namespace.ptr(), Status: r.status.ptr(),
+		Stop: r.stop.ptr(), Stable: r.stable.ptr(),
+		Version: r.version.ptr(), CreateIndex: r.createIndex.ptr(), ModifyIndex: r.modifyIndex.ptr(),
+		JobModifyIndex: r.jobModifyIndex.ptr(), SubmitTime: r.submitTime.ptr(),
+		Meta: r.meta.toMap(),
+	}
+	if r.hasGroups {
+		j.TaskGroups = make([]*api.TaskGroup, len(r.groups))
+	}
+	for i, g := range r.groups {
+		if g != nil {
+			j.TaskGroups[i] = g.group()
+		}
+	}
+	return j
+}
+
+func (g *groupRecord) group() *api.TaskGroup {
+	tg := &api.TaskGroup{Name: g.name.ptr(), Count: g.count.ptr(), Services: services(g.services, g.hasSvcs)}
+	if g.hasVolumes {
+		tg.Volumes = make(map[string]*api.VolumeRequest, len(g.volumes))
+		for _, v := range g.volumes {
+			if v.isNil {
+				tg.Volumes[v.key] = nil
 				continue
 			}
-			ct := &api.Task{Name: t.Name, Services: compactServices(t.Services)}
-			for _, k := range [...]string{EnvName, EnvOrdinal, EnvPodName} {
-				if v, ok := t.Env[k]; ok {
-					if ct.Env == nil {
-						ct.Env = make(map[string]string, 3)
-					}
-					ct.Env[k] = v
-				}
-			}
-			out.Tasks[i] = ct
+			tg.Volumes[v.key] = &api.VolumeRequest{Name: v.name, Type: v.typ, Source: v.source}
+		}
+	}
+	if d := g.disconnect; d != nil {
+		tg.Disconnect = &api.DisconnectStrategy{Replace: copyPtr(d.Replace), StopOnClientAfter: copyPtr(d.StopOnClientAfter)}
+	}
+	if p := g.reschedule; p != nil {
+		tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: copyPtr(p.Attempts), Unlimited: copyPtr(p.Unlimited)}
+	}
+	if u := g.update; u != nil {
+		tg.Update = &api.UpdateStrategy{Canary: copyPtr(u.Canary), MaxParallel: copyPtr(u.MaxParallel)}
+	}
+	if g.hasTasks {
+		tg.Tasks = make([]*api.Task, len(g.tasks))
+	}
+	for i, t := range g.tasks {
+		if t != nil {
+			tg.Tasks[i] = &api.Task{Name: t.name, Env: t.env.toMap(), Services: services(t.services, t.hasSvcs)}
+		}
+	}
+	return tg
+}
+
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func services(in []*serviceRecord, has bool) []*api.Service {
+	if !has {
+		return nil
+	}
+	out := make([]*api.Service, len(in))
+	for i, s := range in {
+		if s != nil {
+			out[i] = &api.Service{Name: s.name, Tags: append([]string(nil), s.tags...)}
 		}
 	}
 	return out
 }
 
-// compactServices keeps each service's tags, where ChildMatches looks for
-// the pod name.
-func compactServices(ss []*api.Service) []*api.Service {
-	if ss == nil {
-		return nil
+// ID returns the job's ID ("" if unset).
+func (r *ChildRecord) ID() string { return r.id.v }
+
+// Namespace returns the job's namespace ("" if unset).
+func (r *ChildRecord) Namespace() string { return r.namespace.v }
+
+// Meta returns one of the job's statefulset meta values ("" if unset).
+func (r *ChildRecord) Meta(key string) string { return r.meta.get(key) }
+
+// Stopped reports whether the job is stopped.
+func (r *ChildRecord) Stopped() bool { return r.stop.ok && r.stop.v }
+
+// ModifyIndex returns the job's ModifyIndex (0 if unset).
+func (r *ChildRecord) ModifyIndex() uint64 { return r.modifyIndex.v }
+
+// JobModifyIndex returns the job's JobModifyIndex (0 if unset).
+func (r *ChildRecord) JobModifyIndex() uint64 { return r.jobModifyIndex.v }
+
+// SubmitTime returns the job's submit time in Unix nanoseconds, if known.
+func (r *ChildRecord) SubmitTime() (int64, bool) { return r.submitTime.v, r.submitTime.ok }
+
+// StopOnClientAfter returns the first group's stop_on_client_after, or 0.
+func (r *ChildRecord) StopOnClientAfter() time.Duration {
+	if len(r.groups) == 0 || r.groups[0] == nil || r.groups[0].disconnect == nil || r.groups[0].disconnect.StopOnClientAfter == nil {
+		return 0
 	}
-	out := make([]*api.Service, len(ss))
-	for i, s := range ss {
-		if s != nil {
-			out[i] = &api.Service{Name: s.Name, Tags: s.Tags}
-		}
-	}
-	return out
+	return *r.groups[0].disconnect.StopOnClientAfter
+}
+
+// WithStop returns a copy of the record with the stop flag set: how a
+// purged child whose allocations still stop is shown.
+func (r *ChildRecord) WithStop() *ChildRecord {
+	c := *r
+	c.stop = opt[bool]{v: true, ok: true}
+	return &c
 }
 
 // DecodeCompactChild decodes a job's JSON (an event payload, as Nomad sent
@@ -134,13 +411,13 @@ func DecodeCompactChild(data []byte) (*api.Job, error) {
 			}
 			tg := &api.TaskGroup{
 				Name: g.Name, Count: g.Count, Volumes: g.Volumes, Disconnect: g.Disconnect,
-				ReschedulePolicy: g.ReschedulePolicy, Update: g.Update, Services: services(g.Services),
+				ReschedulePolicy: g.ReschedulePolicy, Update: g.Update, Services: decodedServices(g.Services),
 			}
 			if g.Tasks != nil {
 				tg.Tasks = make([]*api.Task, len(g.Tasks))
 				for k, t := range g.Tasks {
 					if t != nil {
-						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: services(t.Services)}
+						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: decodedServices(t.Services)}
 					}
 				}
 			}
@@ -184,7 +461,7 @@ type compactServiceJSON struct {
 	Tags []string
 }
 
-func services(in []*compactServiceJSON) []*api.Service {
+func decodedServices(in []*compactServiceJSON) []*api.Service {
 	if in == nil {
 		return nil
 	}

@@ -295,3 +295,43 @@ func TestCompactChildKeepsObservedFields(t *testing.T) {
 		t.Fatal("the compact copy shares maps with the original")
 	}
 }
+
+// TestChildRecord: the record answers what the watcher's observation asks
+// without rebuilding the job, and what it rebuilds is the caller's own.
+func TestChildRecord(t *testing.T) {
+	spec, rev := mustSpecRev(t, newJob(map[string]string{KeyVolumeClaims: "data"}))
+	j, err := RenderChild(spec, rev, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.SubmitTime, j.ModifyIndex, j.JobModifyIndex = ptr(int64(42)), ptr(uint64(9)), ptr(uint64(8))
+	r := NewChildRecord(j)
+	if r.ID() != "web-1" || r.Namespace() != "default" || r.Meta(MetaOrdinal) != "1" || r.Meta(MetaRevision) != rev.Name ||
+		r.Meta("nope") != "" || r.Stopped() || r.ModifyIndex() != 9 || r.JobModifyIndex() != 8 ||
+		r.StopOnClientAfter() != *j.TaskGroups[0].Disconnect.StopOnClientAfter {
+		t.Fatalf("record reads wrong: %+v", r)
+	}
+	if st, ok := r.SubmitTime(); !ok || st != 42 {
+		t.Fatalf("submit time %d, %v", st, ok)
+	}
+	stopped := r.WithStop()
+	if !stopped.Stopped() || r.Stopped() || *stopped.Job().Stop != true {
+		t.Fatal("WithStop changed the original or did not stop the copy")
+	}
+	a := r.Job()
+	*a.TaskGroups[0].Update.MaxParallel = 99
+	a.TaskGroups[0].Services[0].Tags[0] = "changed"
+	*a.TaskGroups[0].Disconnect.Replace = true
+	b := r.Job()
+	if *b.TaskGroups[0].Update.MaxParallel == 99 || b.TaskGroups[0].Services[0].Tags[0] == "changed" || *b.TaskGroups[0].Disconnect.Replace {
+		t.Fatal("a rebuilt job shares state with the record")
+	}
+	// Another child of the same settings shares them in the record.
+	j2, err := RenderChild(spec, rev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2 := NewChildRecord(j2); r2.groups[0].update != r.groups[0].update || r2.groups[0].disconnect != r.groups[0].disconnect {
+		t.Fatal("identical settings are not shared")
+	}
+}

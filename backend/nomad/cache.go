@@ -23,11 +23,11 @@ const (
 )
 
 // child is the cached state of one child job and its allocations. A cache
-// holds one per pod, so it is kept small: the job in its compact form
-// (jobs.CompactChild: what drift detection and the observation read, a
-// tenth of the decoded job) and of each allocation only what Observe reads.
+// holds one per pod, so it is kept small: the job as a jobs.ChildRecord
+// (what drift detection and the observation read, some 1 KB where the
+// decoded job is tens) and of each allocation only what Observe reads.
 type child struct {
-	job    *api.Job
+	job    *jobs.ChildRecord
 	allocs []allocState
 	// purged marks a child Nomad purged while its allocations were still
 	// stopping; it is forgotten once they are terminal.
@@ -274,10 +274,10 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 	if ch == nil {
 		ch = &child{}
 		kids[*j.ID] = ch
-	} else if ch.job != nil && u64(ch.job.ModifyIndex) > u64(j.ModifyIndex) {
+	} else if ch.job != nil && ch.job.ModifyIndex() > u64(j.ModifyIndex) {
 		return k, true
 	}
-	ch.job = jobs.CompactChild(j)
+	ch.job = jobs.NewChildRecord(j)
 	c.owner[id] = k
 	return k, true
 }
@@ -299,10 +299,10 @@ func (c *Cache) jobAt(ns, id string, modifyIndex uint64) *api.Job {
 		return nil
 	}
 	ch := c.children[k][id]
-	if ch == nil || ch.purged || ch.job == nil || modifyIndex == 0 || u64(ch.job.ModifyIndex) != modifyIndex {
+	if ch == nil || ch.purged || ch.job == nil || modifyIndex == 0 || ch.job.ModifyIndex() != modifyIndex {
 		return nil
 	}
-	return ch.job
+	return ch.job.Job()
 }
 
 // RemoveJob forgets a job that Nomad purged.
@@ -326,9 +326,7 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, b
 		if ch := kids[id]; ch != nil && !allTerminal(ch.allocs) {
 			// Purged but its allocations are still stopping: keep it as a
 			// stopped job so the pod shows as Terminating, never as gone.
-			stopped := *ch.job
-			stopped.Stop = boolPtr(true)
-			ch.job = &stopped
+			ch.job = ch.job.WithStop()
 			ch.purged = true
 			return k, true
 		}
@@ -340,8 +338,6 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, b
 	delete(c.owner, namespace+"/"+id)
 	return k, true
 }
-
-func boolPtr(b bool) *bool { return &b }
 
 // UpsertAlloc records an allocation seen in an event.
 func (c *Cache) UpsertAlloc(a *api.AllocationListStub, index uint64) (backend.SetKey, bool) {

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -87,7 +88,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 	sort.Strings(ids)
 	for _, id := range ids {
 		ch := c.children[key][id]
-		ord, err := strconv.Atoi(ch.job.Meta[metaOrdinal])
+		ord, err := strconv.Atoi(ch.job.Meta(metaOrdinal))
 		if err != nil {
 			// Not a child we can place; the reconciler never sees it.
 			continue
@@ -95,7 +96,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		if d, ok := podFromChild(ch, ord, now); ok {
 			obs.Pods = append(obs.Pods, d)
 		} else {
-			obs.Stopped = append(obs.Stopped, StoppedChild{Ordinal: ord, JobID: id, JobModifyIndex: u64(ch.job.JobModifyIndex)})
+			obs.Stopped = append(obs.Stopped, StoppedChild{Ordinal: ord, JobID: id, JobModifyIndex: ch.job.JobModifyIndex()})
 		}
 	}
 	for _, claim := range claims {
@@ -147,13 +148,13 @@ func newestAllocAfter(allocs []allocState, index uint64) *allocState {
 // allocStopped reports whether an allocation can no longer be running
 // anywhere. Lost allocations are only taken as stopped once their client
 // must have stopped them itself (see lostAllocMargin).
-func allocStopped(a *allocState, job *api.Job, now time.Time) bool {
+func allocStopped(a *allocState, job *jobs.ChildRecord, now time.Time) bool {
 	switch a.clientStatus {
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
 		return true
 	case api.AllocClientStatusLost:
 		wait := defaultLostWait
-		if d := stopOnClientAfter(job); d > 0 {
+		if d := job.StopOnClientAfter(); d > 0 {
 			wait = d + lostAllocMargin
 		}
 		return now.Sub(time.Unix(0, a.modifyTime)) >= wait
@@ -161,19 +162,12 @@ func allocStopped(a *allocState, job *api.Job, now time.Time) bool {
 	return false
 }
 
-func stopOnClientAfter(job *api.Job) time.Duration {
-	if job == nil || len(job.TaskGroups) == 0 || job.TaskGroups[0].Disconnect == nil || job.TaskGroups[0].Disconnect.StopOnClientAfter == nil {
-		return 0
-	}
-	return *job.TaskGroups[0].Disconnect.StopOnClientAfter
-}
-
 // podFromChild maps a child job and its allocations to a pod, following
 // DESIGN §2. It returns false when the child is stopped and nothing of it
 // can still run: the ordinal then has no pod.
 func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	job := ch.job
-	stopped := job.Stop != nil && *job.Stop
+	stopped := job.Stopped()
 	anyLive := false
 	for i := range ch.allocs {
 		if !allocStopped(&ch.allocs[i], job, now) {
@@ -186,17 +180,17 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	}
 	d := PodDetail{
 		AllTerminal:    !anyLive,
-		JobID:          str(job.ID),
-		JobModifyIndex: u64(job.JobModifyIndex),
-		Job:            job,
+		JobID:          job.ID(),
+		JobModifyIndex: job.JobModifyIndex(),
+		Job:            job.Job(),
 		Pod: reconciler.Pod{
 			Ordinal:  ord,
-			Revision: job.Meta["statefulset_revision"],
+			Revision: job.Meta("statefulset_revision"),
 			Phase:    reconciler.PhasePending,
 		},
 	}
-	if job.SubmitTime != nil {
-		d.Pod.Created = time.Unix(0, *job.SubmitTime)
+	if t, ok := job.SubmitTime(); ok {
+		d.Pod.Created = time.Unix(0, t)
 	}
 	if stopped {
 		d.Pod.Terminating = true
@@ -211,7 +205,7 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	// when the spec changes.
 	a := newestAlloc(ch.allocs)
 	if !stopped {
-		a = newestAllocAfter(ch.allocs, u64(job.JobModifyIndex))
+		a = newestAllocAfter(ch.allocs, job.JobModifyIndex())
 	}
 	if a == nil {
 		return d, true
