@@ -167,6 +167,13 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			// Leadership or the agent is going away: stop between actions.
 			return ctx.Err()
 		}
+		if act.Type == reconciler.ActionDeleteSetState && len(revs) == 0 && !found && len(obs.Stopped) == 0 {
+			// The cascade finished on an earlier pass: nothing to do, and
+			// nothing to look at again until the set changes. Counting
+			// this as an action queued the set again at once, forever.
+			stateDeleted = true
+			continue
+		}
 		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
 		var bo *deferError
 		if errors.As(err, &bo) {

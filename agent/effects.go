@@ -51,14 +51,14 @@ func (c *controller) execute(ctx context.Context, key backend.SetKey, spec recon
 		// Nomad run the old and new allocation side by side.
 		return false, c.deletePod(ectx, key, obs, act, now)
 	case reconciler.ActionDeleteSetState:
-		if len(revs) == 0 && !statusFound {
-			return false, nil
-		}
 		for _, s := range obs.Stopped {
 			// Purge the stopped children so nothing of the set is left.
 			if err := c.api.DeregisterJob(ectx, key.Namespace, s.JobID, true); err != nil && !errors.Is(err, nomad.ErrNotFound) {
 				return false, err
 			}
+		}
+		if len(revs) == 0 && !statusFound {
+			return true, nil
 		}
 		if err := c.store.DeleteSet(ectx, key); err != nil {
 			return false, err

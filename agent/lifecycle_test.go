@@ -156,3 +156,41 @@ func TestAgentShutdownFinishesTheEffectInFlight(t *testing.T) {
 		t.Fatalf("%d children registered, want the one in flight", registered)
 	}
 }
+
+// Once a cascading delete has finished, the set is left alone: no reconcile
+// runs until something changes, whether the stopped parent stays in Nomad
+// or is purged afterwards. (A pass whose DeleteSetState found nothing to
+// delete used to queue the set again at once: a hot loop of store reads.)
+func TestAgentIsIdleAfterACascadingDelete(t *testing.T) {
+	for _, policy := range []string{"Retain", "Delete"} {
+		t.Run(policy, func(t *testing.T) {
+			h := startAgent(t, fastSim())
+			h.register(parentJob("idle", map[string]string{"statefulset_replicas": "2", "statefulset_volume_retention_when_deleted": policy}, "v1"))
+			h.waitConverged("idle", 2, nil)
+			if err := h.sim.DeregisterJob(context.Background(), "default", "idle", false); err != nil {
+				t.Fatal(err)
+			}
+			key := backend.SetKey{Namespace: "default", Name: "idle"}
+			h.waitFor("the cascade to finish", 20*time.Second, func() (bool, string) {
+				revs, _ := h.store.ListRevisions(context.Background(), key)
+				_, found, _ := h.store.GetStatus(context.Background(), key)
+				return h.liveChildren("idle") == 0 && len(revs) == 0 && !found, fmt.Sprintf("live=%d revisions=%d status=%v", h.liveChildren("idle"), len(revs), found)
+			})
+			assertIdle := func(when string) {
+				t.Helper()
+				// Let the last events of the cascade be handled first.
+				time.Sleep(200 * time.Millisecond)
+				before := reconciles(h.agent)
+				time.Sleep(300 * time.Millisecond)
+				if after := reconciles(h.agent); after != before {
+					t.Fatalf("%s: %d reconciles in 300ms with nothing changing", when, after-before)
+				}
+			}
+			assertIdle("stopped parent kept")
+			if err := h.sim.DeregisterJob(context.Background(), "default", "idle", true); err != nil {
+				t.Fatal(err)
+			}
+			assertIdle("parent purged")
+		})
+	}
+}

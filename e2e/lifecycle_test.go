@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,4 +116,71 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	if h, err := daemonHealth(d); err != nil || h.Status != "ok" {
 		t.Fatalf("after a refused reload: %+v, %v", h, err)
 	}
+}
+
+// reconcileCount reads how many reconciles the daemon has run, from the
+// count of its reconcile-latency histogram.
+func reconcileCount(t *testing.T, d *Daemon) float64 {
+	t.Helper()
+	resp, err := http.Get(d.Addr + "/v1/metrics")
+	if err != nil {
+		t.Fatalf("reading metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading metrics: %v", err)
+	}
+	const name = "nomad_statefulset_reconcile_duration_seconds_count "
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /v1/metrics", strings.TrimSpace(name))
+	return 0
+}
+
+// assertIdle checks that the daemon runs no reconcile for a few seconds,
+// when nothing in Nomad changes.
+func assertIdle(t *testing.T, d *Daemon, when string) {
+	t.Helper()
+	time.Sleep(2 * time.Second) // the last events of what just happened
+	before := reconcileCount(t, d)
+	time.Sleep(3 * time.Second)
+	if after := reconcileCount(t, d); after != before {
+		t.Fatalf("%s: the daemon ran %v reconciles in 3s with nothing changing", when, after-before)
+	}
+}
+
+// After a cascading delete the daemon is idle, whether the stopped parent
+// stays in Nomad or is purged. It used to reconcile such a set in a hot
+// loop (thousands of passes a second, each reading the store) once its
+// stopped children were purged.
+func TestIdleAfterCascadingDelete(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "idle", noVolume: true, meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
+	waitConverged(t, c, d, "idle", 2, nil)
+	if _, _, err := c.Nomad.Client.Jobs().Deregister("idle", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, convergeTimeout, "the cascade to finish", func() error {
+		if _, err := setStatus(d, "idle"); err == nil {
+			return fmt.Errorf("the daemon still shows the set")
+		}
+		if kids := ChildJobs(t, c.Nomad.Client, "default", "idle"); len(kids) != 0 {
+			return fmt.Errorf("%d child jobs left", len(kids))
+		}
+		return nil
+	})
+	assertIdle(t, d, "after the cascade, the stopped parent kept")
+	if _, _, err := c.Nomad.Client.Jobs().Deregister("idle", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	assertIdle(t, d, "after the parent was purged")
 }
