@@ -235,6 +235,7 @@ type scaleResult struct {
 	convergeEventsPerSec     float64
 	convergeReconcilesPerSet float64
 	peakLive                 float64 // MiB
+	convergePeakRSS          float64 // MiB, VmHWM once converged
 }
 
 // waitUntil polls cond every step until it holds or timeout passes.
@@ -321,6 +322,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	})
 	r.converge, r.convergeCPU = time.Since(t0), cpuTime()-cpu0
 	r.peakLive = stopPeak()
+	r.convergePeakRSS = procStatusMB("VmHWM")
 	r.convergeCalls = sim.Calls()
 	r.convergeWrites = sim.Writes()
 	r.convergeRelists = c.watcher.Relists() - relists0
@@ -577,7 +579,9 @@ func serveBenchSim() {
 //     with NSS_BENCH_SIM=process (the simulator in a child process, reached
 //     over HTTP through nomad.Client) the agent's alone;
 //   - converge-peak-live-MB: the largest live heap a collection left during
-//     convergence (NSS_BENCH_PEAKHEAPPROFILE=<file> writes its profile);
+//     convergence (NSS_BENCH_PEAKHEAPPROFILE=<file> writes its profile), and
+//     converge-peak-RSS-MB the peak RSS until convergence (peak-RSS-MB
+//     includes the idle window and the resyncs);
 //     heap-total-MB, heap-sim-MB, heap-agent-MB: the live Go heap after
 //     convergence, the simulator's share and the agent's.
 func BenchmarkAgentScale(b *testing.B) {
@@ -625,6 +629,7 @@ func BenchmarkAgentScale(b *testing.B) {
 			b.ReportMetric(median(r.resyncCPU), "resync-cpu-s")
 			b.ReportMetric(r.peakRSS, "peak-RSS-MB")
 			b.ReportMetric(r.peakLive, "converge-peak-live-MB")
+			b.ReportMetric(r.convergePeakRSS, "converge-peak-RSS-MB")
 			b.ReportMetric(r.heapTotal, "heap-total-MB")
 			b.ReportMetric(r.heapSim, "heap-sim-MB")
 			b.ReportMetric(r.heapAgent, "heap-agent-MB")

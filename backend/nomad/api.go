@@ -18,7 +18,9 @@ var ErrNotFound = errors.New("not found")
 // fault injection and scale benchmarks. Keeping it narrow keeps the simulator
 // honest.
 type API interface {
-	// ListJobs lists the jobs of a namespace ("*" for all namespaces).
+	// ListJobs lists the jobs of a namespace ("*" for all namespaces), with
+	// their Meta. Callers may rely only on a stub's ID, Namespace, Status,
+	// Stop, Meta, indexes and SubmitTime: the real client decodes no more.
 	ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error)
 	// GetJob returns one job, or ErrNotFound.
 	GetJob(ctx context.Context, namespace, id string) (*api.Job, error)
@@ -31,8 +33,10 @@ type API interface {
 	// JobAllocations lists the allocations of one job, old ones included.
 	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
 	// ListAllocations lists every allocation of a namespace ("*" for all
-	// namespaces) in one call, without task states: the re-list reads all
-	// children's allocations with it instead of one JobAllocations each.
+	// namespaces) in one call: the re-list reads all children's allocations
+	// with it instead of one JobAllocations each. Callers may rely only on
+	// a stub's ID, Namespace, NodeID, JobID, statuses, DeploymentStatus,
+	// indexes and ModifyTime: the real client decodes no more.
 	ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error)
 	// CreateHostVolume creates a dynamic host volume.
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)

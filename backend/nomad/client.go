@@ -95,13 +95,35 @@ func IsConflict(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Enforcing job modify index")
 }
 
-// ListJobs implements API.
+// jobStub is the part of Nomad's job list stub that the watcher reads. A
+// re-list lists every job of the cluster; decoding each stub's job summary,
+// datacenters and the rest was most of a re-list's memory and CPU, so only
+// these fields are decoded.
+type jobStub struct {
+	ID, Namespace, Status                    string
+	Stop                                     bool
+	Meta                                     map[string]string
+	CreateIndex, ModifyIndex, JobModifyIndex uint64
+	SubmitTime                               int64
+}
+
+// ListJobs implements API. The stubs carry only ID, Namespace, Status,
+// Stop, Meta, the three indexes and SubmitTime (see jobStub).
 func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
 	// Nomad leaves Meta out of job stubs unless asked; the watcher needs it
 	// to tell parents and children from every other job without a read each.
-	stubs, meta, err := n.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, query(ctx, namespace))
+	var raw []jobStub
+	meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, query(ctx, namespace))
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied("ListJobs", namespace, err))
+	}
+	stubs := make([]*api.JobListStub, len(raw))
+	for i := range raw {
+		r := &raw[i]
+		stubs[i] = &api.JobListStub{
+			ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta,
+			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
+		}
 	}
 	return stubs, meta.LastIndex, nil
 }
@@ -188,15 +210,32 @@ func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) err
 	return nil
 }
 
+// allocStub is the part of Nomad's allocation list stub that the cache
+// keeps, decoded alone for the same reason as jobStub.
+type allocStub struct {
+	ID, Namespace, NodeID, JobID string
+	DesiredStatus, ClientStatus  string
+	DeploymentStatus             *api.AllocDeploymentStatus
+	CreateIndex, ModifyIndex     uint64
+	ModifyTime                   int64
+}
+
 // ListAllocations implements API with one GET /v1/allocations. Task states
 // are left out (task_states=false): nothing here reads them, and they are
-// most of a stub's size.
+// most of a stub's size. The stubs carry only the fields of allocStub.
 func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error) {
-	q := query(ctx, namespace)
-	q.Params = map[string]string{"task_states": "false"}
-	allocs, _, err := n.c.Allocations().List(q)
-	if err != nil {
+	var raw []allocStub
+	if _, err := n.c.Raw().Query("/v1/allocations?task_states=false", &raw, query(ctx, namespace)); err != nil {
 		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied("ListAllocations", namespace, err))
+	}
+	allocs := make([]*api.AllocationListStub, len(raw))
+	for i := range raw {
+		r := &raw[i]
+		allocs[i] = &api.AllocationListStub{
+			ID: r.ID, Namespace: r.Namespace, NodeID: r.NodeID, JobID: r.JobID,
+			DesiredStatus: r.DesiredStatus, ClientStatus: r.ClientStatus, DeploymentStatus: r.DeploymentStatus,
+			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, ModifyTime: r.ModifyTime,
+		}
 	}
 	return allocs, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"sort"
 	"testing"
 	"time"
@@ -114,5 +115,67 @@ func TestDecodePayloadForms(t *testing.T) {
 	var out *api.Job
 	if err := nomad.DecodePayload(&e, "Job", &out); err == nil {
 		t.Error("a missing payload decoded")
+	}
+}
+
+// TestClientListsDecodeOnlyWhatTheWatcherReads: the re-list's two listings
+// keep the fields the watcher and cache read and drop the rest (job
+// summaries, task states), which were most of a re-list's memory.
+func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
+	healthy := true
+	stamp := time.Unix(1_700_000_000, 0).UTC()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Nomad-Index", "42")
+		w.Header().Set("X-Nomad-LastContact", "0")
+		w.Header().Set("X-Nomad-KnownLeader", "true")
+		switch r.URL.Path {
+		case "/v1/jobs":
+			if r.URL.Query().Get("meta") != "true" || r.URL.Query().Get("namespace") != "*" {
+				http.Error(w, "want meta=true and namespace=*", http.StatusBadRequest)
+				return
+			}
+			_ = json.NewEncoder(w).Encode([]*api.JobListStub{{
+				ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
+				Meta:        map[string]string{"statefulset_parent": "web"},
+				CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8, Datacenters: []string{"dc1"},
+				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}},
+			}})
+		case "/v1/allocations":
+			if r.URL.Query().Get("task_states") != "false" || r.URL.Query().Get("namespace") != "*" {
+				http.Error(w, "want task_states=false and namespace=*", http.StatusBadRequest)
+				return
+			}
+			_ = json.NewEncoder(w).Encode([]*api.AllocationListStub{{
+				ID: "a1", Namespace: "prod", NodeID: "n1", JobID: "web-0", DesiredStatus: "run", ClientStatus: "running",
+				DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp},
+				CreateIndex:      3, ModifyIndex: 4, ModifyTime: 6, EvalID: "e1", TaskGroup: "g",
+			}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := nomad.NewAPI(c)
+	stubs, index, err := cl.ListJobs(context.Background(), "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &api.JobListStub{ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
+		Meta: map[string]string{"statefulset_parent": "web"}, CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8}
+	if index != 42 || len(stubs) != 1 || !reflect.DeepEqual(stubs[0], want) {
+		t.Fatalf("ListJobs: index %d, stubs %+v; want %+v", index, stubs, want)
+	}
+	allocs, err := cl.ListAllocations(context.Background(), "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAlloc := &api.AllocationListStub{ID: "a1", Namespace: "prod", NodeID: "n1", JobID: "web-0", DesiredStatus: "run", ClientStatus: "running",
+		DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp}, CreateIndex: 3, ModifyIndex: 4, ModifyTime: 6}
+	if len(allocs) != 1 || !reflect.DeepEqual(allocs[0], wantAlloc) {
+		t.Fatalf("ListAllocations: %+v; want %+v", allocs, wantAlloc)
 	}
 }
