@@ -175,6 +175,9 @@ type Snapshot struct {
 	Jobs    []*api.Job
 	Allocs  []*api.AllocationListStub
 	Volumes []*api.HostVolumeStub
+	// kept are children the re-list found unchanged, carried over from
+	// the cache as they are rather than rebuilt from a job.
+	kept []*jobs.ChildRecord
 }
 
 // Replace swaps the cache's contents for a full listing and returns every set
@@ -193,6 +196,11 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	c.reset()
 	for _, j := range s.Jobs {
 		if k, ok := c.upsertJobLocked(j); ok {
+			touched[k] = struct{}{}
+		}
+	}
+	for _, r := range s.kept {
+		if k, ok := c.upsertRecordLocked(r); ok {
 			touched[k] = struct{}{}
 		}
 	}
@@ -264,45 +272,67 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 		}
 		return backend.SetKey{}, false
 	}
-	id := jobNamespace(j) + "/" + *j.ID
+	return c.upsertChildLocked(k, *j.ID, u64(j.ModifyIndex), func() *jobs.ChildRecord { return jobs.NewChildRecord(j) })
+}
+
+// upsertChildLocked records child id of set k at modifyIndex, unless the
+// cache holds a newer version; rec is only called when it is recorded.
+func (c *Cache) upsertChildLocked(k backend.SetKey, id string, modifyIndex uint64, rec func() *jobs.ChildRecord) (backend.SetKey, bool) {
 	kids := c.children[k]
 	if kids == nil {
 		kids = map[string]*child{}
 		c.children[k] = kids
 	}
-	ch := kids[*j.ID]
+	ch := kids[id]
 	if ch == nil {
 		ch = &child{}
-		kids[*j.ID] = ch
-	} else if ch.job != nil && ch.job.ModifyIndex() > u64(j.ModifyIndex) {
+		kids[id] = ch
+	} else if ch.job != nil && ch.job.ModifyIndex() > modifyIndex {
 		return k, true
 	}
-	ch.job = jobs.NewChildRecord(j)
-	c.owner[id] = k
+	ch.job = rec()
+	c.owner[k.Namespace+"/"+id] = k
 	return k, true
 }
 
+// upsertRecordLocked re-inserts a child record kept from before a re-list.
+func (c *Cache) upsertRecordLocked(r *jobs.ChildRecord) (backend.SetKey, bool) {
+	ns := r.Namespace()
+	if ns == "" {
+		ns = "default"
+	}
+	parent := r.Meta(metaParent)
+	if r.ID() == "" || parent == "" {
+		return backend.SetKey{}, false
+	}
+	return c.upsertChildLocked(backend.SetKey{Namespace: ns, Name: parent}, r.ID(), r.ModifyIndex(), func() *jobs.ChildRecord { return r })
+}
+
 // jobAt returns the cached job ns/id if the cache holds it at exactly
-// modifyIndex: the re-list then need not read it again. A purged child's
-// stopped stand-in is never returned: it is not what Nomad holds.
-func (c *Cache) jobAt(ns, id string, modifyIndex uint64) *api.Job {
+// modifyIndex: the re-list then need not read it again. A parent comes back
+// as its job, a child as its record, which Replace keeps as it is. A purged
+// child's stopped stand-in is never returned: it is not what Nomad holds.
+func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildRecord) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	if modifyIndex == 0 {
+		return nil, nil
+	}
 	if p, ok := c.parents[backend.SetKey{Namespace: ns, Name: id}]; ok {
-		if u64(p.ModifyIndex) == modifyIndex && modifyIndex != 0 {
-			return p
+		if u64(p.ModifyIndex) == modifyIndex {
+			return p, nil
 		}
-		return nil
+		return nil, nil
 	}
 	k, ok := c.owner[ns+"/"+id]
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	ch := c.children[k][id]
-	if ch == nil || ch.purged || ch.job == nil || modifyIndex == 0 || ch.job.ModifyIndex() != modifyIndex {
-		return nil
+	if ch == nil || ch.purged || ch.job == nil || ch.job.ModifyIndex() != modifyIndex {
+		return nil, nil
 	}
-	return ch.job.Job()
+	return nil, ch.job
 }
 
 // RemoveJob forgets a job that Nomad purged.

@@ -122,7 +122,7 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	w.relists.Add(1)
 	touched := w.cache.Replace(snap)
 	w.healthy.Store(true)
-	w.log.Debug("listed cluster", "index", snap.Index, "jobs", len(snap.Jobs), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
+	w.log.Debug("listed cluster", "index", snap.Index, "jobs_read", len(snap.Jobs), "children_kept", len(snap.kept), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
 	for _, k := range touched {
 		w.onChange(k)
 	}
@@ -181,8 +181,15 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		if ns == "" {
 			ns = "default"
 		}
-		job := w.cache.jobAt(ns, s.ID, s.ModifyIndex)
-		if job == nil {
+		job, kept := w.cache.jobAt(ns, s.ID, s.ModifyIndex)
+		switch {
+		case kept != nil:
+			snap.kept = append(snap.kept, kept)
+			namespaces[ns] = struct{}{}
+		case job != nil:
+			snap.Jobs = append(snap.Jobs, job)
+			namespaces[ns] = struct{}{}
+		default:
 			job, err = w.api.GetJob(ctx, ns, s.ID)
 			if errors.Is(err, ErrNotFound) {
 				continue
@@ -190,9 +197,9 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 			if err != nil {
 				return Snapshot{}, err
 			}
+			snap.Jobs = append(snap.Jobs, job)
+			namespaces[jobNamespace(job)] = struct{}{}
 		}
-		snap.Jobs = append(snap.Jobs, job)
-		namespaces[jobNamespace(job)] = struct{}{}
 		if s.Meta[metaParent] != "" {
 			children[ns+"/"+s.ID] = struct{}{}
 		}
