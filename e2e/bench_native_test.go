@@ -226,14 +226,12 @@ func waitNoRunningAllocs(b *testing.B, client *nomadapi.Client, match func(*noma
 // stopSet stops a parent, waits until its children run nothing, purges the
 // parent, restarts the daemon, then waits benchSettle.
 //
-// The restart works around a daemon bug seen at commit 91dfae9: once a
-// stopped parent's children are gone, the daemon reconciles the set in a hot
-// loop (about 1,600 times a second, each logging "acted: DeleteSetState" and
-// reading Consul), which purging the parent does not end: DeleteSetState
-// with no state left to delete reports nothing deleted, and a pass that
-// acted is queued again at once. The CPU it took made whichever side ran
-// after a set up to 1.7 times slower. A daemon restarted after the purge
-// finds nothing of the set and stays idle.
+// The restart began as a workaround for a daemon bug (up to commit
+// d8fd32b; fixed in 5bf09b4): once a stopped parent's children were gone,
+// the daemon reconciled the set in a hot loop, about 1,600 times a second,
+// and the CPU it took made whichever side ran after a set up to 1.7 times
+// slower. It is kept so that every side after a set starts with an idle,
+// freshly started daemon whatever commit is measured.
 func stopSet(b *testing.B, client *nomadapi.Client, d *Daemon, set string) {
 	b.Helper()
 	if _, _, err := client.Jobs().Deregister(set, false, nil); err != nil {
