@@ -229,7 +229,7 @@ func waitNoRunningAllocs(b *testing.B, client *nomadapi.Client, match func(*noma
 // The restart began as a workaround for a daemon bug (up to commit
 // d8fd32b; fixed in 5bf09b4): once a stopped parent's children were gone,
 // the daemon reconciled the set in a hot loop, about 1,600 times a second,
-// and the CPU it took made whichever side ran after a set up to 1.7 times
+// and the CPU it took made whichever side ran after a set 1.3 to 2 times
 // slower. It is kept so that every side after a set starts with an idle,
 // freshly started daemon whatever commit is measured.
 func stopSet(b *testing.B, client *nomadapi.Client, d *Daemon, set string) {
