@@ -37,8 +37,8 @@ func applyMemoryLimit(args []string, env string, cgroupMax int64) {
 // (GOGC=100), so a daemon whose live heap is 60 MB peaks well above 150 MB
 // of RSS. Near this limit the collector runs earlier instead; it is soft,
 // so a daemon whose live heap needs more still gets it (the collector then
-// uses at most about half a core). 256 MiB is roughly four times the live
-// heap at 1,000 sets × 10 replicas (BENCHMARKS.md).
+// uses at most about half a core). 256 MiB is about five times the agent's
+// live heap at 1,000 sets × 10 replicas (40–55 MB, BENCHMARKS.md).
 const agentMemoryLimit = 256 << 20
 
 // defaultMemoryLimit decides the daemon's soft memory limit: none when the
