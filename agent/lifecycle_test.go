@@ -7,46 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
-
-// runAgentOn runs an agent on an existing simulator and store; the returned
-// function stops it and waits until Run has returned.
-func runAgentOn(t *testing.T, api nomad.API, store backend.Store) (*Agent, func()) {
-	t.Helper()
-	a, err := New(Options{
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
-		Nomad:  api, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
-		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
-		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return a, stop
-}
 
 // A set whose children already run in Nomad, with no state stored anywhere
 // (a new store, a lost KV prefix), is adopted: the agent records the
@@ -55,7 +20,7 @@ func runAgentOn(t *testing.T, api nomad.API, store backend.Store) (*Agent, func(
 func TestAgentAdoptsExistingChildrenWithoutTouchingThem(t *testing.T) {
 	sim := memory.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
-	_, stopFirst := runAgentOn(t, sim, memory.NewStore())
+	_, stopFirst := runAgent(t, testOptions(t, sim, memory.NewStore()))
 	h := &harness{t: t, sim: sim}
 	h.register(parentJob("adopt", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.waitConverged("adopt", 3, nil)
@@ -71,7 +36,7 @@ func TestAgentAdoptsExistingChildrenWithoutTouchingThem(t *testing.T) {
 	writes := sim.Writes()
 
 	store := memory.NewStore()
-	runAgentOn(t, sim, store)
+	runAgent(t, testOptions(t, sim, store))
 	key := backend.SetKey{Namespace: "default", Name: "adopt"}
 	h.waitFor("the new agent to adopt the set", 10*time.Second, func() (bool, string) {
 		st, found, err := store.GetStatus(context.Background(), key)
@@ -120,7 +85,7 @@ func TestAgentShutdownFinishesTheEffectInFlight(t *testing.T) {
 	sim := memory.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
 	b := &blockingNomad{Nomad: sim, entered: make(chan struct{}), release: make(chan struct{})}
-	_, stop := runAgentOn(t, b, memory.NewStore())
+	_, stop := runAgent(t, testOptions(t, b, memory.NewStore()))
 	if _, err := sim.RegisterJob(context.Background(),
 		parentJob("inflight", map[string]string{"statefulset_replicas": "3", "statefulset_pod_management_policy": "Parallel"}, "v1"), false, 0); err != nil {
 		t.Fatal(err)
@@ -154,43 +119,5 @@ func TestAgentShutdownFinishesTheEffectInFlight(t *testing.T) {
 	}
 	if registered != 1 {
 		t.Fatalf("%d children registered, want the one in flight", registered)
-	}
-}
-
-// Once a cascading delete has finished, the set is left alone: no reconcile
-// runs until something changes, whether the stopped parent stays in Nomad
-// or is purged afterwards. (A pass whose DeleteSetState found nothing to
-// delete used to queue the set again at once: a hot loop of store reads.)
-func TestAgentIsIdleAfterACascadingDelete(t *testing.T) {
-	for _, policy := range []string{"Retain", "Delete"} {
-		t.Run(policy, func(t *testing.T) {
-			h := startAgent(t, fastSim())
-			h.register(parentJob("idle", map[string]string{"statefulset_replicas": "2", "statefulset_volume_retention_when_deleted": policy}, "v1"))
-			h.waitConverged("idle", 2, nil)
-			if err := h.sim.DeregisterJob(context.Background(), "default", "idle", false); err != nil {
-				t.Fatal(err)
-			}
-			key := backend.SetKey{Namespace: "default", Name: "idle"}
-			h.waitFor("the cascade to finish", 20*time.Second, func() (bool, string) {
-				revs, _ := h.store.ListRevisions(context.Background(), key)
-				_, found, _ := h.store.GetStatus(context.Background(), key)
-				return h.liveChildren("idle") == 0 && len(revs) == 0 && !found, fmt.Sprintf("live=%d revisions=%d status=%v", h.liveChildren("idle"), len(revs), found)
-			})
-			assertIdle := func(when string) {
-				t.Helper()
-				// Let the last events of the cascade be handled first.
-				time.Sleep(200 * time.Millisecond)
-				before := reconciles(h.agent)
-				time.Sleep(300 * time.Millisecond)
-				if after := reconciles(h.agent); after != before {
-					t.Fatalf("%s: %d reconciles in 300ms with nothing changing", when, after-before)
-				}
-			}
-			assertIdle("stopped parent kept")
-			if err := h.sim.DeregisterJob(context.Background(), "default", "idle", true); err != nil {
-				t.Fatal(err)
-			}
-			assertIdle("parent purged")
-		})
 	}
 }

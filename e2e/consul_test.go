@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -212,35 +209,13 @@ func consulBlock(c *testagent.ConsulAgent, token, prefix string) string {
 	return fmt.Sprintf("consul {\n  address = %q\n  token = %q\n  kv_prefix = %q\n}", c.HostPort, token, prefix)
 }
 
-// startDegradedDaemon starts the daemon like StartDaemon (without its
-// default consul block: extraHCL brings one) but waits only until
-// /v1/health answers at all: an agent whose election is denied answers 503.
+// startDegradedDaemon starts a daemon without the harness's consul block
+// (extraHCL brings one) and waits only until /v1/health answers at all: an
+// agent whose election is denied answers 503.
 func startDegradedDaemon(t *testing.T, nomad *testagent.NomadAgent, extraHCL ...string) *Daemon {
 	t.Helper()
-	port := testagent.FreePorts(t, 1)[0]
-	d := &Daemon{Addr: fmt.Sprintf("http://127.0.0.1:%d", port), Bin: DaemonBinary(t), nomad: nomad, t: t}
-	d.Proc = testagent.NewProcess(t, "nomad-statefulset", d.Bin, nil, d.env())
-	cfg := fmt.Sprintf("data_dir = %q\nnomad {\n  address = %q\n}\nhttp {\n  address = \"127.0.0.1:%d\"\n}\n%s\n",
-		filepath.Join(d.Proc.Dir(), "data"), nomad.Addr, port, strings.Join(extraHCL, "\n"))
-	d.ConfigPath = filepath.Join(d.Proc.Dir(), "agent.hcl")
-	if err := os.WriteFile(d.ConfigPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d.Proc.SetArgs("agent", "-config", d.ConfigPath)
-	if err := d.Proc.Start(); err != nil {
-		t.Fatalf("starting nomad-statefulset: %v", err)
-	}
-	Eventually(t, 30*time.Second, "nomad-statefulset to answer GET /v1/health", func() error {
-		if !d.Proc.Running() {
-			return fmt.Errorf("%w: it exited: %v\n%s", ErrGiveUp, d.Proc.ExitErr(), d.Proc.LogTail(40))
-		}
-		resp, err := http.Get(d.Addr + "/v1/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
+	d := NewDaemon(t, nomad, nil, extraHCL...)
+	d.StartDegraded()
 	return d
 }
 

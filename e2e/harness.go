@@ -109,12 +109,20 @@ type Daemon struct {
 	t     testing.TB
 }
 
-// StartDaemon writes a config file with data_dir (in the process's own
-// directory) and the `nomad`, `consul` (when consul is not nil) and `http`
-// blocks, appends extraHCL, starts
+// StartDaemon prepares a daemon (NewDaemon), starts
 // `nomad-statefulset agent -config <file>` and waits until GET /v1/health
 // answers 200.
 func StartDaemon(t testing.TB, nomad *testagent.NomadAgent, consul *testagent.ConsulAgent, extraHCL ...string) *Daemon {
+	t.Helper()
+	d := NewDaemon(t, nomad, consul, extraHCL...)
+	d.Start()
+	return d
+}
+
+// NewDaemon writes a config file with data_dir (in the process's own
+// directory) and the `nomad`, `consul` (when consul is not nil) and `http`
+// blocks, appends extraHCL, and returns the daemon, not yet started.
+func NewDaemon(t testing.TB, nomad *testagent.NomadAgent, consul *testagent.ConsulAgent, extraHCL ...string) *Daemon {
 	t.Helper()
 	bin := DaemonBinary(t)
 	port := testagent.FreePorts(t, 1)[0]
@@ -139,7 +147,6 @@ func StartDaemon(t testing.TB, nomad *testagent.NomadAgent, consul *testagent.Co
 		t.Fatalf("e2e: %v", err)
 	}
 	d.Proc.SetArgs("agent", "-config", d.ConfigPath)
-	d.Start()
 	return d
 }
 
@@ -152,10 +159,23 @@ func (d *Daemon) env() []string {
 // Start starts the daemon (again) and waits until /v1/health answers 200.
 func (d *Daemon) Start() {
 	d.t.Helper()
+	d.start(true)
+}
+
+// StartDegraded starts the daemon (again) and waits until /v1/health
+// answers at all: an agent that cannot act (its election denied, say)
+// answers 503.
+func (d *Daemon) StartDegraded() {
+	d.t.Helper()
+	d.start(false)
+}
+
+func (d *Daemon) start(wantOK bool) {
+	d.t.Helper()
 	if err := d.Proc.Start(); err != nil {
 		d.t.Fatalf("e2e: start nomad-statefulset: %v", err)
 	}
-	Eventually(d.t, 30*time.Second, "nomad-statefulset to answer GET /v1/health with 200", func() error {
+	Eventually(d.t, 30*time.Second, "nomad-statefulset to answer GET /v1/health", func() error {
 		if !d.Proc.Running() {
 			return fmt.Errorf("%w: it exited: %v\n%s", ErrGiveUp, d.Proc.ExitErr(), d.Proc.LogTail(40))
 		}
@@ -164,7 +184,7 @@ func (d *Daemon) Start() {
 			return err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		if wantOK && resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("status %s", resp.Status)
 		}
 		return nil
