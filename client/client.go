@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,41 +103,13 @@ func New(address string) (*Client, error) {
 // Address returns the agent address the client talks to.
 func (c *Client) Address() string { return c.base.String() }
 
-// Health reads GET /v1/health.
-func (c *Client) Health(ctx context.Context) (*Health, error) {
-	var out Health
-	if err := c.get(ctx, "/v1/health", nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
 // AgentHealth reads GET /v1/health and returns its body whether the agent
-// answers 200 (ok) or 503 (degraded). Health fails on a degraded agent; a
-// caller that shows the agent's state (leader or follower, and which check
-// fails) wants the body either way.
+// answers 200 (ok) or 503 (degraded): a caller that shows the agent's state
+// (leader or follower, and which check fails) wants the body either way.
 func (c *Client) AgentHealth(ctx context.Context) (*Health, error) {
-	target := c.base.String() + "/v1/health"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building request for %s: %w", target, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &UnreachableError{Address: c.Address(), Err: unwrapURLError(err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, &StatusError{Method: req.Method, URL: target, Code: resp.StatusCode, Body: errorText(body)}
-	}
 	var out Health
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("decoding the agent's answer to GET %s: %w", target, err)
+	if err := c.get(ctx, "/v1/health", nil, &out, http.StatusServiceUnavailable); err != nil {
+		return nil, err
 	}
 	return &out, nil
 }
@@ -190,8 +163,10 @@ func (c *Client) getSet(ctx context.Context, namespace, name string, q url.Value
 	return &out, nil
 }
 
-// get does one GET and decodes a JSON body into out.
-func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
+// get does one GET and decodes a JSON body into out. An answer other than
+// 200, or than one of the statuses in also (whose bodies carry the same
+// JSON), is a *StatusError.
+func (c *Client) get(ctx context.Context, path string, q url.Values, out any, also ...int) error {
 	// The path segments are already escaped by the caller, so the URL is
 	// built as a string: url.URL would escape them a second time.
 	target := c.base.String() + path
@@ -212,7 +187,7 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any) er
 		return &UnreachableError{Address: c.Address(), Err: unwrapURLError(err)}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && !slices.Contains(also, resp.StatusCode) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return &StatusError{Method: req.Method, URL: target, Code: resp.StatusCode, Body: errorText(body)}
 	}
