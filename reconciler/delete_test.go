@@ -1,7 +1,9 @@
 package reconciler
 
 import (
+	"reflect"
 	"testing"
+	"time"
 )
 
 // TestCascadingDelete: pods go in reverse ordinal order one at a time under
@@ -65,5 +67,37 @@ func TestDeleteWaitsForTerminatingPod(t *testing.T) {
 	out = mustStep(t, w)
 	if len(out.Actions) != 2 || out.Actions[0].Ordinal != 0 || out.Actions[1].Type != ActionDeleteVolume || out.Actions[1].Volume.Ordinal != 1 {
 		t.Fatalf("second teardown step %+v", out.Actions)
+	}
+}
+
+// TestDeleteStatusCounts: while a set is torn down its status still counts
+// every observed pod, with the same rules as a live set: a terminating pod
+// counts in Replicas (and as ready) but not as current or updated, Ready is
+// not Available before minReadySeconds, and the revisions are the previous
+// status's.
+func TestDeleteStatusCounts(t *testing.T) {
+	in := baseInput()
+	v1 := in.Revisions[0].Name
+	in.Spec.Deleted = true
+	in.Spec.MinReadySeconds = 60
+	in.Previous.UpdateRevision = "web-v2"
+	in.Pods[0].ReadySince = in.Now.Add(-10 * time.Second) // ready, not yet available
+	in.Pods[1].Revision, in.Pods[1].Ready = "web-v2", false
+	// The highest pod terminates, so this decision deletes nothing (a
+	// deletion would adjust the counts) and only counts.
+	in.Pods[2].Terminating = true // ready and available, terminating
+	in.Pods = append(in.Pods, Pod{Ordinal: -1, Revision: v1, Phase: PhasePending})
+	out := safe(t, in)
+	if n := countActions(out, ActionDeletePod); n != 0 {
+		t.Fatalf("%d pods deleted while the highest terminates", n)
+	}
+	st := out.Status
+	want := Status{Replicas: 4, ReadyReplicas: 2, AvailableReplicas: 1, CurrentReplicas: 2, UpdatedReplicas: 1,
+		CurrentRevision: v1, UpdateRevision: "web-v2"}
+	got := Status{Replicas: st.Replicas, ReadyReplicas: st.ReadyReplicas, AvailableReplicas: st.AvailableReplicas,
+		CurrentReplicas: st.CurrentReplicas, UpdatedReplicas: st.UpdatedReplicas,
+		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("teardown status %+v\nwant %+v", got, want)
 	}
 }

@@ -40,24 +40,31 @@ func (r *reconciler) countStatus() {
 	st.CurrentRevision = r.current.Name
 	st.UpdateRevision = r.update.Name
 	for i := range r.in.Pods {
-		p := &r.in.Pods[i]
-		if p.Ordinal < 0 {
-			continue
+		if p := &r.in.Pods[i]; p.Ordinal >= 0 {
+			r.countPod(p)
 		}
-		st.Replicas++
-		if runningAndReady(p) {
-			st.ReadyReplicas++
-			if r.available(p) {
-				st.AvailableReplicas++
-			}
+	}
+}
+
+// countPod adds one observed pod to the status counters, against the
+// current and update revisions already in the status. A terminating pod
+// still counts in Replicas (and as ready while it is), but no longer as
+// current or updated. Teardown counts with it too.
+func (r *reconciler) countPod(p *Pod) {
+	st := &r.status
+	st.Replicas++
+	if runningAndReady(p) {
+		st.ReadyReplicas++
+		if r.available(p) {
+			st.AvailableReplicas++
 		}
-		if !p.Terminating {
-			if p.Revision == st.CurrentRevision {
-				st.CurrentReplicas++
-			}
-			if p.Revision == st.UpdateRevision {
-				st.UpdatedReplicas++
-			}
+	}
+	if !p.Terminating {
+		if p.Revision == st.CurrentRevision {
+			st.CurrentReplicas++
+		}
+		if p.Revision == st.UpdateRevision {
+			st.UpdatedReplicas++
 		}
 	}
 }

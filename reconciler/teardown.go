@@ -18,23 +18,10 @@ func (r *reconciler) teardown() Output {
 	st.CollisionCount = prev.CollisionCount
 	st.LastProgressTime = prev.LastProgressTime
 	st.PopulatedOrdinalsEnd = prev.PopulatedOrdinalsEnd
+	// Every observed pod counts here, a negative ordinal included: teardown
+	// deletes it like any other.
 	for i := range in.Pods {
-		p := &in.Pods[i]
-		st.Replicas++
-		if runningAndReady(p) {
-			st.ReadyReplicas++
-			if r.available(p) {
-				st.AvailableReplicas++
-			}
-		}
-		if !p.Terminating {
-			if p.Revision == st.CurrentRevision {
-				st.CurrentReplicas++
-			}
-			if p.Revision == st.UpdateRevision {
-				st.UpdatedReplicas++
-			}
-		}
+		r.countPod(&in.Pods[i])
 	}
 
 	if r.spec.PodManagementPolicy == Parallel {
