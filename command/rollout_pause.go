@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // RolloutPauseCommand is `nomad-statefulset rollout pause|resume <set>`;
@@ -79,7 +81,7 @@ func (c *RolloutPauseCommand) Run(args []string) int {
 	set := pos[0]
 	want := !c.Resume
 	return c.updateParent(c.verb(), set, func(job *api.Job) (bool, string, error) {
-		paused := job.Meta["statefulset_paused"] == "true"
+		paused := isPaused(job)
 		if paused == want {
 			if want {
 				return false, fmt.Sprintf("Statefulset %q is already paused; nothing to do", set), nil
@@ -87,10 +89,10 @@ func (c *RolloutPauseCommand) Run(args []string) int {
 			return false, fmt.Sprintf("Statefulset %q is not paused; nothing to do", set), nil
 		}
 		if want {
-			job.Meta["statefulset_paused"] = "true"
+			job.Meta[jobs.KeyPaused] = "true"
 			return true, fmt.Sprintf("Pausing the rollout of statefulset %q", set), nil
 		}
-		job.Meta["statefulset_paused"] = "false"
+		job.Meta[jobs.KeyPaused] = "false"
 		return true, fmt.Sprintf("Resuming the rollout of statefulset %q", set), nil
 	})
 }

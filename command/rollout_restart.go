@@ -56,7 +56,7 @@ func (c *RolloutRestartCommand) Run(args []string) int {
 	}
 	set := pos[0]
 	return c.updateParent("restart", set, func(job *api.Job) (bool, string, error) {
-		if job.Meta["statefulset_paused"] == "true" {
+		if isPaused(job) {
 			return false, "", fmt.Errorf("statefulset %q is paused; run 'nomad-statefulset rollout resume %s' first", set, set)
 		}
 		tg := job.TaskGroups[0]

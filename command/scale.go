@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // ScaleCommand is `nomad-statefulset scale <set> <replicas>`.
@@ -52,14 +54,15 @@ func (c *ScaleCommand) Run(args []string) int {
 		return c.usageError("scale", "replicas must be an integer >= 0, not %q", pos[1])
 	}
 	return c.updateParent("scale", name, func(job *api.Job) (bool, string, error) {
-		old, had := job.Meta["statefulset_replicas"]
+		raw, had := job.Meta[jobs.KeyReplicas]
+		old := strings.TrimSpace(raw)
 		if !had {
 			old = "1 (the default)"
 		}
 		if had && old == strconv.Itoa(n) {
 			return false, fmt.Sprintf("Statefulset %q already has %d replicas; nothing to do", name, n), nil
 		}
-		job.Meta["statefulset_replicas"] = strconv.Itoa(n)
+		job.Meta[jobs.KeyReplicas] = strconv.Itoa(n)
 		return true, fmt.Sprintf("Scaling statefulset %q from %s to %d replicas", name, old, n), nil
 	})
 }

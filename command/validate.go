@@ -141,7 +141,7 @@ func (c *ValidateCommand) Run(args []string) int {
 			out.Problems = append(out.Problems, validateProblem{Key: p.Key, Value: p.Value, Rule: p.Rule})
 		}
 	case errors.Is(err, jobs.ErrNotManaged):
-		out.Problems = append(out.Problems, validateProblem{Key: "statefulset", Value: job.Meta["statefulset"],
+		out.Problems = append(out.Problems, validateProblem{Key: jobs.KeyManaged, Value: job.Meta[jobs.KeyManaged],
 			Rule: `is not "true": the job is not managed by nomad-statefulset (set meta statefulset = "true")`})
 	default:
 		return c.report(fmt.Errorf("%s: %w", displayPath(path), err))

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // mutateFunc changes the parent job in place. It returns whether anything
@@ -92,8 +94,8 @@ func (m *Meta) writeOutput(res writeResult) int {
 // or that is stopped: re-registering a stopped job would start it again,
 // undoing someone's `nomad job stop`.
 func checkParent(job *api.Job, ns, name string) error {
-	if job.Meta["statefulset"] != "true" {
-		return fmt.Errorf("job %q in namespace %q is not a statefulset: its meta statefulset is %q, not \"true\"", name, ns, job.Meta["statefulset"])
+	if !jobs.IsManaged(job) {
+		return fmt.Errorf("job %q in namespace %q is not a statefulset: its meta %s is %q, not \"true\"", name, ns, jobs.KeyManaged, job.Meta[jobs.KeyManaged])
 	}
 	if job.Stop != nil && *job.Stop {
 		return fmt.Errorf("job %q in namespace %q is stopped; run it again with `nomad job run` before changing it", name, ns)
@@ -102,6 +104,13 @@ func checkParent(job *api.Job, ns, name string) error {
 		return fmt.Errorf("job %q in namespace %q has %d task groups; a statefulset parent has exactly one", name, ns, len(job.TaskGroups))
 	}
 	return nil
+}
+
+// isPaused reads statefulset_paused as jobs.Parse, and so the agent, does:
+// surrounding space is ignored. Reading it any other way would let a
+// restart through on a set the agent holds paused.
+func isPaused(job *api.Job) bool {
+	return strings.TrimSpace(job.Meta[jobs.KeyPaused]) == "true"
 }
 
 // derefU64 reads an optional api field.

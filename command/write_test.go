@@ -148,6 +148,47 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
+// The write verbs read the annotations as jobs.Parse, and so the agent,
+// does: a value with surrounding space is the value. Otherwise restart would
+// roll a set the agent holds paused, and pause and scale would re-register
+// a job that is already as asked.
+func TestWriteVerbsReadAnnotationsAsTheAgentDoes(t *testing.T) {
+	cases := []struct {
+		name   string
+		meta   map[string]string
+		cmd    func(Meta) cli.Command
+		args   []string
+		code   int
+		want   string
+		stderr bool
+	}{
+		{"restart refused while paused", map[string]string{jobs.KeyPaused: " true "}, restartCmd, []string{"web"}, ExitError, "rollout resume web", true},
+		{"pause when paused", map[string]string{jobs.KeyPaused: "true\n"}, pauseCmd, []string{"web"}, ExitOK, "already paused", false},
+		{"scale to the same count", map[string]string{jobs.KeyReplicas: " 3"}, scaleCmd, []string{"web", "3"}, ExitOK, "already has 3 replicas", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nomad := newFakeNomad(t)
+			job := parentJob("web")
+			for k, v := range tc.meta {
+				job.Meta[k] = v
+			}
+			nomad.put(job, 1)
+			code, out, errOut := runWrite(t, tc.cmd, nomad, tc.args...)
+			got := out
+			if tc.stderr {
+				got = errOut
+			}
+			if code != tc.code || !strings.Contains(got, tc.want) {
+				t.Fatalf("exit %d, want %d with %q; stdout %q, stderr %q", code, tc.code, tc.want, out, errOut)
+			}
+			if n := len(nomad.registers()); n != 0 {
+				t.Errorf("%d registers, want none", n)
+			}
+		})
+	}
+}
+
 func TestRestartStampsGroupMetaAndMakesANewRevision(t *testing.T) {
 	nomad := newFakeNomad(t)
 	nomad.put(parentJob("web"), 3)
