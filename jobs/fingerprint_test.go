@@ -14,20 +14,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
-// jsonCopy deep-copies a job the way the watcher receives it.
-func jsonCopy(t *testing.T, j *api.Job) *api.Job {
-	t.Helper()
-	b, err := json.Marshal(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out api.Job
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return &out
-}
-
 // mutator walks a value in a fixed order and changes the target-th thing it
 // can change: a leaf's value, a pointer, slice, map or interface set to nil,
 // or a map entry deleted. Counting every change point of a job lets a test
@@ -178,7 +164,10 @@ func TestCompactChildKeepsDrift(t *testing.T) {
 			}
 			tried, drifted := 0, 0
 			for target := 1; ; target++ {
-				j := jsonCopy(t, b.child)
+				j, err := copyJob(b.child)
+				if err != nil {
+					t.Fatal(err)
+				}
 				m := &mutator{target: target}
 				m.walk(reflect.ValueOf(j).Elem(), "job")
 				if !m.done {
@@ -225,7 +214,10 @@ func TestDecodeCompactChildMatches(t *testing.T) {
 	for i, b := range bases {
 		tried := 0
 		for target := 0; ; target++ {
-			j := jsonCopy(t, b)
+			j, err := copyJob(b)
+			if err != nil {
+				t.Fatal(err)
+			}
 			m := &mutator{target: target, what: "unchanged"}
 			if target > 0 {
 				m.walk(reflect.ValueOf(j).Elem(), "job")
