@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -44,7 +43,7 @@ func ApplyRevision(parent *api.Job, data []byte) (*api.Job, error) {
 
 	meta := map[string]string{}
 	for k, v := range job.Meta {
-		if k == KeyManaged || strings.HasPrefix(k, KeyManaged+"_") {
+		if isSetKey(k) {
 			meta[k] = v
 		}
 	}

@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
@@ -19,5 +21,47 @@ func TestClaimModes(t *testing.T) {
 		if a != tc.access || m != tc.attach {
 			t.Errorf("ClaimModes(%q) = %q, %q; want %q, %q", tc.claim, a, m, tc.access, tc.attach)
 		}
+	}
+}
+
+// TestApplyRevisionMeta: applying a revision takes the template's meta from
+// the revision and keeps the parent's own statefulset keys, so registering
+// the result gives back exactly the revision's data (a rollback, not a new
+// revision) without changing how the set is managed.
+func TestApplyRevisionMeta(t *testing.T) {
+	old := newJob(map[string]string{KeyReplicas: "3", "owner": "a", "gone": "x"})
+	data, err := RevisionData(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := newJob(map[string]string{KeyReplicas: "5", KeyPartition: "1", "owner": "b", "added": "y"})
+	got, err := ApplyRevision(parent, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{KeyManaged: "true", KeyReplicas: "5", KeyPartition: "1", "owner": "a", "gone": "x"}
+	if !reflect.DeepEqual(got.Meta, want) {
+		t.Fatalf("meta %v, want %v", got.Meta, want)
+	}
+	back, err := RevisionData(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back, data) {
+		t.Fatalf("revision data after apply\n%s\nwant\n%s", back, data)
+	}
+	if parent.Meta["owner"] != "b" {
+		t.Fatal("ApplyRevision changed the parent's meta")
+	}
+}
+
+// TestChildRecordMeta: a child record keeps exactly the statefulset keys of
+// a job's meta, the ones ParseChild and IsManaged read.
+func TestChildRecordMeta(t *testing.T) {
+	j := newJob(map[string]string{KeyReplicas: "2", MetaParent: "web", "owner": "a", "statefulsetx": "y"})
+	got := NewChildRecord(j).Job().Meta
+	want := map[string]string{KeyManaged: "true", KeyReplicas: "2", MetaParent: "web"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("record meta %v, want %v", got, want)
 	}
 }

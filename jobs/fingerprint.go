@@ -3,7 +3,6 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -199,7 +198,7 @@ func NewChildRecord(j *api.Job) *ChildRecord {
 		jobModifyIndex: optOf(j.JobModifyIndex), submitTime: optOf(j.SubmitTime),
 		// The managed flag and every statefulset_* key: the identity keys
 		// plus the parent's annotations, which tell parents from children.
-		meta:      keep(j.Meta, func(k string) bool { return strings.HasPrefix(k, KeyManaged) }),
+		meta:      keep(j.Meta, isSetKey),
 		hasGroups: j.TaskGroups != nil,
 	}
 	if len(j.TaskGroups) > 0 {

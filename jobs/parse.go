@@ -35,6 +35,14 @@ const (
 	KeyProgressDeadline       = "statefulset_progress_deadline"
 )
 
+// isSetKey reports whether a meta key belongs to managing the set (the
+// managed flag or a statefulset_* key) rather than to the template. It is
+// the one split of a parent's meta: RevisionData drops these keys,
+// ApplyRevision keeps the parent's own, and a child record keeps only these.
+func isSetKey(k string) bool {
+	return k == KeyManaged || strings.HasPrefix(k, annotationPrefix)
+}
+
 // Defaults and limits of the parser.
 const (
 	annotationPrefix           = KeyManaged + "_"

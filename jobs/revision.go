@@ -171,7 +171,7 @@ func applyServerDefaults(g *api.TaskGroup) {
 func revisionMeta(meta map[string]string) map[string]string {
 	out := make(map[string]string, len(meta))
 	for k, v := range meta {
-		if k == KeyManaged || strings.HasPrefix(k, annotationPrefix) {
+		if isSetKey(k) {
 			continue
 		}
 		out[k] = v
