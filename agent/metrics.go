@@ -126,12 +126,6 @@ func (i instrumented) DeregisterJob(ctx context.Context, ns, id string, purge bo
 	return err
 }
 
-func (i instrumented) JobAllocations(ctx context.Context, ns, id string) ([]*api.AllocationListStub, error) {
-	a, err := i.inner.JobAllocations(ctx, ns, id)
-	i.count("JobAllocations", err)
-	return a, err
-}
-
 func (i instrumented) ListAllocations(ctx context.Context, ns string) ([]*api.AllocationListStub, error) {
 	a, err := i.inner.ListAllocations(ctx, ns)
 	i.count("ListAllocations", err)

@@ -426,23 +426,6 @@ func (s *Nomad) deregisterJob(namespace, id string, purge bool) {
 	s.schedulePlan(key)
 }
 
-// JobAllocations implements nomad.API: every allocation ever placed for the
-// job ID and not yet garbage collected, oldest first, including those of a
-// purged or earlier incarnation of the job (as Nomad lists them).
-func (s *Nomad) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
-	if err := s.enterRead(ctx, VerbJobAllocations); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	list := s.allocsByJob[jobKey{namespaceOrDefault(namespace), id}]
-	out := make([]*api.AllocationListStub, 0, len(list))
-	for _, a := range list {
-		out = append(out, a.stub())
-	}
-	return out, nil
-}
-
 // ListAllocations implements nomad.API: every allocation of the namespace
 // ("*" for all) not yet garbage collected, newest first as the api client
 // sorts them, without task states (the daemon asks Nomad to leave them out).

@@ -82,19 +82,6 @@ func BenchmarkGetJob(b *testing.B) {
 	}
 }
 
-func BenchmarkJobAllocations(b *testing.B) {
-	s := populate(b, 100, 10)
-	defer s.Close()
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.JobAllocations(ctx, "default", "set7-3"); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkListHostVolumes(b *testing.B) {
 	s := populate(b, 100, 10)
 	defer s.Close()

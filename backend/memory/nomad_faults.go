@@ -23,7 +23,6 @@ const (
 	VerbGetJob           = "GetJob"
 	VerbRegisterJob      = "RegisterJob"
 	VerbDeregisterJob    = "DeregisterJob"
-	VerbJobAllocations   = "JobAllocations"
 	VerbListAllocations  = "ListAllocations"
 	VerbCreateHostVolume = "CreateHostVolume"
 	VerbListHostVolumes  = "ListHostVolumes"
@@ -46,7 +45,6 @@ var verbRoutes = map[string][2]string{
 	VerbGetJob:           {"GET", "/v1/job/"},
 	VerbRegisterJob:      {"PUT", "/v1/jobs"},
 	VerbDeregisterJob:    {"DELETE", "/v1/job/"},
-	VerbJobAllocations:   {"GET", "/v1/job/"},
 	VerbListAllocations:  {"GET", "/v1/allocations"},
 	VerbCreateHostVolume: {"PUT", "/v1/volume/host/create"},
 	VerbListHostVolumes:  {"GET", "/v1/volumes"},

@@ -54,10 +54,6 @@ var faultSteps = []faultStep{
 		_, err := f.s.GetJob(ctx, "default", "pre")
 		return err
 	}},
-	{VerbJobAllocations, false, func(ctx context.Context, f *faultScenario) error {
-		_, err := f.s.JobAllocations(ctx, "default", "pre")
-		return err
-	}},
 	{VerbListAllocations, false, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.ListAllocations(ctx, "*")
 		return err
@@ -266,8 +262,8 @@ func TestConcurrentUse(t *testing.T) {
 					if _, _, err := s.ListJobs(ctx, "*"); err != nil {
 						t.Errorf("list: %v", err)
 					}
-					if _, err := s.JobAllocations(ctx, "default", id); err != nil {
-						t.Errorf("allocs: %v", err)
+					if _, err := s.ListAllocations(ctx, "default"); err != nil {
+						t.Errorf("list allocations: %v", err)
 					}
 				}
 			}(w)

@@ -28,7 +28,6 @@ func (s *Nomad) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/jobs", s.httpRegister)
 	mux.HandleFunc("GET /v1/job/{id}", s.httpGetJob)
 	mux.HandleFunc("DELETE /v1/job/{id}", s.httpDeregister)
-	mux.HandleFunc("GET /v1/job/{id}/allocations", s.httpJobAllocations)
 	mux.HandleFunc("GET /v1/allocations", s.httpListAllocations)
 	mux.HandleFunc("PUT /v1/volume/host/create", s.httpCreateVolume)
 	mux.HandleFunc("POST /v1/volume/host/create", s.httpCreateVolume)
@@ -124,15 +123,6 @@ func (s *Nomad) httpDeregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reply(w, &api.JobDeregisterResponse{})
-}
-
-func (s *Nomad) httpJobAllocations(w http.ResponseWriter, r *http.Request) {
-	allocs, err := s.JobAllocations(r.Context(), httpNamespace(r), r.PathValue("id"))
-	if err != nil {
-		fail(w, err, "")
-		return
-	}
-	s.reply(w, allocs)
 }
 
 func (s *Nomad) httpListAllocations(w http.ResponseWriter, r *http.Request) {

@@ -956,8 +956,10 @@ func (s *Nomad) GC() int {
 
 // ---- Assertions ----
 
-// Allocs lists a job's allocations like JobAllocations, without counting a
-// call or meeting a fault: for test assertions.
+// Allocs lists every allocation ever placed for the job ID and not yet
+// garbage collected, oldest first, including those of a purged or earlier
+// incarnation of the job (as Nomad's job allocations endpoint lists them),
+// without counting a call or meeting a fault: for test assertions.
 func (s *Nomad) Allocs(namespace, id string) []*api.AllocationListStub {
 	s.mu.Lock()
 	defer s.mu.Unlock()

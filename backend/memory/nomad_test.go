@@ -309,9 +309,8 @@ func TestLifecycle(t *testing.T) {
 	if _, err := s.GetJob(context.Background(), "default", "web-0"); !errors.Is(err, nomad.ErrNotFound) {
 		t.Fatalf("purged job: %v", err)
 	}
-	allocs, err := s.JobAllocations(context.Background(), "default", "web-0")
-	if err != nil || len(allocs) != 1 {
-		t.Fatalf("allocs of a purged job: %v %v", allocs, err)
+	if allocs := s.Allocs("default", "web-0"); len(allocs) != 1 {
+		t.Fatalf("allocs of a purged job: %v", allocs)
 	}
 	if n := s.GC(); n != 1 || len(s.Allocs("default", "web-0")) != 0 {
 		t.Fatalf("GC removed %d", n)
@@ -675,7 +674,7 @@ func TestCopyAndEqual(t *testing.T) {
 
 // TestListAllocations: one call lists the allocations of every job, in one
 // namespace or all of them, newest first and without task states, the same
-// stubs JobAllocations gives job by job.
+// stubs Allocs gives job by job.
 func TestListAllocations(t *testing.T) {
 	s := manual(t)
 	ctx := context.Background()
@@ -696,11 +695,7 @@ func TestListAllocations(t *testing.T) {
 	}
 	var want []*api.AllocationListStub
 	for _, j := range []struct{ ns, id string }{{"default", "web-0"}, {"prod", "db-0"}} {
-		list, err := s.JobAllocations(ctx, j.ns, j.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, list...)
+		want = append(want, s.Allocs(j.ns, j.id)...)
 	}
 	if len(all) != 3 || len(want) != 3 {
 		t.Fatalf("listed %d allocations, job by job %d; want 3", len(all), len(want))

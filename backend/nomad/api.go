@@ -30,11 +30,9 @@ type API interface {
 	RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error)
 	// DeregisterJob stops a job, and purges it when purge is set.
 	DeregisterJob(ctx context.Context, namespace, id string, purge bool) error
-	// JobAllocations lists the allocations of one job, old ones included.
-	JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
 	// ListAllocations lists every allocation of a namespace ("*" for all
 	// namespaces) in one call: the re-list reads all children's allocations
-	// with it instead of one JobAllocations each. Callers may rely only on
+	// with it rather than one request per child. Callers may rely only on
 	// a stub's ID, Namespace, NodeID, JobID, statuses, DeploymentStatus,
 	// indexes and ModifyTime: the real client decodes no more.
 	ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error)

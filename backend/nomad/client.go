@@ -53,7 +53,7 @@ func IsNotFound(err error) bool {
 // token lacks.
 var capabilityFor = map[string]string{
 	"ListJobs": "list-jobs", "GetJob": "read-job", "RegisterJob": "submit-job",
-	"DeregisterJob": "submit-job", "JobAllocations": "read-job", "ListAllocations": "read-job",
+	"DeregisterJob": "submit-job", "ListAllocations": "read-job",
 	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
 	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
 }
@@ -164,15 +164,6 @@ func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge 
 		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, denied("DeregisterJob", namespace, err))
 	}
 	return nil
-}
-
-// JobAllocations implements API.
-func (n *Client) JobAllocations(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
-	allocs, _, err := n.c.Jobs().Allocations(id, true, query(ctx, namespace))
-	if err != nil {
-		return nil, fmt.Errorf("listing allocations of job %s/%s: %w", namespace, id, denied("JobAllocations", namespace, err))
-	}
-	return allocs, nil
 }
 
 // CreateHostVolume implements API.

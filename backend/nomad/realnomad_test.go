@@ -57,11 +57,6 @@ func (c *counting) GetJob(ctx context.Context, ns, id string) (*api.Job, error) 
 	return c.API.GetJob(ctx, ns, id)
 }
 
-func (c *counting) JobAllocations(ctx context.Context, ns, id string) ([]*api.AllocationListStub, error) {
-	c.count("JobAllocations")
-	return c.API.JobAllocations(ctx, ns, id)
-}
-
 func (c *counting) ListAllocations(ctx context.Context, ns string) ([]*api.AllocationListStub, error) {
 	c.count("ListAllocations")
 	return c.API.ListAllocations(ctx, ns)
@@ -179,7 +174,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	}
 	var want []string
 	for _, c := range children {
-		allocs, err := client.JobAllocations(ctx, c.ns, c.id)
+		allocs, _, err := n.Client.Jobs().Allocations(c.id, true, &api.QueryOptions{Namespace: c.ns})
 		if err != nil {
 			t.Fatal(err)
 		}
