@@ -1,9 +1,6 @@
 package jobs
 
-import (
-	"encoding/json"
-	"testing"
-)
+import "testing"
 
 // BenchmarkParseRender is the per-pod cost on the controller's hot path:
 // parse the parent's annotations and render one child from a revision.
@@ -37,5 +34,3 @@ func BenchmarkRevisionData(b *testing.B) {
 		}
 	}
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
