@@ -171,20 +171,18 @@ func (w *world) checkState() error {
 		}
 	}
 	if w.checkMonotonic && w.spec.PodManagementPolicy == OrderedReady {
-		{
-			var ps []Pod
-			for _, p := range w.sortedPods() {
-				if p.Ordinal >= start && p.Ordinal < start+n {
-					ps = append(ps, p)
-				}
+		var ps []Pod
+		for _, p := range w.sortedPods() {
+			if p.Ordinal >= start && p.Ordinal < start+n {
+				ps = append(ps, p)
 			}
-			for i, p := range ps {
-				if p.Ordinal != start+i {
-					return fmt.Errorf("monotonic: pods are not contiguous from %d: found %d at position %d", start, p.Ordinal, i)
-				}
-				if i > 0 && runningAndReady(&ps[i]) && !runningAndReady(&ps[i-1]) {
-					return fmt.Errorf("monotonic: successor %d is Running and Ready while %d is not", p.Ordinal, ps[i-1].Ordinal)
-				}
+		}
+		for i, p := range ps {
+			if p.Ordinal != start+i {
+				return fmt.Errorf("monotonic: pods are not contiguous from %d: found %d at position %d", start, p.Ordinal, i)
+			}
+			if i > 0 && runningAndReady(&ps[i]) && !runningAndReady(&ps[i-1]) {
+				return fmt.Errorf("monotonic: successor %d is Running and Ready while %d is not", p.Ordinal, ps[i-1].Ordinal)
 			}
 		}
 	}
