@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 )
 
@@ -43,37 +44,32 @@ func nomadError(address, what string, err error) error {
 	if err == nil {
 		return nil
 	}
+	// A lost check-and-set is recognised as the agent recognises it
+	// (nomad.IsConflict): Nomad sends it as a plain 500, so its text is all
+	// there is to go on, with or without the typed error around it.
 	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		body := strings.TrimSpace(ue.Body())
-		switch {
-		case isEnforceConflict(body):
-			return fmt.Errorf("%s: %w (Nomad said: %s)", what, ErrConflict, body)
-		case ue.StatusCode() == http.StatusNotFound:
+	isUE := errors.As(err, &ue)
+	if nomad.IsConflict(err) {
+		said := err.Error()
+		if isUE {
+			said = strings.TrimSpace(ue.Body())
+		}
+		return fmt.Errorf("%s: %w (Nomad said: %s)", what, ErrConflict, said)
+	}
+	if isUE {
+		switch ue.StatusCode() {
+		case http.StatusNotFound:
 			return fmt.Errorf("%s: %w", what, errNotFound)
-		case ue.StatusCode() == http.StatusForbidden:
+		case http.StatusForbidden:
 			return fmt.Errorf("%s: permission denied by Nomad (set -token or NOMAD_TOKEN to a token that may read and submit the job): %w", what, err)
 		}
 		return fmt.Errorf("%s: %w", what, err)
-	}
-	// Some api paths return the server's text without the typed error.
-	if isEnforceConflict(err.Error()) {
-		return fmt.Errorf("%s: %w (Nomad said: %s)", what, ErrConflict, err.Error())
 	}
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {
 		return fmt.Errorf("%s: %w", what, &NomadUnreachableError{Address: address, Err: urlErr.Err})
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// isEnforceConflict recognises Nomad's answer to a register whose
-// EnforceIndex did not match, e.g. "Enforcing job modify index 12: job
-// exists with conflicting job modify index: 13". Nomad sends it as a plain
-// 500 with that text, so the text is all there is to go on.
-func isEnforceConflict(msg string) bool {
-	return strings.Contains(msg, "conflicting job modify index") ||
-		strings.Contains(msg, "Enforcing job modify index")
 }
 
 // report prints err in plain words and returns the exit code for it. No
