@@ -25,6 +25,16 @@ type SetKey struct {
 // work-queue keys.
 func (k SetKey) String() string { return k.Namespace + "/" + k.Name }
 
+// Validate reports a key with an empty namespace or name. Every Store
+// refuses such a key, so that no store files state under a set that no
+// parent job can name.
+func (k SetKey) Validate() error {
+	if k.Namespace == "" || k.Name == "" {
+		return fmt.Errorf("invalid set key %q: namespace and name must not be empty", k.String())
+	}
+	return nil
+}
+
 // ErrNotLeader is returned by a fenced write made by an agent that no longer
 // holds leadership. Callers must stop acting when they see it.
 var ErrNotLeader = errors.New("not the leader: write fenced off")

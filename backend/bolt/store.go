@@ -95,13 +95,6 @@ func Open(path string) (*Store, error) {
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
 
-func checkSet(set backend.SetKey) error {
-	if set.Namespace == "" || set.Name == "" {
-		return fmt.Errorf("invalid set key %q: namespace and name must not be empty", set.String())
-	}
-	return nil
-}
-
 // setBucket returns the set's bucket, or nil when the set has no state.
 func setBucket(tx *bbolt.Tx, set backend.SetKey) *bbolt.Bucket {
 	ns := tx.Bucket(bucketSets).Bucket([]byte(set.Namespace))
@@ -166,7 +159,7 @@ func (s *Store) revisionKey(set backend.SetKey, name string) string {
 // ListRevisions implements backend.Store. A revision that does not decode
 // fails the call with a *backend.CorruptValueError naming it.
 func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, error) {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return nil, fmt.Errorf("listing revisions: %w", err)
 	}
 	out := []reconciler.Revision{}
@@ -198,7 +191,7 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 
 // PutRevision implements backend.Store.
 func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconciler.Revision) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("storing revision %q: %w", rev.Name, err)
 	}
 	if rev.Name == "" {
@@ -227,7 +220,7 @@ func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconci
 
 // DeleteRevision implements backend.Store.
 func (s *Store) DeleteRevision(ctx context.Context, set backend.SetKey, name string) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("deleting revision %q: %w", name, err)
 	}
 	err := s.update(ctx, func(tx *bbolt.Tx) error {
@@ -251,7 +244,7 @@ func (s *Store) DeleteRevision(ctx context.Context, set backend.SetKey, name str
 // GetStatus implements backend.Store. A status that does not decode fails
 // the call with a *backend.CorruptValueError naming it.
 func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.Status, bool, error) {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return reconciler.Status{}, false, fmt.Errorf("reading status: %w", err)
 	}
 	var (
@@ -284,7 +277,7 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 
 // PutStatus implements backend.Store.
 func (s *Store) PutStatus(ctx context.Context, set backend.SetKey, status reconciler.Status) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("storing status: %w", err)
 	}
 	raw, err := codec.EncodeStatus(status)
@@ -306,7 +299,7 @@ func (s *Store) PutStatus(ctx context.Context, set backend.SetKey, status reconc
 
 // DeleteSet implements backend.Store.
 func (s *Store) DeleteSet(ctx context.Context, set backend.SetKey) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("deleting set state: %w", err)
 	}
 	err := s.update(ctx, func(tx *bbolt.Tx) error {

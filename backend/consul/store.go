@@ -127,13 +127,6 @@ func escape(seg string) string {
 	return e
 }
 
-func checkSet(set backend.SetKey) error {
-	if set.Namespace == "" || set.Name == "" {
-		return fmt.Errorf("invalid set key %q: namespace and name must not be empty", set.String())
-	}
-	return nil
-}
-
 func (s *Store) setPrefix(set backend.SetKey) string {
 	return s.prefix + "/" + escape(set.Namespace) + "/" + escape(set.Name) + "/"
 }
@@ -264,7 +257,7 @@ func (s *Store) txnError(what string, fenced bool, resp *api.KVTxnResponse) erro
 // not decode, the call fails with a *backend.CorruptValueError naming its
 // key; other sets are unaffected.
 func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, error) {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return nil, fmt.Errorf("listing revisions: %w", err)
 	}
 	prefix := s.revisionsPrefix(set)
@@ -296,7 +289,7 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 
 // PutRevision implements backend.Store as a check-and-set.
 func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconciler.Revision) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("storing revision %q: %w", rev.Name, err)
 	}
 	if rev.Name == "" {
@@ -313,7 +306,7 @@ func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconci
 // GetStatus implements backend.Store. A status that does not decode fails
 // the call with a *backend.CorruptValueError naming its key.
 func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.Status, bool, error) {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return reconciler.Status{}, false, fmt.Errorf("reading status: %w", err)
 	}
 	key := s.statusKey(set)
@@ -336,7 +329,7 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 
 // PutStatus implements backend.Store as a check-and-set.
 func (s *Store) PutStatus(ctx context.Context, set backend.SetKey, status reconciler.Status) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("storing status: %w", err)
 	}
 	what := fmt.Sprintf("storing status of %s", set)
@@ -369,7 +362,7 @@ func (s *Store) cas(ctx context.Context, what, key string, value []byte) error {
 
 // DeleteRevision implements backend.Store as a check-and-set delete.
 func (s *Store) DeleteRevision(ctx context.Context, set backend.SetKey, name string) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("deleting revision %q: %w", name, err)
 	}
 	if name == "" {
@@ -397,7 +390,7 @@ func (s *Store) DeleteRevision(ctx context.Context, set backend.SetKey, name str
 // DeleteSet implements backend.Store: it deletes the set's whole subtree in
 // one fenced transaction.
 func (s *Store) DeleteSet(ctx context.Context, set backend.SetKey) error {
-	if err := checkSet(set); err != nil {
+	if err := set.Validate(); err != nil {
 		return fmt.Errorf("deleting set state: %w", err)
 	}
 	prefix := s.setPrefix(set)

@@ -36,13 +36,6 @@ func NewStore() *Store {
 	return &Store{sets: make(map[backend.SetKey]*memSet)}
 }
 
-func checkSet(set backend.SetKey) error {
-	if set.Namespace == "" || set.Name == "" {
-		return fmt.Errorf("invalid set key %q: namespace and name must not be empty", set.String())
-	}
-	return nil
-}
-
 // begin checks the call's arguments and the store's state. The caller holds mu.
 func (s *Store) begin(ctx context.Context, set *backend.SetKey) error {
 	if err := ctx.Err(); err != nil {
@@ -52,7 +45,7 @@ func (s *Store) begin(ctx context.Context, set *backend.SetKey) error {
 		return errClosed
 	}
 	if set != nil {
-		return checkSet(*set)
+		return set.Validate()
 	}
 	return nil
 }
