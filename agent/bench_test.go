@@ -884,3 +884,59 @@ func BenchmarkDecodeAllocPayload(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSteadySync is one reconcile of a converged set, by replicas: what
+// every event about the set and every resync costs once nothing is left to
+// do. The agent is stopped once the set has converged, so its watcher and
+// workers are quiet and the benchmark's passes are the only ones over the
+// frozen cache. A pass that writes to Nomad fails the benchmark: it would
+// not be steady state.
+func BenchmarkSteadySync(b *testing.B) {
+	for _, replicas := range []int{10, 300} {
+		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+			sim := memory.NewNomad(fastSim())
+			b.Cleanup(sim.Close)
+			a, err := New(Options{
+				Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(),
+				HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := a.Run(ctx); err != nil {
+					b.Errorf("agent: %v", err)
+				}
+			}()
+			stop := func() { cancel(); <-done }
+			b.Cleanup(stop)
+
+			key := backend.SetKey{Namespace: "default", Name: "web"}
+			meta := map[string]string{"statefulset_replicas": strconv.Itoa(replicas), "statefulset_pod_management_policy": "Parallel"}
+			if _, err := sim.RegisterJob(context.Background(), parentJob(key.Name, meta, "v1"), false, 0); err != nil {
+				b.Fatal(err)
+			}
+			var c *controller
+			waitUntil(b, "the set to converge", time.Minute, 10*time.Millisecond, func() bool {
+				c = a.current.Load()
+				d, ok := a.views.get(key)
+				return c != nil && ok && d.Status.ReadyReplicas == replicas && c.queue.Len() == 0
+			})
+			stop()
+
+			sim.ResetCalls()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.sync(context.Background(), key); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if w := sim.Writes(); w != 0 {
+				b.Fatalf("steady passes made %d Nomad writes (%v); want none", w, sim.Calls())
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,16 +104,26 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	now := c.clock()
 	log := c.log.With("set", key.String())
 
-	parentObs := c.cache.Observe(key, nil, now)
-	spec, parseErr := c.specFor(key, parentObs)
+	// One look at the cache serves the whole pass: observing a set renders
+	// every child, most of a steady pass's cost. Its volumes are found by
+	// the claims of the set's last spec; only when the parsed spec names
+	// others (a set first seen, or its claims changed) are they looked up
+	// again, keeping the parent and pods the spec was parsed from.
+	c.mu.Lock()
+	claims := c.lastSpec[key].VolumeClaims
+	c.mu.Unlock()
+	obs := c.cache.Observe(key, claims, now)
+	spec, parseErr := c.specFor(key, obs)
 	if parseErr != nil {
-		return c.recordInvalid(ctx, key, parentObs.Parent, parseErr, now)
+		return c.recordInvalid(ctx, key, obs.Parent, parseErr, now)
 	}
 	if spec == nil {
 		// Nothing of the set is left in Nomad and we never knew its spec.
 		return c.forgetOrphanState(ctx, key)
 	}
-	obs := c.cache.Observe(key, spec.VolumeClaims, now)
+	if !slices.Equal(spec.VolumeClaims, claims) {
+		obs.Volumes = c.cache.Observe(key, spec.VolumeClaims, now).Volumes
+	}
 	if waiting, expired := c.expect.pending(key, obs, now); len(waiting) > 0 || expired {
 		if expired {
 			log.Warn("a write was not observed in time; re-listing Nomad", "ttl", c.expect.ttl)
@@ -208,17 +219,20 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		c.mu.Unlock()
 		c.views.remove(key)
 	} else {
-		finalRevs := revs
+		// After acting, the view shows what the actions changed; without
+		// actions, obs (already gated by the post_ready hooks) is current.
+		finalRevs, finalObs := revs, obs
 		if len(out.Actions) > 0 {
 			if r, err := c.store.ListRevisions(ctx, key); err == nil {
 				finalRevs = r
 			}
+			finalObs = c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now))
 		}
 		shown := out.Status
 		if holdReady > 0 {
 			shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", now)
 		}
-		c.views.update(key, *spec, shown, c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now)), finalRevs, "", now)
+		c.views.update(key, *spec, shown, finalObs, finalRevs, "", now)
 	}
 	switch {
 	case len(out.Actions) > 0 && !stateDeleted:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // A set whose children already run in Nomad, with no state stored anywhere
@@ -56,6 +57,34 @@ func TestAgentAdoptsExistingChildrenWithoutTouchingThem(t *testing.T) {
 	revs, err := store.ListRevisions(context.Background(), key)
 	if err != nil || len(revs) != 1 || !revisions[revs[0].Name] || len(revisions) != 1 {
 		t.Fatalf("adopted revisions %+v (%v); the children run %v", revs, err, revisions)
+	}
+}
+
+// A new leader knows no set's spec until it parses the parent, so its first
+// look at a set must still find the volumes of the claims that spec names.
+// Here a pod went missing while no agent ran: the new leader recreates it on
+// its existing volume and does not ask for the volume again.
+func TestAgentNewLeaderRecreatesAMissingPodOnItsVolume(t *testing.T) {
+	sim := memory.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	store := memory.NewStore()
+	_, stopFirst := runAgent(t, testOptions(t, sim, store))
+	h := &harness{t: t, sim: sim}
+	h.register(parentJob("keep", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("keep", 3, nil)
+	stopFirst()
+	if err := sim.DeregisterJob(context.Background(), "default", "keep-2", true); err != nil {
+		t.Fatal(err)
+	}
+
+	h.agent, _ = runAgent(t, testOptions(t, sim, store))
+	h.waitConverged("keep", 3, nil)
+	d := h.view("keep")
+	if hasEvent(d, string(reconciler.ActionCreateVolume)) {
+		t.Fatalf("the new leader asked for a volume that exists; events: %+v", d.Events)
+	}
+	if !hasEvent(d, string(reconciler.ActionCreatePod), "keep-2") {
+		t.Fatalf("keep-2 was not recreated by the new leader; events: %+v", d.Events)
 	}
 }
 
