@@ -91,7 +91,6 @@ type Nomad struct {
 	callFaults  map[uint64]fault
 	verbFaults  map[string][]verbFault
 	unreachable bool
-	latency     time.Duration
 }
 
 // NomadConfig sets up a simulated Nomad. The zero value is a valid configuration:

@@ -236,13 +236,6 @@ func (s *Nomad) CloseEventStreams(err error) {
 	}
 }
 
-// Subscribers returns the number of open event streams.
-func (s *Nomad) Subscribers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.subs)
-}
-
 // PauseEvents holds back event delivery: writes go on and their events
 // queue up until ResumeEvents, a deterministic lagging stream.
 func (s *Nomad) PauseEvents() {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -190,14 +189,6 @@ func (s *Nomad) SetUnreachable(on bool) {
 	}
 }
 
-// SetCallLatency makes every call wait d (of real time) before it is served,
-// honouring its context. Zero turns it off.
-func (s *Nomad) SetCallLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
 // Calls returns how many calls each verb has received, failed ones included
 // (calls whose context was already done are not counted: they never left
 // the client).
@@ -240,26 +231,12 @@ func (s *Nomad) enterRead(ctx context.Context, verb string) error {
 	return after
 }
 
-// enter admits one call of verb: it applies latency, counts the call and
-// decides its fault. err is returned to the caller at once; after, when not
+// enter admits one call of verb: it counts the call and decides its fault. err is returned to the caller at once; after, when not
 // nil, is returned after a write has been applied.
 func (s *Nomad) enter(ctx context.Context, verb string) (after error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	latency := s.latency
-	s.mu.Unlock()
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[verb]++

@@ -1016,13 +1016,6 @@ func (s *Nomad) HostVolumes() []*api.HostVolume {
 	return out
 }
 
-// JobCount returns the number of registered (not purged) jobs.
-func (s *Nomad) JobCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.jobs)
-}
-
 // Index returns the current Raft index.
 func (s *Nomad) Index() uint64 {
 	s.mu.Lock()

@@ -21,10 +21,6 @@ type Client struct {
 // NewAPI wraps a Nomad API client.
 func NewAPI(c *api.Client) *Client { return &Client{c: c} }
 
-// Raw returns the wrapped client, for the few callers (the e2e harness, the
-// CLI) that need more of the API than the daemon does.
-func (n *Client) Raw() *api.Client { return n.c }
-
 func query(ctx context.Context, namespace string) *api.QueryOptions {
 	return (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 }
