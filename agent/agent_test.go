@@ -296,6 +296,18 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 	if n := h.liveChildren("bad"); n != 0 {
 		t.Fatalf("an invalid set got %d children", n)
 	}
+	if d, _ := h.agent.views.get(key); !strings.Contains(d.Error, "statefulset_replicas") {
+		t.Fatalf("the invalid set's view shows error %q; want the reason", d.Error)
+	}
+
+	// Once the job is fixed, the set converges and its view no longer
+	// shows the old error.
+	h.register(parentJob("bad", map[string]string{"statefulset_replicas": "1"}, "v2"))
+	h.waitConverged("bad", 1, nil)
+	h.waitFor("the fixed set's view to drop the error", 5*time.Second, func() (bool, string) {
+		d, _ := h.agent.views.get(key)
+		return d.Error == "" && d.Status.ReadyReplicas == 1, fmt.Sprintf("error %q status %+v", d.Error, d.Status)
+	})
 }
 
 // A stopped parent's set is torn down by its retention policy; then the set

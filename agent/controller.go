@@ -192,13 +192,13 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			log.Info("a step is held; will look again", "action", act.Type, "ordinal", act.Ordinal,
 				"reason", bo.kind, "detail", bo.reason, "retry_in", bo.wait)
 			c.views.event(key, now, bo.kind, msg)
-			c.views.update(key, *spec, heldStatus(out.Status, bo.kind, msg, now), obs, revs, "", now)
+			c.views.update(key, *spec, heldStatus(out.Status, bo.kind, msg, now), obs, revs, now)
 			c.queue.AddAfter(key.String(), bo.wait)
 			return nil
 		}
 		if err != nil {
 			c.views.event(key, now, "Error", fmt.Sprintf("%s ordinal %d: %v", act.Type, act.Ordinal, err))
-			c.views.update(key, *spec, out.Status, obs, revs, "", now)
+			c.views.update(key, *spec, out.Status, obs, revs, now)
 			return fmt.Errorf("%s for ordinal %d of %s: %w", act.Type, act.Ordinal, key, err)
 		}
 		stateDeleted = stateDeleted || deleted
@@ -232,7 +232,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		if holdReady > 0 {
 			shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", now)
 		}
-		c.views.update(key, *spec, shown, finalObs, finalRevs, "", now)
+		c.views.update(key, *spec, shown, finalObs, finalRevs, now)
 	}
 	switch {
 	case len(out.Actions) > 0 && !stateDeleted:

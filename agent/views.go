@@ -20,7 +20,8 @@ const maxEvents = 20
 type views struct {
 	mu   sync.RWMutex
 	sets map[backend.SetKey]*client.SetDetail
-	// podStates counts pods by state per set, for metrics.
+	// onPods receives each set's pod counts by state, for metrics; nil
+	// counts when the set is removed.
 	onPods func(key backend.SetKey, counts map[string]int)
 }
 
@@ -69,7 +70,10 @@ func (v *views) remove(key backend.SetKey) {
 	}
 }
 
-func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, errMsg string, now time.Time) {
+// update replaces the set's view with the outcome of a reconcile, which
+// also clears an error an earlier pass showed (an invalid spec, a corrupt
+// stored value).
+func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, now time.Time) {
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	volumesByOrd := map[int][]string{}
@@ -98,7 +102,7 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	d.Status = statusView(st)
 	d.Pods = pods
 	d.Revisions = rv
-	d.Error = errMsg
+	d.Error = ""
 	v.mu.Unlock()
 	if v.onPods != nil {
 		v.onPods(key, counts)
