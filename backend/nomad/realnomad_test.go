@@ -85,21 +85,6 @@ func realJob(j *api.Job, ns string) *api.Job {
 	return j
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestRealNomadListsAndWatchesAcrossNamespaces runs the watcher against a
 // real Nomad agent (NOMAD_BIN, see internal/testagent) with sets in two
 // namespaces. It checks that ListAllocations lists every namespace's
@@ -138,7 +123,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	w := nomad.NewWatcher(api0, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
 	go func() { _ = w.Run(ctx) }()
 	sets := []backend.SetKey{{Namespace: "default", Name: "web"}, {Namespace: "other", Name: "db"}}
-	eventually(t, 2*time.Minute, "every pod ready in the cache", func() error {
+	testagent.Eventually(t, 2*time.Minute, "every pod ready in the cache", func() error {
 		for i, k := range sets {
 			obs := cache.Observe(k, nil, time.Now())
 			if obs.Parent == nil || len(obs.Pods) != 2-i {
@@ -200,7 +185,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 
 	// Once every deployment is done, nothing changes: the cache catches up
 	// with Nomad's index, and a re-list then reads no job.
-	eventually(t, 2*time.Minute, "every child's deployment to succeed", func() error {
+	testagent.Eventually(t, 2*time.Minute, "every child's deployment to succeed", func() error {
 		for _, c := range children {
 			d, _, err := n.Client.Jobs().LatestDeployment(c.id, &api.QueryOptions{Namespace: c.ns})
 			if err != nil || d == nil || d.Status != api.DeploymentStatusSuccessful {
@@ -213,7 +198,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the cache to reach Nomad's index", func() error {
+	testagent.Eventually(t, time.Minute, "the cache to reach Nomad's index", func() error {
 		if cache.Index() < meta.LastIndex {
 			return fmt.Errorf("cache at %d, Nomad at %d", cache.Index(), meta.LastIndex)
 		}
@@ -222,7 +207,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	api0.reset()
 	before := w.Relists()
 	w.RequestResync()
-	eventually(t, time.Minute, "the re-list and the new subscription", func() error {
+	testagent.Eventually(t, time.Minute, "the re-list and the new subscription", func() error {
 		if w.Relists() == before || api0.snapshot()["Events"] != 1 {
 			return fmt.Errorf("relists %d, calls %v", w.Relists(), api0.snapshot())
 		}
