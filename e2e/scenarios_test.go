@@ -210,15 +210,8 @@ func TestScenarioOrderedCreateWithVolume(t *testing.T) {
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "web", meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
 	waitConverged(t, c, d, "web", 3, nil)
 
-	recs := map[string]ChildRecord{}
-	for _, r := range c.Watchdog.Children("web") {
-		recs[r.JobID] = r
-	}
-	for i := 1; i < 3; i++ {
-		prev, cur := recs[fmt.Sprintf("web-%d", i-1)], recs[fmt.Sprintf("web-%d", i)]
-		if prev.HealthyAt.IsZero() || cur.RegisteredAt.Before(prev.HealthyAt) {
-			t.Fatalf("web-%d registered at %s, before web-%d was healthy at %s", i, cur.RegisteredAt, i-1, prev.HealthyAt)
-		}
+	if err := c.Watchdog.RegisteredAfterHealthy("default", "web-0", "web-1", "web-2"); err != nil {
+		t.Fatal(err)
 	}
 	vols := HostVolumes(t, c.Nomad.Client, "default", "data-web-")
 	if len(vols) != 3 {
@@ -278,12 +271,8 @@ func TestScenarioOrderedScale(t *testing.T) {
 	waitConverged(t, c, d, "sc", 3, nil)
 	updateParent(t, c, "sc", setMeta("statefulset_replicas", "5"))
 	waitConverged(t, c, d, "sc", 5, nil)
-	recs := map[string]ChildRecord{}
-	for _, r := range c.Watchdog.Children("sc") {
-		recs[r.JobID] = r
-	}
-	if recs["sc-4"].RegisteredAt.Before(recs["sc-3"].HealthyAt) {
-		t.Fatalf("sc-4 was registered before sc-3 was healthy")
+	if err := c.Watchdog.RegisteredAfterHealthy("default", "sc-2", "sc-3", "sc-4"); err != nil {
+		t.Fatal(err)
 	}
 	updateParent(t, c, "sc", setMeta("statefulset_replicas", "2"))
 	waitConverged(t, c, d, "sc", 2, nil)
@@ -531,12 +520,8 @@ func TestScenarioOrderedScalingHaltsOnUnhealthyPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitConverged(t, c, d, "halt", 4, nil)
-	recs := map[string]ChildRecord{}
-	for _, r := range c.Watchdog.Children("halt") {
-		recs[r.JobID] = r
-	}
-	if recs["halt-3"].RegisteredAt.Before(recs["halt-2"].HealthyAt) {
-		t.Fatalf("halt-3 registered at %s, before halt-2 was healthy at %s", recs["halt-3"].RegisteredAt, recs["halt-2"].HealthyAt)
+	if err := c.Watchdog.RegisteredAfterHealthy("default", "halt-2", "halt-3"); err != nil {
+		t.Fatal(err)
 	}
 }
 

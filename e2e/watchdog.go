@@ -247,6 +247,29 @@ func (w *Watchdog) Child(namespace, jobID string) (ChildRecord, bool) {
 	return *r, true
 }
 
+// RegisteredAfterHealthy checks OrderedReady's one-at-a-time rule on the
+// child jobs jobIDs, in ordinal order: each was first registered no earlier
+// than the one before it first became healthy. A child the watchdog never
+// saw, or a predecessor it never saw healthy, is an error too: a missed
+// record must not pass as "in order".
+func (w *Watchdog) RegisteredAfterHealthy(namespace string, jobIDs ...string) error {
+	for i := 1; i < len(jobIDs); i++ {
+		prev, ok := w.Child(namespace, jobIDs[i-1])
+		if !ok || prev.HealthyAt.IsZero() {
+			return fmt.Errorf("the watchdog never saw %s healthy (record %+v)", jobIDs[i-1], prev)
+		}
+		cur, ok := w.Child(namespace, jobIDs[i])
+		if !ok {
+			return fmt.Errorf("the watchdog never saw %s registered", jobIDs[i])
+		}
+		if cur.RegisteredAt.Before(prev.HealthyAt) {
+			return fmt.Errorf("%s registered at %s, before %s was healthy at %s",
+				jobIDs[i], cur.RegisteredAt.Format(time.RFC3339Nano), jobIDs[i-1], prev.HealthyAt.Format(time.RFC3339Nano))
+		}
+	}
+	return nil
+}
+
 // RegistrationOrder returns a set's child job IDs in the order they were
 // first registered.
 func (w *Watchdog) RegistrationOrder(parent string) []string {

@@ -247,3 +247,64 @@ func TestWatchdogRealNomad(t *testing.T) {
 	}
 	t.Logf("fake-0: registered %s, healthy %s later", r.RegisteredAt.Format(time.RFC3339Nano), r.HealthyAt.Sub(r.RegisteredAt))
 }
+
+// RegisteredAfterHealthy fails on an out-of-order registration, and also
+// when a record it needs is missing, so that a watchdog that missed an
+// event cannot make an ordering assertion pass.
+func TestWatchdogRegisteredAfterHealthy(t *testing.T) {
+	base := time.Unix(1000, 0)
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	register := func(w *Watchdog, id, ord string, s int) {
+		w.ObserveJob("default", id, map[string]string{MetaParent: "web", MetaOrdinal: ord}, at(s).UnixNano(), 1)
+	}
+	for _, tc := range []struct {
+		name    string
+		observe func(w *Watchdog)
+		wantErr string
+	}{
+		{"in order", func(w *Watchdog) {
+			register(w, "web-0", "0", 0)
+			w.ObserveAlloc("a0", "default", "web-0", "running", 2, at(2))
+			register(w, "web-1", "1", 2)
+			w.ObserveAlloc("a1", "default", "web-1", "running", 3, at(4))
+			register(w, "web-2", "2", 5)
+		}, ""},
+		{"registered before the predecessor was healthy", func(w *Watchdog) {
+			register(w, "web-0", "0", 0)
+			w.ObserveAlloc("a0", "default", "web-0", "running", 2, at(2))
+			register(w, "web-1", "1", 2)
+			w.ObserveAlloc("a1", "default", "web-1", "running", 3, at(4))
+			register(w, "web-2", "2", 3)
+		}, "web-2 registered at"},
+		{"predecessor never seen healthy", func(w *Watchdog) {
+			register(w, "web-0", "0", 0)
+			w.ObserveAlloc("a0", "default", "web-0", "running", 2, at(2))
+			register(w, "web-1", "1", 2)
+			w.ObserveAlloc("a1", "default", "web-1", "running", 3, time.Time{})
+			register(w, "web-2", "2", 5)
+		}, "never saw web-1 healthy"},
+		{"predecessor never seen", func(w *Watchdog) {
+			register(w, "web-1", "1", 2)
+			w.ObserveAlloc("a1", "default", "web-1", "running", 3, at(4))
+			register(w, "web-2", "2", 5)
+		}, "never saw web-0 healthy"},
+		{"last pod never seen", func(w *Watchdog) {
+			register(w, "web-0", "0", 0)
+			w.ObserveAlloc("a0", "default", "web-0", "running", 2, at(2))
+			register(w, "web-1", "1", 2)
+			w.ObserveAlloc("a1", "default", "web-1", "running", 3, at(4))
+		}, "never saw web-2 registered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWatchdog()
+			tc.observe(w)
+			err := w.RegisteredAfterHealthy("default", "web-0", "web-1", "web-2")
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("want no error, got %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("want an error containing %q, got %v", tc.wantErr, err)
+			}
+		})
+	}
+}
