@@ -27,7 +27,9 @@ type callHealth struct {
 
 type callFailure struct {
 	err string
-	at  time.Time
+	// since is the first failure of the current run of failures, which is
+	// what health reports; last, the latest, is what is forgotten.
+	since, last time.Time
 }
 
 // observe records the outcome of one call made at now. Not-found and
@@ -42,7 +44,11 @@ func (h *callHealth) observe(verb string, err error, now time.Time) {
 	if h.failed == nil {
 		h.failed = map[string]callFailure{}
 	}
-	h.failed[verb] = callFailure{err: err.Error(), at: now}
+	since := now
+	if prev, ok := h.failed[verb]; ok && now.Sub(prev.last) <= callFailureMemory {
+		since = prev.since
+	}
+	h.failed[verb] = callFailure{err: err.Error(), since: since, last: now}
 }
 
 // problem describes the verbs whose last call failed within
@@ -52,10 +58,10 @@ func (h *callHealth) problem(now time.Time) string {
 	defer h.mu.Unlock()
 	var out []string
 	for verb, f := range h.failed {
-		if now.Sub(f.at) > callFailureMemory {
+		if now.Sub(f.last) > callFailureMemory {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s failing since %s: %s", verb, f.at.UTC().Format(time.RFC3339), f.err))
+		out = append(out, fmt.Sprintf("%s failing since %s: %s", verb, f.since.UTC().Format(time.RFC3339), f.err))
 	}
 	sort.Strings(out)
 	return strings.Join(out, "; ")

@@ -91,6 +91,18 @@ func TestCallHealth(t *testing.T) {
 			h.observe("ListJobs", nil, t0.Add(time.Second))
 		}, t0.Add(time.Second), "RegisterJob failing since 1970-01-01T00:16:40Z: 500 internal error"},
 		{"not found is an answer", func(h *callHealth) { h.observe("GetJob", nomad.ErrNotFound, t0) }, t0, ""},
+		{"a lasting failure reports when it began, and the latest error", func(h *callHealth) {
+			h.observe("RegisterJob", errors.New("503 no leader"), t0)
+			h.observe("RegisterJob", boom, t0.Add(time.Minute))
+		}, t0.Add(time.Minute), "RegisterJob failing since 1970-01-01T00:16:40Z: 500 internal error"},
+		{"retried within the memory: still counts", func(h *callHealth) {
+			h.observe("DeleteHostVolume", boom, t0)
+			h.observe("DeleteHostVolume", boom, t0.Add(callFailureMemory))
+		}, t0.Add(callFailureMemory + time.Second), "DeleteHostVolume failing since 1970-01-01T00:16:40Z: 500 internal error"},
+		{"a failure after a forgotten one starts afresh", func(h *callHealth) {
+			h.observe("DeleteHostVolume", boom, t0)
+			h.observe("DeleteHostVolume", boom, t0.Add(callFailureMemory+time.Minute))
+		}, t0.Add(callFailureMemory + time.Minute), "DeleteHostVolume failing since 1970-01-01T00:19:40Z: 500 internal error"},
 		{"forgotten when not retried", func(h *callHealth) { h.observe("DeleteHostVolume", boom, t0) },
 			t0.Add(callFailureMemory + time.Second), ""},
 		{"several, sorted", func(h *callHealth) {
