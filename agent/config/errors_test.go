@@ -301,16 +301,20 @@ func TestValidate_GoBuiltConfig(t *testing.T) {
 	c.Workers = -1
 	c.LogLevel = "loud"
 	c.HighAvailability.MonitorRetries = 100
-	c.Hooks = append(c.Hooks, &HookConfig{Name: "h", Plugin: "nope", Events: []HookEvent{"x"}, Timeout: 0, FailurePolicy: "y"})
-	c.Plugins = append(c.Plugins, &PluginConfig{Name: "dup", Driver: "a/b"}, &PluginConfig{Name: "dup", Driver: "d"})
+	c.Hooks = append(c.Hooks, &HookConfig{Name: "h", Plugin: "nope", Events: []HookEvent{"x"}, Timeout: 0, FailurePolicy: "y"},
+		&HookConfig{Name: "h"}, &HookConfig{Name: "no/slash"})
+	c.Plugins = append(c.Plugins, &PluginConfig{Name: "dup", Driver: "a/b"}, &PluginConfig{Name: "dup", Driver: "d"},
+		&PluginConfig{Name: "../evil", Driver: "d"})
 	err := c.Validate()
 	var diags hcl.Diagnostics
 	if !errors.As(err, &diags) {
 		t.Fatalf("Validate() = %v, want diagnostics", err)
 	}
 	want := []string{
-		"log_level: ", "workers: ", "high_availability.session_ttl: ", "plugin.dup.driver: ", "plugin.dup: ",
+		"log_level: ", "workers: ", "high_availability.session_ttl: ", "plugin.dup.driver: ",
+		`plugin.dup: plugin "dup" is declared twice.`, `plugin.../evil: "../evil": use letters`,
 		"hook.h.plugin: ", "hook.h.events: ", "hook.h.timeout: ", "hook.h.failure_policy: ",
+		`hook.h: hook "h" is declared twice.`, `hook.no/slash: "no/slash": use letters`,
 	}
 	if len(diags) != len(want) {
 		t.Fatalf("got %d diagnostics, want %d:\n%v", len(diags), len(want), err)

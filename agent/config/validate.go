@@ -191,21 +191,32 @@ func (v *validator) validateState() {
 	}
 }
 
+// newBlockName checks the label of a plugin or hook block (kind) in a
+// Config built in Go: the decoder checks those it reads. It reports whether
+// the name is valid and not seen before, adding it to seen, so that the
+// block's settings are worth checking.
+func (v *validator) newBlockName(kind, name, path string, seen map[string]bool) bool {
+	if !validName(name) {
+		v.fail("Invalid "+kind+" name", fmt.Sprintf("%q: use letters, digits, '-', '_' and '.', starting with a letter or digit.", name), path)
+		return false
+	}
+	if seen[name] {
+		v.fail("Duplicate "+kind, fmt.Sprintf("%s %q is declared twice.", kind, name), path)
+		return false
+	}
+	seen[name] = true
+	return true
+}
+
 func (v *validator) validatePlugins() {
 	c := v.c
 	var names []string
 	seen := map[string]bool{}
 	for _, p := range c.Plugins {
 		path := "plugin." + p.Name
-		if !validName(p.Name) {
-			v.fail("Invalid plugin name", fmt.Sprintf("%q: use letters, digits, '-', '_' and '.', starting with a letter or digit.", p.Name), path)
+		if !v.newBlockName("plugin", p.Name, path, seen) {
 			continue
 		}
-		if seen[p.Name] {
-			v.fail("Duplicate plugin", fmt.Sprintf("plugin %q is declared twice.", p.Name), path)
-			continue
-		}
-		seen[p.Name] = true
 		names = append(names, p.Name)
 		if !validName(p.Driver) {
 			v.fail("Invalid plugin driver", fmt.Sprintf("%q is not a driver name: it is a built-in name or a file name in plugin_dir, so use letters, digits, '-', '_' and '.', with no path separators.",
@@ -224,15 +235,9 @@ func (v *validator) validatePlugins() {
 	hookSeen := map[string]bool{}
 	for _, h := range c.Hooks {
 		path := "hook." + h.Name
-		if !validName(h.Name) {
-			v.fail("Invalid hook name", fmt.Sprintf("%q: use letters, digits, '-', '_' and '.', starting with a letter or digit.", h.Name), path)
+		if !v.newBlockName("hook", h.Name, path, hookSeen) {
 			continue
 		}
-		if hookSeen[h.Name] {
-			v.fail("Duplicate hook", fmt.Sprintf("hook %q is declared twice.", h.Name), path)
-			continue
-		}
-		hookSeen[h.Name] = true
 		switch {
 		case h.Plugin == "":
 			v.fail("Missing hook plugin", "name the plugin block that implements the hook: plugin = \"…\".", path+".plugin", path)
