@@ -95,12 +95,10 @@ func (i instrumented) count(verb string, err error) {
 	}
 	i.m.apiCalls.WithLabelValues(verb, w).Inc()
 	i.m.calls.observe(verb, err, time.Now())
-	if err != nil && !isNotFound(err) {
+	if err != nil && !nomad.IsNotFound(err) {
 		i.m.apiErrors.WithLabelValues(verb).Inc()
 	}
 }
-
-func isNotFound(err error) bool { return nomad.IsNotFound(err) }
 
 func (i instrumented) ListJobs(ctx context.Context, ns string) ([]*api.JobListStub, uint64, error) {
 	a, b, err := i.inner.ListJobs(ctx, ns)
