@@ -167,9 +167,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // resync forces a re-list and returns the Nomad calls it made, once the
-// watcher has subscribed to the stream again.
+// watcher has subscribed to the stream again. It first waits for the
+// watcher's current subscription: the cache is filled before the watcher
+// subscribes, so an Events call still to come would otherwise be counted
+// with the re-list's and the count of one would never be seen.
 func resync(t *testing.T, sim *memory.Nomad, w *nomad.Watcher) map[string]int {
 	t.Helper()
+	waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[memory.VerbEvents] > 0 })
 	sim.ResetCalls()
 	before := w.Relists()
 	w.RequestResync()
