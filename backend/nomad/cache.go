@@ -185,13 +185,7 @@ type Snapshot struct {
 func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	touched := map[backend.SetKey]struct{}{}
-	for k := range c.parents {
-		touched[k] = struct{}{}
-	}
-	for k := range c.children {
-		touched[k] = struct{}{}
-	}
+	touched := c.setsLocked()
 	purged := c.purged
 	c.reset()
 	for _, j := range s.Jobs {
@@ -483,14 +477,21 @@ func splitOrdinal(name string) (string, int, bool) {
 func (c *Cache) Sets() []backend.SetKey {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	m := map[backend.SetKey]struct{}{}
+	return sortedKeys(c.setsLocked())
+}
+
+// setsLocked is the set of sets Sets returns, unsorted: Replace starts from
+// it so that every set known before a re-list is reconciled after it.
+// The caller holds mu.
+func (c *Cache) setsLocked() map[backend.SetKey]struct{} {
+	m := make(map[backend.SetKey]struct{}, len(c.parents)+len(c.children))
 	for k := range c.parents {
 		m[k] = struct{}{}
 	}
 	for k := range c.children {
 		m[k] = struct{}{}
 	}
-	return sortedKeys(m)
+	return m
 }
 
 func allTerminal(allocs []allocState) bool {
