@@ -363,23 +363,23 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, b
 	return k, true
 }
 
-// UpsertAlloc records an allocation seen in an event.
-func (c *Cache) UpsertAlloc(a *api.AllocationListStub, index uint64) (backend.SetKey, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.advanceLocked(index)
-	return c.upsertAllocLocked(a)
-}
-
+// upsertAllocLocked records an allocation from a listing.
 func (c *Cache) upsertAllocLocked(a *api.AllocationListStub) (backend.SetKey, bool) {
 	if a == nil {
 		return backend.SetKey{}, false
 	}
-	return c.upsertAllocStateLocked(a.Namespace, a.JobID, c.stateOf(&allocPayload{
+	p := stubPayload(a)
+	return c.upsertAllocStateLocked(p.Namespace, p.JobID, c.stateOf(p))
+}
+
+// stubPayload is the part of a listed allocation that an event's would
+// carry: the cache reads the two through one allocPayload.
+func stubPayload(a *api.AllocationListStub) *allocPayload {
+	return &allocPayload{
 		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, JobID: a.JobID,
 		DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus, DeploymentStatus: a.DeploymentStatus,
 		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, ModifyTime: a.ModifyTime,
-	}))
+	}
 }
 
 // upsertAllocPayload records an allocation decoded from an event.

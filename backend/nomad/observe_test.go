@@ -144,7 +144,7 @@ func TestCachePurgedChildWithRunningAllocIsTerminatingUntilTerminal(t *testing.T
 	if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
 		t.Fatalf("a purged child whose allocation still runs must be Terminating, got %+v", obs.Pods)
 	}
-	c.UpsertAlloc(alloc("a1", "web-0", "complete", "stop", ptr(true), 5, now), 7)
+	c.upsertAllocPayload(stubPayload(alloc("a1", "web-0", "complete", "stop", ptr(true), 5, now)), 7)
 	obs = c.Observe(key, nil, now)
 	if len(obs.Pods) != 0 || len(obs.Stopped) != 0 {
 		t.Fatalf("once terminal, a purged child is forgotten; got %+v %+v", obs.Pods, obs.Stopped)
@@ -187,7 +187,7 @@ func TestObserveReRegisteredChildIsPendingUntilItsNewAllocationExists(t *testing
 	}
 	// Allocation events carry no job version: only the create index tells.
 	fresh := alloc("a2", "web-0", "running", "run", ptr(true), 32, now)
-	c.UpsertAlloc(fresh, 33)
+	c.upsertAllocPayload(stubPayload(fresh), 33)
 	obs = c.Observe(key, nil, now)
 	if !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != "a2" {
 		t.Fatalf("the current version's allocation must decide the pod, got %+v", obs.Pods[0])
