@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -107,29 +108,89 @@ var steadyStateWindow = func() time.Duration {
 	return 10 * time.Minute
 }()
 
-// metricValue sums the samples of one metric whose labels contain match.
+// metricValue sums the samples of one metric whose labels contain match
+// (match "" takes every sample). A metric missing from /v1/metrics fails
+// the test: a renamed metric must not read as 0 and pass an "is 0" check.
 func metricValue(t *testing.T, addr, name, match string) float64 {
+	t.Helper()
+	total, found := readMetric(t, addr, name, match)
+	if !found {
+		t.Fatalf("no metric %s in %s/v1/metrics", name, addr)
+	}
+	return total
+}
+
+// readMetric is metricValue for a metric that may be absent (found false),
+// such as a follower's Nomad calls: it has made none.
+func readMetric(t *testing.T, addr, name, match string) (total float64, found bool) {
 	t.Helper()
 	resp, err := http.Get(addr + "/v1/metrics")
 	if err != nil {
 		t.Fatalf("reading metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
+	total, found, err = metricSum(resp.Body, name, match)
+	if err != nil {
+		t.Fatalf("reading %s/v1/metrics: %v", addr, err)
+	}
+	return total, found
+}
+
+// metricSum sums, from a Prometheus text exposition, the samples of metric
+// name (with or without labels) whose line contains match. found says
+// whether the metric has any sample at all, whatever its labels: a counter
+// vector shows only the label values it has counted.
+func metricSum(r io.Reader, name, match string) (total float64, found bool, err error) {
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		found = true
+		if !strings.Contains(line, match) {
 			continue
 		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
+			return 0, found, fmt.Errorf("metric line %q: %w", line, err)
 		}
 		total += v
 	}
-	return total
+	if err := sc.Err(); err != nil {
+		return 0, found, fmt.Errorf("reading the metrics: %w", err)
+	}
+	return total, found, nil
+}
+
+func TestMetricSum(t *testing.T) {
+	const body = `# HELP calls_total Nomad API calls.
+# TYPE calls_total counter
+calls_total{op="list",write="false"} 7
+calls_total{op="register",write="true"} 2
+calls_total{op="deregister",write="true"} 1
+calls_total_extra{write="true"} 100
+reconciles_count 12
+`
+	for _, tc := range []struct {
+		name, metric, match string
+		want                float64
+		found               bool
+	}{
+		{"labelled samples that match", "calls_total", `write="true"`, 3, true},
+		{"every sample", "calls_total", "", 10, true},
+		{"no sample matches, the metric is there", "calls_total", `write="maybe"`, 0, true},
+		{"without labels", "reconciles_count", "", 12, true},
+		{"absent", "calls", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found, err := metricSum(strings.NewReader(body), tc.metric, tc.match)
+			if err != nil || got != tc.want || found != tc.found {
+				t.Fatalf("metricSum(%s, %s) = %v, %v, %v; want %v, %v", tc.metric, tc.match, got, found, err, tc.want, tc.found)
+			}
+		})
+	}
 }
 
 // An ordered set of 5 converges; the latency from one pod becoming healthy

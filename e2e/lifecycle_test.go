@@ -3,10 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,41 +116,18 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	}
 }
 
-// reconcileCount reads how many reconciles the daemon has run, from the
-// count of its reconcile-latency histogram.
-func reconcileCount(t *testing.T, d *Daemon) float64 {
-	t.Helper()
-	resp, err := http.Get(d.Addr + "/v1/metrics")
-	if err != nil {
-		t.Fatalf("reading metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading metrics: %v", err)
-	}
-	const name = "nomad_statefulset_reconcile_duration_seconds_count "
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no %s in /v1/metrics", strings.TrimSpace(name))
-	return 0
-}
+// reconcileCount is the metric counting the daemon's reconciles: its
+// reconcile-latency histogram's count.
+const reconcileCount = "nomad_statefulset_reconcile_duration_seconds_count"
 
 // assertIdle checks that the daemon runs no reconcile for a few seconds,
 // when nothing in Nomad changes.
 func assertIdle(t *testing.T, d *Daemon, when string) {
 	t.Helper()
 	time.Sleep(2 * time.Second) // the last events of what just happened
-	before := reconcileCount(t, d)
+	before := metricValue(t, d.Addr, reconcileCount, "")
 	time.Sleep(3 * time.Second)
-	if after := reconcileCount(t, d); after != before {
+	if after := metricValue(t, d.Addr, reconcileCount, ""); after != before {
 		t.Fatalf("%s: the daemon ran %v reconciles in 3s with nothing changing", when, after-before)
 	}
 }
