@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -216,7 +217,7 @@ func (d *Daemon) CLI(args ...string) (string, error) {
 
 // ErrGiveUp, wrapped in a condition's error, makes Eventually fail at once
 // instead of waiting for the deadline.
-var ErrGiveUp = fmt.Errorf("giving up")
+var ErrGiveUp = errors.New("giving up")
 
 // Eventually polls cond every 250ms until it returns nil, and fails the test
 // if that has not happened within timeout, naming what it waited for and the
@@ -230,7 +231,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 		if err == nil {
 			return
 		}
-		if isGiveUp(err) {
+		if errors.Is(err, ErrGiveUp) {
 			t.Fatalf("e2e: gave up waiting for %s after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
 		}
 		if time.Now().After(deadline) {
@@ -238,20 +239,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-}
-
-func isGiveUp(err error) bool {
-	for e := err; e != nil; {
-		if e == ErrGiveUp {
-			return true
-		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		e = u.Unwrap()
-	}
-	return false
 }
 
 // ParseHCL parses an HCL jobspec with Nomad's /v1/jobs/parse, canonicalized.

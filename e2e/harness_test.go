@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -43,5 +46,49 @@ func TestHarnessDaemon(t *testing.T) {
 	d.Start()
 	if v := c.Watchdog.Violations(); len(v) != 0 {
 		t.Fatalf("watchdog: %v", v)
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records the message and ends
+// the goroutine, as the real one does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Eventually gives up at once on a condition error that wraps ErrGiveUp,
+// however it is wrapped, and otherwise reports a timeout.
+func TestEventuallyGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"wrapped with %w", fmt.Errorf("ph-1 is Failed: %w", ErrGiveUp), "gave up waiting for x"},
+		{"joined", errors.Join(errors.New("ph-1 is Failed"), ErrGiveUp), "gave up waiting for x"},
+		{"another error", errors.New("not yet"), "timed out after 0s waiting for x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fatalRecorder{TB: t}
+			calls := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				// A zero timeout: a condition error that is not a give-up
+				// ends in a timeout after the first call.
+				Eventually(f, 0, "x", func() error { calls++; return tc.err })
+			}()
+			<-done
+			if !strings.Contains(f.msg, tc.want) || calls != 1 {
+				t.Fatalf("after %d calls: %q; want one call and %q", calls, f.msg, tc.want)
+			}
+		})
 	}
 }
