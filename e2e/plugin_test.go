@@ -60,6 +60,30 @@ func liveChild(t *testing.T, c *Cluster, set, id string) bool {
 	return false
 }
 
+// waitDeleteHeld waits until a pre_delete hook (what) has held the deletion
+// of pod across several askings, each a HookWaiting event containing every
+// one of parts, and then checks that the hold is real: the child is live
+// and its allocation healthy.
+func waitDeleteHeld(t *testing.T, c *Cluster, d *Daemon, set, pod, what string, parts ...string) {
+	t.Helper()
+	Eventually(t, convergeTimeout, what+" to hold "+pod+" across several askings", func() error {
+		st, err := setStatus(d, set)
+		if err != nil {
+			return err
+		}
+		if n := len(hookEvents(st, append([]string{pod}, parts...)...)); n < 3 {
+			return fmt.Errorf("%d HookWaiting events for %s's pre_delete; events: %+v", n, pod, st.Events)
+		}
+		return nil
+	})
+	if !liveChild(t, c, set, pod) {
+		t.Fatalf("%s was stopped while %s held its deletion", pod, what)
+	}
+	if allocs := Allocations(t, c.Nomad.Client, "default", pod); len(allocs) == 0 || !Healthy(allocs[0]) {
+		t.Fatalf("%s's allocation is not running while %s held its deletion", pod, what)
+	}
+}
+
 // mark creates an empty file in dir: the tests' way of letting a hook
 // command succeed.
 func mark(t *testing.T, dir, name string) {
@@ -162,22 +186,7 @@ hook "verify" {
 
 	// pre_delete, wait: scale to 1; ph-2 is not deleted until it is drained.
 	updateParent(t, c, set, setMeta("statefulset_replicas", "1"))
-	Eventually(t, convergeTimeout, "the drain hook to hold ph-2 across several askings", func() error {
-		st, err := setStatus(d, set)
-		if err != nil {
-			return err
-		}
-		if n := len(hookEvents(st, "ph-2", `hook "drain" (pre_delete) on pod ph-2 is waiting`, "ph-2 still has data")); n < 3 {
-			return fmt.Errorf("%d HookWaiting events for ph-2's pre_delete; events: %+v", n, st.Events)
-		}
-		return nil
-	})
-	if !liveChild(t, c, set, "ph-2") {
-		t.Fatal("ph-2 was stopped while its pre_delete hook held it")
-	}
-	if allocs := Allocations(t, c.Nomad.Client, "default", "ph-2"); len(allocs) == 0 || !Healthy(allocs[0]) {
-		t.Fatal("ph-2's allocation is not running while its pre_delete hook held it")
-	}
+	waitDeleteHeld(t, c, d, set, "ph-2", "the drain hook", `hook "drain" (pre_delete) on pod ph-2 is waiting`, "ph-2 still has data")
 	// ph-1 is let through the drain but fails verify, so that it is blocked
 	// as soon as ph-2 is gone.
 	mark(t, marks, "drained-ph-1")
@@ -191,22 +200,7 @@ hook "verify" {
 	})
 
 	// pre_delete, fail + block: ph-1 stays, and the view says why.
-	Eventually(t, convergeTimeout, "the failing verify hook to block ph-1 across several askings", func() error {
-		st, err := setStatus(d, set)
-		if err != nil {
-			return err
-		}
-		if n := len(hookEvents(st, "ph-1", `hook "verify" (pre_delete) on pod ph-1 failed`, "replica ph-1 is corrupt")); n < 3 {
-			return fmt.Errorf("%d HookWaiting failure events for ph-1; events: %+v", n, st.Events)
-		}
-		return nil
-	})
-	if !liveChild(t, c, set, "ph-1") {
-		t.Fatal("ph-1 was stopped although its pre_delete hook failed under failure_policy block")
-	}
-	if allocs := Allocations(t, c.Nomad.Client, "default", "ph-1"); len(allocs) == 0 || !Healthy(allocs[0]) {
-		t.Fatal("ph-1's allocation is not running while its pre_delete hook blocks")
-	}
+	waitDeleteHeld(t, c, d, set, "ph-1", "the failing verify hook", `hook "verify" (pre_delete) on pod ph-1 failed`, "replica ph-1 is corrupt")
 	if err := os.Remove(filepath.Join(marks, "broken-ph-1")); err != nil {
 		t.Fatal(err)
 	}
