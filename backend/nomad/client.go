@@ -37,11 +37,10 @@ func IsNotFound(err error) bool {
 	if errors.Is(err, ErrNotFound) {
 		return true
 	}
+	// Only Nomad's own answer counts: matching "404" in the text would take
+	// a dial error to a port like 14046 for "not found".
 	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		return ue.StatusCode() == http.StatusNotFound
-	}
-	return strings.Contains(err.Error(), "404")
+	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
 }
 
 // capabilityFor names the Nomad ACL capability each verb needs, so that a

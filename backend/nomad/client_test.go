@@ -3,6 +3,7 @@ package nomad_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -177,5 +178,43 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 		DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp}, CreateIndex: 3, ModifyIndex: 4, ModifyTime: 6}
 	if len(allocs) != 1 || !reflect.DeepEqual(allocs[0], wantAlloc) {
 		t.Fatalf("ListAllocations: %+v; want %+v", allocs, wantAlloc)
+	}
+}
+
+// A 404 is Nomad's answer, not any error whose text holds "404": an
+// unreachable Nomad on a port like 14046 is not "not found", or the agent
+// would take a child it cannot reach for gone.
+func TestIsNotFound(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "job not found", http.StatusNotFound)
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, notFound := c.Jobs().Info("web-0", nil)
+	dead, err := api.NewClient(&api.Config{Address: "http://127.0.0.1:14046"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, unreachable := dead.Jobs().Info("web-0", nil)
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"Nomad's 404", notFound, true},
+		{"ErrNotFound", nomad.ErrNotFound, true},
+		{"unreachable on a port with 404 in it", unreachable, false},
+		{"a message mentioning 404", errors.New("quota 404 exceeded"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nomad.IsNotFound(tt.err); got != tt.want {
+				t.Fatalf("IsNotFound(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
 	}
 }
