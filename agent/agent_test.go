@@ -358,18 +358,65 @@ func (h *harness) assertIdle(when string) {
 	}
 }
 
+// counterTotal sums a counter series of the agent's metrics over its
+// labels. Reading it makes no Nomad call.
+func counterTotal(t *testing.T, a *Agent, name string) int {
+	t.Helper()
+	mfs, err := a.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int(total)
+}
+
+// startSyncedAgent starts an agent and waits until it has listed Nomad and
+// subscribed to its events, so that the calls it makes afterwards are those
+// of the sets it is given.
+func startSyncedAgent(t *testing.T) *harness {
+	h := startAgent(t, fastSim())
+	h.waitFor("the agent to list Nomad and watch its events", 5*time.Second, func() (bool, string) {
+		c := h.agent.current.Load()
+		return c != nil && c.cache.Synced() && h.sim.Calls()[memory.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
+	})
+	return h
+}
+
 func TestAgentConvergesDespiteAFailureAtEveryCall(t *testing.T) {
 	// Find how many calls a clean run takes, then fail each one in turn.
-	const calls = 40
+	const callsTotal = "nomad_statefulset_nomad_api_calls_total"
+	clean := startSyncedAgent(t)
+	before := counterTotal(t, clean.agent, callsTotal)
+	clean.register(parentJob("f", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	clean.waitConverged("f", 3, nil)
+	calls := counterTotal(t, clean.agent, callsTotal) - before
+	clean.stop()
+	if calls < 6 {
+		t.Fatalf("a clean run took %d agent calls; want at least the 3 volumes and 3 children", calls)
+	}
+
 	var mu sync.Mutex
 	failures := 0
 	for n := 1; n <= calls; n++ {
 		t.Run(fmt.Sprintf("call-%d", n), func(t *testing.T) {
-			h := startAgent(t, fastSim())
-			// The fault is armed after the test's own register, so it hits
-			// the agent's n-th call from then on.
+			h := startSyncedAgent(t)
+			// The fault is armed before the test's own register, which is
+			// call 1, so it hits the agent's n-th call after it (arming it
+			// after the register raced with the agent's first call). Nothing
+			// here calls the simulator until the agent has met the fault:
+			// the polling of waitConverged would otherwise take it instead.
+			h.sim.FailCall(n+1, memory.ServerError())
 			h.register(parentJob("f", map[string]string{"statefulset_replicas": "3"}, "v1"))
-			h.sim.FailCall(n, memory.ServerError())
+			h.waitFor("the agent to meet the fault", 10*time.Second, func() (bool, string) {
+				return counterTotal(t, h.agent, "nomad_statefulset_nomad_api_errors_total") > 0, fmt.Sprint(h.sim.Calls(), counterTotal(t, h.agent, callsTotal))
+			})
 			h.waitConverged("f", 3, nil)
 			if got := h.sim.MaxConcurrentAllocsPerJob(); got > 1 {
 				t.Fatalf("an ordinal ran %d allocations at once", got)
