@@ -51,8 +51,9 @@ var envBindings = []envBinding{
 	}},
 }
 
-// EnvVars lists the environment variables Load honours, for help texts.
-func EnvVars() []string {
+// envVars lists the environment variables Load honours; the tests check
+// each has a precedence case.
+func envVars() []string {
 	out := make([]string, len(envBindings))
 	for i, b := range envBindings {
 		out[i] = b.name

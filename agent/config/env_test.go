@@ -87,13 +87,13 @@ func TestEnv_Precedence(t *testing.T) {
 			}
 		})
 	}
-	for _, name := range EnvVars() {
+	for _, name := range envVars() {
 		if !covered[name] {
 			t.Errorf("%s is honoured but has no precedence case", name)
 		}
 	}
-	if len(EnvVars()) != 20 {
-		t.Errorf("EnvVars() = %d names, want the 10 NOMAD_* and 10 CONSUL_* of the contract", len(EnvVars()))
+	if len(envVars()) != 20 {
+		t.Errorf("envVars() = %d names, want the 10 NOMAD_* and 10 CONSUL_* of the contract", len(envVars()))
 	}
 }
 

@@ -121,7 +121,7 @@ func schemaPaths(t reflect.Type, prefix string) []string {
 // counts as unset, so the developer's own NOMAD_ADDR cannot leak in.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range EnvVars() {
+	for _, name := range envVars() {
 		t.Setenv(name, "")
 	}
 }
