@@ -128,9 +128,14 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) NomadAPI() nomad.API { return a.api }
 
 // UsePlugins routes volume creation and deletion through provisioner and
-// runs lifecycle hooks through hooks (either may be nil). Call it before Run.
+// runs lifecycle hooks through hooks. Either may be nil: a nil provisioner
+// keeps the one the agent has (the built-in by default), nil hooks run none.
+// Call it before Run.
 func (a *Agent) UsePlugins(provisioner plugin.VolumeProvisioner, hooks HookRunner) {
-	a.opts.Provisioner, a.opts.Hooks = provisioner, hooks
+	if provisioner != nil {
+		a.opts.Provisioner = provisioner
+	}
+	a.opts.Hooks = hooks
 }
 
 // HTTPAddr returns the address the HTTP API listens on.

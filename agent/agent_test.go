@@ -248,6 +248,25 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 	}
 }
 
+// UsePlugins with a nil provisioner, as its doc allows, keeps the built-in
+// one rather than leaving the agent none to create volumes with.
+func TestAgentUsePluginsWithoutAProvisioner(t *testing.T) {
+	sim := memory.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	a, err := New(testOptions(t, sim, memory.NewStore()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin := a.opts.Provisioner
+	a.UsePlugins(nil, &fakeHooks{})
+	if a.opts.Provisioner == nil || a.opts.Provisioner != builtin {
+		t.Fatalf("provisioner after UsePlugins(nil, …) = %v; want the built-in %v", a.opts.Provisioner, builtin)
+	}
+	if a.opts.Hooks == nil {
+		t.Fatal("UsePlugins dropped the hooks")
+	}
+}
+
 func TestAgentHTTPAPI(t *testing.T) {
 	h := startAgent(t, fastSim())
 	h.register(parentJob("api", map[string]string{"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}, "v1"))
