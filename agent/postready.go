@@ -86,15 +86,14 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 			}()
 		}
 		wg.Wait()
-		if ctx.Err() != nil {
-			// A call cut short by leadership loss or shutdown says nothing
-			// about the pod: record nothing, least of all an ignored failure
-			// as done. The pods stay held below.
-			return c.postReady.apply(key, obs.Pods, now)
-		}
-		doneAt := c.clock()
-		for i, res := range results {
-			c.recordPostReady(key, pods[i], res, now, doneAt)
+		// A call cut short by leadership loss or shutdown says nothing
+		// about the pod: record nothing, least of all an ignored failure as
+		// done. The pods stay held below.
+		if ctx.Err() == nil {
+			doneAt := c.clock()
+			for i, res := range results {
+				c.recordPostReady(key, pods[i], res, now, doneAt)
+			}
 		}
 	}
 	return c.postReady.apply(key, obs.Pods, now)

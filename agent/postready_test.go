@@ -368,3 +368,49 @@ func TestPostReadyHoldsARollingUpdate(t *testing.T) {
 	hook.setAnswer(func(plugin.Pod) *plugin.HookResponse { return plugin.Done() })
 	h.waitConverged("ru", 3, func(r string) bool { return r != old })
 }
+
+// hookFunc is a HookRunner made of a function.
+type hookFunc func(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult
+
+func (f hookFunc) RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult {
+	return f(ctx, event, pod)
+}
+
+// TestPostReadyCutShortRecordsNothing: an answer given while the worker's
+// context ends (leadership lost, shutdown) is not remembered, least of all a
+// failure that failure_policy "ignore" turned into done; the pod stays held
+// and is asked again.
+func TestPostReadyCutShortRecordsNothing(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asked := 0
+	c := &controller{
+		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, views: newViews(nil),
+		hooks: hookFunc(func(context.Context, config.HookEvent, plugin.Pod) manager.HookResult {
+			asked++
+			cancel()
+			return manager.HookResult{Proceed: true, Failed: true, Reason: "context canceled"}
+		}),
+	}
+	observe := func() nomad.Observation {
+		return nomad.Observation{Pods: []nomad.PodDetail{{
+			Pod:   reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning, Ready: true, ReadySince: now},
+			JobID: "web-0", AllocID: "a",
+		}}}
+	}
+
+	obs := observe()
+	if hold := c.gatePostReady(ctx, key, obs, now); hold != postReadyUnasked || obs.Pods[0].Pod.Ready {
+		t.Fatalf("cut short: hold %v, ready %v; want held, asked again in %v", hold, obs.Pods[0].Pod.Ready, postReadyUnasked)
+	}
+	if _, ok := c.postReady.sets[key]["a"]; ok {
+		t.Fatal("an answer given as the context ended was remembered")
+	}
+	// On a live context the same answer counts.
+	obs = observe()
+	if hold := c.gatePostReady(context.Background(), key, obs, now); hold != 0 || !obs.Pods[0].Pod.Ready || asked != 2 {
+		t.Fatalf("live: hold %v, ready %v, asked %d times; want ready after the second asking", hold, obs.Pods[0].Pod.Ready, asked)
+	}
+}
