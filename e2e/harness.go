@@ -8,7 +8,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -217,28 +216,15 @@ func (d *Daemon) CLI(args ...string) (string, error) {
 
 // ErrGiveUp, wrapped in a condition's error, makes Eventually fail at once
 // instead of waiting for the deadline.
-var ErrGiveUp = errors.New("giving up")
+var ErrGiveUp = testagent.ErrGiveUp
 
 // Eventually polls cond every 250ms until it returns nil, and fails the test
-// if that has not happened within timeout, naming what it waited for and the
-// last error.
+// if that has not happened within timeout, or at once when cond's error
+// wraps ErrGiveUp, naming what it waited for and the last error. It is
+// testagent.Eventually, re-exported for the scenarios.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if errors.Is(err, ErrGiveUp) {
-			t.Fatalf("e2e: gave up waiting for %s after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("e2e: timed out after %s waiting for %s; last: %v", timeout, what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testagent.Eventually(t, timeout, what, cond)
 }
 
 // ParseHCL parses an HCL jobspec with Nomad's /v1/jobs/parse, canonicalized.

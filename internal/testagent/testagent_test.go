@@ -13,21 +13,6 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // TestConsulRestartKeepsKV starts Consul, writes a key, restarts and kills it,
 // and reads the key back each time.
 func TestConsulRestartKeepsKV(t *testing.T) {
@@ -162,7 +147,7 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 			waitHealthy(t, n, id)
 		}
 		hello := filepath.Join(vol.Volume.HostPath, "hello")
-		eventually(t, 10*time.Second, "the exec task's file in the host volume", func() error {
+		Eventually(t, 10*time.Second, "the exec task's file in the host volume", func() error {
 			b, err := os.ReadFile(hello)
 			if err != nil {
 				return err
@@ -172,7 +157,7 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, 30*time.Second, "the probe service in Consul", func() error {
+		Eventually(t, 30*time.Second, "the probe service in Consul", func() error {
 			svcs, _, err := c.Client.Catalog().Service("probe", "", nil)
 			if err != nil {
 				return err
@@ -216,7 +201,7 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 
 func waitHealthy(t *testing.T, n *NomadAgent, jobID string) {
 	t.Helper()
-	eventually(t, 90*time.Second, jobID+" healthy", func() error {
+	Eventually(t, 90*time.Second, jobID+" healthy", func() error {
 		allocs, _, err := n.Client.Jobs().Allocations(jobID, false, nil)
 		if err != nil {
 			return err
