@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
@@ -43,7 +44,7 @@ func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plug
 	hooks := m.hooks
 	m.mu.RUnlock()
 	for _, h := range hooks {
-		if !hasEvent(h, event) {
+		if !slices.Contains(h.Events, event) {
 			continue
 		}
 		log := m.log.With("hook", h.Name, "event", event, "namespace", pod.Namespace, "set", pod.Set, "pod", pod.Name)
@@ -77,15 +78,6 @@ func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plug
 		return HookResult{RetryAfter: retry, Hook: h.Name, Failed: true, Reason: reason}
 	}
 	return HookResult{Proceed: true}
-}
-
-func hasEvent(h *config.HookConfig, event config.HookEvent) bool {
-	for _, e := range h.Events {
-		if e == event {
-			return true
-		}
-	}
-	return false
 }
 
 func clampRetry(d, def time.Duration) time.Duration {
