@@ -185,7 +185,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			stateDeleted = true
 			continue
 		}
-		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, found, now)
+		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, prev, found, now)
 		var bo *deferError
 		if errors.As(err, &bo) {
 			msg := fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err)
@@ -376,7 +376,9 @@ func setCondition(conds []reconciler.Condition, cond reconciler.Condition, now t
 
 func actionMessage(key backend.SetKey, a reconciler.Action) string {
 	switch a.Type {
-	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+	case reconciler.ActionRecordOrdinals:
+		return fmt.Sprintf("%s: %s", a.Type, a.Reason)
+	case reconciler.ActionCreatePod, reconciler.ActionDeletePod:
 		if a.Revision.Name == "" {
 			return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)
 		}

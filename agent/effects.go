@@ -26,12 +26,19 @@ func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // execute carries out one action. It reports whether the set's stored state
-// was deleted (the end of a cascading delete).
+// was deleted (the end of a cascading delete). prev is the status the
+// decision was made from.
 func (c *controller) execute(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation,
-	act reconciler.Action, revs []reconciler.Revision, statusFound bool, now time.Time) (bool, error) {
+	act reconciler.Action, revs []reconciler.Revision, prev reconciler.Status, statusFound bool, now time.Time) (bool, error) {
 	ectx, cancel := effectContext(ctx)
 	defer cancel()
 	switch act.Type {
+	case reconciler.ActionRecordOrdinals:
+		// The condemnations are stored before any pod or volume is
+		// touched; the rest of the status waits for the end of the pass.
+		rec := prev
+		rec.Ordinals = act.Ordinals
+		return false, c.store.PutStatus(ectx, key, rec)
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
 		return false, c.store.PutRevision(ectx, key, act.Revision)
 	case reconciler.ActionDeleteRevision:
@@ -42,13 +49,13 @@ func (c *controller) execute(ctx context.Context, key backend.SetKey, spec recon
 		return false, c.deleteVolume(ectx, key, obs, act)
 	case reconciler.ActionCreatePod:
 		return false, c.createPod(ectx, key, spec, obs, act, now)
-	case reconciler.ActionDeletePod, reconciler.ActionRepairPod:
+	case reconciler.ActionDeletePod:
 		if err := c.runHooks(ctx, key, obs, act); err != nil {
 			return false, err
 		}
-		// A drifted child is repaired by stopping it; the next pass creates
-		// it again from its revision. Re-registering in place would let
-		// Nomad run the old and new allocation side by side.
+		// A drifted child (CauseRepair) is stopped like an outdated one; the
+		// next pass creates it again from its revision. Re-registering in
+		// place would let Nomad run the old and new allocation side by side.
 		return false, c.deletePod(ectx, key, obs, act, now)
 	case reconciler.ActionDeleteSetState:
 		for _, s := range obs.Stopped {
@@ -155,8 +162,9 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 	return nil
 }
 
-// hookEvent is the lifecycle hook a deletion runs, by why it happens. A pod
-// that already ended, a duplicate, or a drift repair runs none.
+// hookEvent is the lifecycle hook a deletion runs, by why it happens. An
+// update and a drift repair both take a member down to recreate it, so both
+// run pre_update. A pod that already ended, or a duplicate, runs none.
 func hookEvent(act reconciler.Action) (config.HookEvent, bool) {
 	if act.Type != reconciler.ActionDeletePod {
 		return "", false
@@ -164,7 +172,7 @@ func hookEvent(act reconciler.Action) (config.HookEvent, bool) {
 	switch act.Cause {
 	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted:
 		return config.HookPreDelete, true
-	case reconciler.CauseUpdate:
+	case reconciler.CauseUpdate, reconciler.CauseRepair:
 		return config.HookPreUpdate, true
 	}
 	return "", false

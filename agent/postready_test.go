@@ -414,3 +414,26 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 		t.Fatalf("live: hold %v, ready %v, asked %d times; want ready after the second asking", hold, obs.Pods[0].Pod.Ready, asked)
 	}
 }
+
+// TestHookEventByCause: a drift repair takes a healthy member down like an
+// update does, so it runs the pre_update hooks (it used to run none, and a
+// claims change stopped every member with no hook asked).
+func TestHookEventByCause(t *testing.T) {
+	for _, tc := range []struct {
+		cause reconciler.DeleteCause
+		want  config.HookEvent
+		ok    bool
+	}{
+		{reconciler.CauseScaleDown, config.HookPreDelete, true},
+		{reconciler.CauseSetDeleted, config.HookPreDelete, true},
+		{reconciler.CauseUpdate, config.HookPreUpdate, true},
+		{reconciler.CauseRepair, config.HookPreUpdate, true},
+		{reconciler.CauseEnded, "", false},
+		{reconciler.CauseDuplicate, "", false},
+	} {
+		got, ok := hookEvent(reconciler.Action{Type: reconciler.ActionDeletePod, Cause: tc.cause})
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("hookEvent(%s) = %q, %v; want %q, %v", tc.cause, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -38,26 +38,39 @@
 // replicas; pods outside it are condemned. Each replica is processed in
 // ordinal order: a missing pod is created (volumes first) at the current
 // revision below the partition and at the update revision from it; a Failed
-// or Succeeded pod is deleted and recreated once gone; a drifted child job is
-// repaired. Under OrderedReady the walk stops at the first pod that is not
+// or Succeeded pod is deleted and recreated once gone. Under OrderedReady the walk stops at the first pod that is not
 // Running, Ready and available, so pods come up one at a time; under Parallel
 // it does not stop. Condemned pods are then deleted from the highest ordinal
 // down, again one at a time under OrderedReady. Last, a RollingUpdate deletes
-// pods that are not at the update revision, from the highest ordinal down to
-// the partition, as many as maxUnavailable allows; the next reconciles
-// recreate them at the update revision. OnDelete leaves that to the user: a
-// pod recreated after a deletion takes the update revision, while a pod from
-// a scale-up takes the current one (Status.PopulatedOrdinalsEnd tells them
-// apart). A paused set makes no update at all, though it still keeps its
+// outdated pods (not at the update revision, or drifted from their
+// revision), from the highest ordinal down to the partition, while
+// maxUnavailable minus the unavailable pods of the whole range allows; the
+// next reconciles recreate them at the update revision. OnDelete leaves that
+// to the user; a pod it recreates, or a scale-up creates, takes the update
+// revision. A paused set makes no update at all, though it still keeps its
 // replicas, creating missing pods at the current revision.
 //
+// # The three promises
+//
+// The budget: every unavailable pod in the range counts against
+// maxUnavailable, and a healthy pod is taken down only while room is left.
+// No silent downgrade: Status.Ordinals records the revision each ordinal last
+// ran, and no pod is created at an older one unless the user stepped back (a
+// rollback renumbers the old revision; a raised partition asks for it). Kept
+// data stays kept: Status.Ordinals also records which ordinals were condemned
+// while the retention policy said Delete, and only their volumes are deleted.
+// A condemnation is stored (ActionRecordOrdinals, first in the list) before
+// anything it allows is done.
+//
 // Some departures from Kubernetes keep the set from freezing on pods that can
-// never become ready: a pod in the update range that is not ready and not at
-// the update revision is replaced at once rather than waited for (Kubernetes
-// issue 67250: a revert then repairs a broken rollout); such pods do not use
-// the maxUnavailable budget (issue 137409); and a scale-down does not wait on
-// a condemned predecessor that is Failed or stuck at an outdated revision,
-// where Kubernetes' first-unhealthy-pod rule deadlocks.
+// never become ready: a pod in the update range that is not ready at an
+// abandoned revision (neither current nor update), or drifted, is replaced at
+// once rather than waited for (Kubernetes issue 67250: a revert then repairs a
+// broken rollout), and so is an outdated one once the progress deadline has
+// passed; already unavailable, they take nothing more down (issue 137409); and
+// a scale-down does not wait on a condemned predecessor that is Failed or
+// stuck at an outdated revision, where Kubernetes' first-unhealthy-pod rule
+// deadlocks.
 //
 // Last the status: the replica counters, the revisions, and the conditions
 // Progressing, Available and RolloutStuck. Progress is measured against the

@@ -1,6 +1,9 @@
 package reconciler
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // checkDecision checks one decision against the observation it was made from,
 // before any of its actions is applied: ordering (monotonic, one at a time),
@@ -33,20 +36,26 @@ func checkDecision(w *world, in Input, out Output) error {
 					}
 				}
 			}
+			// newVersionedStatefulSetPod: the current revision below a
+			// RollingUpdate's partition, the update revision otherwise
+			// (OnDelete and scale-ups included). A paused set creates at the
+			// current revision, or at the update revision for an ordinal that
+			// already ran something newer (OpenKruise; no silent downgrade).
 			idx := a.Ordinal - start
 			cur, upd := out.Status.CurrentRevision, out.Status.UpdateRevision
 			switch {
-			case spec.Paused:
-				if a.Revision.Name != cur {
-					return fmt.Errorf("paused: pod %d created at %s, want current %s", a.Ordinal, a.Revision.Name, cur)
-				}
-			case spec.UpdateStrategy == OnDelete:
-				if a.Revision.Name != cur && a.Revision.Name != upd {
-					return fmt.Errorf("OnDelete: pod %d created at %s", a.Ordinal, a.Revision.Name)
-				}
-			case idx < spec.Partition:
+			case spec.UpdateStrategy == RollingUpdate && idx < spec.Partition:
 				if a.Revision.Name != cur {
 					return fmt.Errorf("pod %d below partition %d created at %s, want current %s", a.Ordinal, spec.Partition, a.Revision.Name, cur)
+				}
+			case spec.Paused:
+				last, ran := w.lastRanNumber(a.Ordinal)
+				if l, ok := w.lastRan[a.Ordinal]; ok {
+					last = numberAfter(w, out, l.Name, last)
+				}
+				newer := ran && w.revision(cur) != nil && last > numberAfter(w, out, cur, w.revision(cur).Number)
+				if a.Revision.Name != cur && !(newer && a.Revision.Name == upd) {
+					return fmt.Errorf("paused: pod %d created at %s, want current %s", a.Ordinal, a.Revision.Name, cur)
 				}
 			default:
 				if a.Revision.Name != upd {
@@ -75,19 +84,11 @@ func checkDecision(w *world, in Input, out Output) error {
 				continue
 			}
 			ps := byOrd[a.Ordinal]
-			if len(ps) != 1 || !w.healthy(ps[0]) {
-				continue // replacing a failed, unready or duplicate pod
+			if len(ps) != 1 || finishedPod(ps[0]) {
+				continue // a duplicate, or a pod that ended: replaced
 			}
-			p := ps[0]
-			switch {
-			case spec.UpdateStrategy == OnDelete:
-				return fmt.Errorf("OnDelete: healthy pod %d deleted", a.Ordinal)
-			case spec.Paused:
-				return fmt.Errorf("paused: healthy pod %d deleted", a.Ordinal)
-			case a.Ordinal-start < spec.Partition:
-				return fmt.Errorf("healthy pod %d below partition %d deleted", a.Ordinal, spec.Partition)
-			case p.Revision == out.Status.UpdateRevision:
-				return fmt.Errorf("healthy pod %d at the update revision deleted", a.Ordinal)
+			if err := checkReplacement(w, in, out, ps[0], byOrd); err != nil {
+				return err
 			}
 		}
 	}
@@ -100,20 +101,72 @@ func checkDecision(w *world, in Input, out Output) error {
 	return nil
 }
 
-// checkBudget checks that a rolling update removes healthy pods only while
-// the pods it already made unavailable (missing, terminating, or not yet
-// available at the update revision) leave room under maxUnavailable.
-// Unavailable pods at an old revision do not count (issue 137409).
+func finishedPod(p Pod) bool { return p.Phase == PhaseFailed || p.Phase == PhaseSucceeded }
+
+// checkReplacement checks the deletion of a live in-range pod p (not a
+// duplicate, not ended). Only a rolling update may take one down (RollingUpdate,
+// not paused, at or above the partition), and only an outdated one: not at
+// the update revision, or drifted. Under OrderedReady it follows the
+// monotonic walk of updateStatefulSet, which reaches the rolling update only
+// once every replica is Running, Ready and available, and which waits for a
+// pod that is not ready. One departure, on purpose: a pod that is not ready
+// at an abandoned revision (neither current nor update), or drifted, is
+// replaced without waiting, because waiting cannot help (Kubernetes issue
+// 67250; processReplica would wait for ever); so is an outdated one once the
+// rollout made no progress for the whole progress deadline.
+func checkReplacement(w *world, in Input, out Output, p Pod, byOrd map[int][]Pod) error {
+	spec := in.Spec
+	start := spec.OrdinalsStart
+	idx := p.Ordinal - start
+	cur, upd := out.Status.CurrentRevision, out.Status.UpdateRevision
+	switch {
+	case spec.UpdateStrategy == OnDelete:
+		return fmt.Errorf("OnDelete: live pod %d deleted", p.Ordinal)
+	case spec.Paused:
+		return fmt.Errorf("paused: live pod %d deleted", p.Ordinal)
+	case idx < spec.Partition:
+		return fmt.Errorf("live pod %d below partition %d deleted", p.Ordinal, spec.Partition)
+	case p.Revision == upd && !p.Drifted:
+		return fmt.Errorf("pod %d at the update revision, not drifted, deleted", p.Ordinal)
+	}
+	if spec.PodManagementPolicy != OrderedReady {
+		return nil
+	}
+	if !w.healthy(p) {
+		if p.Terminating || p.Drifted || (p.Revision != cur && p.Revision != upd) {
+			return nil
+		}
+		if p.Revision != upd && !spec.Paused && spec.ProgressDeadline > 0 && !in.Previous.LastProgressTime.IsZero() &&
+			in.Now.Sub(in.Previous.LastProgressTime) >= spec.ProgressDeadline {
+			return nil // the rollout is stuck: waiting did not help
+		}
+		return fmt.Errorf("monotonic: pod %d at %s is not ready but may still become ready; updateStatefulSet waits for it", p.Ordinal, p.Revision)
+	}
+	for o := start; o < start+spec.Replicas; o++ {
+		if ps := byOrd[o]; o != p.Ordinal && (len(ps) != 1 || !w.healthy(ps[0])) {
+			return fmt.Errorf("monotonic: healthy pod %d taken down while replica %d is unavailable", p.Ordinal, o)
+		}
+	}
+	for o, ps := range byOrd {
+		if (o < start || o >= start+spec.Replicas) && len(ps) > 0 {
+			return fmt.Errorf("monotonic: healthy pod %d taken down while condemned pod %d remains", p.Ordinal, o)
+		}
+	}
+	return nil
+}
+
+// checkBudget checks DESIGN §3's budget the way the upstream fix of issue
+// 137409 counts it: every unavailable ordinal in the whole range counts
+// (missing, terminating, not ready, not yet available; below the partition
+// too), and healthy pods are taken down only while maxUnavailable minus
+// that count is above zero. Replacing a pod that is already unavailable
+// takes nothing more down and is not limited here.
 func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 	spec := in.Spec
 	start := spec.OrdinalsStart
 	committed := 0
 	for o := start; o < start+spec.Replicas; o++ {
-		ps := byOrd[o]
-		switch {
-		case len(ps) != 1 || ps[0].Terminating:
-			committed++
-		case !w.healthy(ps[0]) && ps[0].Revision == out.Status.UpdateRevision:
+		if ps := byOrd[o]; len(ps) != 1 || !w.healthy(ps[0]) {
 			committed++
 		}
 	}
@@ -136,8 +189,8 @@ func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 
 // checkState checks the world after a step: at most one pod per ordinal,
 // the burst invariants of assertBurstInvariants (every pod has its storage;
-// identity is the ordinal itself here), a consistent status, no volume lost
-// under Retain, and, when enabled, the Kubernetes monotonic and update
+// identity is the ordinal itself here), a consistent status, and, when
+// enabled, the Kubernetes monotonic and update
 // invariants and the maxUnavailable bound.
 func (w *world) checkState() error {
 	seen := map[int]bool{}
@@ -146,8 +199,10 @@ func (w *world) checkState() error {
 			return fmt.Errorf("two pods for ordinal %d", p.Ordinal)
 		}
 		seen[p.Ordinal] = true
-		for _, c := range w.spec.VolumeClaims {
-			if !w.hasVolume(c, p.Ordinal) {
+		// A pod mounts the volumes of the claims it was created with; a
+		// claim added later reaches it only when it is replaced.
+		for _, c := range strings.Split(w.podClaims[p.Ordinal], ",") {
+			if c != "" && !w.hasVolume(c, p.Ordinal) {
 				return fmt.Errorf("pod %d has no volume %s", p.Ordinal, c)
 			}
 		}
@@ -156,9 +211,6 @@ func (w *world) checkState() error {
 	if st.ReadyReplicas > st.Replicas || st.AvailableReplicas > st.ReadyReplicas ||
 		st.CurrentReplicas > st.Replicas || st.UpdatedReplicas > st.Replicas {
 		return fmt.Errorf("inconsistent status %+v", st)
-	}
-	if w.spec.WhenScaled == Retain && w.spec.WhenDeleted == Retain && w.volumesDeleted > 0 {
-		return fmt.Errorf("a volume was deleted under Retain")
 	}
 	if w.spec.Deleted {
 		return nil
@@ -212,4 +264,15 @@ func (w *world) checkState() error {
 		}
 	}
 	return nil
+}
+
+// numberAfter is the number revision name has once the decision's revision
+// actions are applied (a rollback renumbers it), else def.
+func numberAfter(w *world, out Output, name string, def int64) int64 {
+	for _, a := range out.Actions {
+		if (a.Type == ActionUpdateRevision || a.Type == ActionCreateRevision) && a.Revision.Name == name {
+			def = a.Revision.Number
+		}
+	}
+	return def
 }

@@ -30,6 +30,11 @@ type slot struct {
 	vols uint64
 	// acted is set once this reconcile deleted or created the pod.
 	acted bool
+	// created is set when this reconcile created the pod, at revision
+	// createdRev (number createdNum): the ordinal's record then names it.
+	created    bool
+	createdRev string
+	createdNum int64
 	// healthy caches r.healthy of the kept pod: it is asked many times.
 	healthy bool
 }
@@ -60,8 +65,6 @@ type reconciler struct {
 	waitWhy string
 
 	status Status
-	// populatedEnd is the new Status.PopulatedOrdinalsEnd.
-	populatedEnd int
 }
 
 // Reconcile makes one decision for a set: which actions bring the observed
@@ -78,7 +81,9 @@ func Reconcile(in Input) Output {
 	r.observe()
 	r.countStatus()
 	r.syncPods()
+	r.status.Ordinals = r.nextRecords(false, true)
 	r.cleanupScaledVolumes()
+	r.recordMembership()
 	r.finishStatus()
 	r.trimHistory(r.status.CurrentRevision)
 	requeue := r.conditions()
@@ -105,17 +110,15 @@ func normalize(s Spec) Spec {
 	return s
 }
 
-// MaxUnavailableCount resolves maxUnavailable against the replica count: a
-// percentage rounds up, and the result is at least 1 (a rollout must be able
-// to move).
+// MaxUnavailableCount resolves maxUnavailable against the replica count the
+// way getStatefulSetMaxUnavailable does: a percentage rounds down
+// (GetScaledValueFromIntOrPercent with roundUp false), and the result is at
+// least 1, so that a rollout can always move. 25% of 10 is 2.
 func MaxUnavailableCount(m IntOrPercent, replicas int) int {
 	n := m.Value
 	if m.Percent {
-		if n <= 0 {
-			return 1
-		}
-		n = min(n, 100)
-		n = (replicas*n + 99) / 100
+		n = min(max(n, 0), 100)
+		n = replicas * n / 100
 	}
 	return max(n, 1)
 }
@@ -147,7 +150,6 @@ func (r *reconciler) observe() {
 		r.maxVols = 1<<claims - 1
 	}
 	start := r.spec.OrdinalsStart
-	end := start
 	for i := range in.Pods {
 		p := &in.Pods[i]
 		if p.Ordinal < 0 {
@@ -157,7 +159,6 @@ func (r *reconciler) observe() {
 			r.condemned = append(r.condemned, int32(i))
 			continue
 		}
-		end = max(end, p.Ordinal+1)
 		s := &r.slots[p.Ordinal-start]
 		if s.pod == noPod {
 			s.pod = int32(i)
@@ -192,12 +193,6 @@ func (r *reconciler) observe() {
 			r.slots[v.Ordinal-start].vols |= 1 << c
 		}
 	}
-	// Under OnDelete a missing pod below this end was deleted, and one at or
-	// above it is new from a scale-up. The end only grows while the set does
-	// not shrink below it, so a pod created by a scale-up counts as existing
-	// once it has been seen.
-	prev := min(max(in.Previous.PopulatedOrdinalsEnd, start), start+n)
-	r.populatedEnd = max(prev, end)
 }
 
 // better reports whether a should be kept over b when both are observed for
@@ -279,24 +274,38 @@ func (r *reconciler) updating() bool {
 }
 
 // newPodRevision is newVersionedStatefulSetPod's choice of revision for a pod
-// created at slot i. Below the partition it is the current revision. Under
-// OnDelete a pod that replaces a deleted one takes the update revision (that
-// is how OnDelete updates), while a pod from a scale-up takes the current
-// revision. While paused no pod moves to the update revision.
+// created at slot i: the current revision below a RollingUpdate's partition,
+// the update revision otherwise (OnDelete included, scale-ups too). While
+// paused, pods are created at the current revision, as in OpenKruise.
+//
+// On top of that no pod is created at an older revision than its ordinal
+// last ran (its record), unless the user asked for it: a rollback renumbers
+// the old revision above the record, and a partition raised above the
+// ordinal is an explicit step back. A paused set recreates such a pod at the
+// update revision, as OpenKruise's isCurrentRevisionNeeded does for pods it
+// already updated.
 func (r *reconciler) newPodRevision(i int) Revision {
-	switch {
-	case r.spec.Paused:
-		return r.current
-	case r.spec.UpdateStrategy == OnDelete:
-		if r.spec.OrdinalsStart+i < r.populatedEnd {
-			return r.update
-		}
-		return r.current
-	case i < r.spec.Partition:
-		return r.current
-	default:
+	belowPartition := r.spec.UpdateStrategy == RollingUpdate && i < r.spec.Partition
+	if !r.spec.Paused && !belowPartition {
 		return r.update
 	}
+	if belowPartition {
+		return r.current
+	}
+	if rec, ok := r.prevRecord(r.spec.OrdinalsStart + i); ok && rec.Revision != "" && r.current.Number < r.recordNumber(rec) {
+		return r.update
+	}
+	return r.current
+}
+
+// recordNumber is the number, as it is now, of the revision a record names:
+// a rollback renumbers a revision, and its latest number says how recent the
+// user's wish for it is. A revision trimmed since keeps the recorded number.
+func (r *reconciler) recordNumber(rec OrdinalRecord) int64 {
+	if rev, ok := r.revisionByName(rec.Revision); ok {
+		return rev.Number
+	}
+	return rec.RevisionNumber
 }
 
 func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
@@ -389,7 +398,7 @@ func (r *reconciler) processReplica(i int) bool {
 		rev := r.newPodRevision(i)
 		r.createVolumes(i)
 		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod"})
-		s.acted = true
+		s.acted, s.created, s.createdRev, s.createdNum = true, true, rev.Name, rev.Number
 		r.wait(i, "to be created")
 		return true
 	}
@@ -408,22 +417,20 @@ func (r *reconciler) processReplica(i int) bool {
 		return true
 	}
 	r.createVolumes(i)
-	stale := r.updating() && i >= r.spec.Partition && p.Revision != r.update.Name
-	if p.Drifted && !(stale && !runningAndReady(p)) {
-		// Repair before the readiness gate: the drift may be why the pod is
-		// not ready, and waiting for it would then block for ever.
-		if rev, ok := r.revisionByName(p.Revision); ok {
-			r.emit(Action{Type: ActionRepairPod, Ordinal: p.Ordinal, Revision: rev, Pod: *p, Reason: "child job drifted from its revision"})
-		}
-	}
 	if !runningAndReady(p) {
-		// A pod in the update range that is not at the update revision and is
-		// not ready would be replaced anyway; waiting for it can block for
-		// ever (a revert of a broken rollout, Kubernetes issue 67250, or an
-		// old revision that never worked, issue 137409). Replace it now: it is
-		// unavailable already, so this costs no availability.
-		if stale {
-			r.deletePod(p, CauseUpdate, "not ready at an outdated revision; replacing it with the update revision")
+		// Kubernetes waits for a pod that is not ready. Where waiting cannot
+		// help, the pod is replaced now instead: it runs a template that is
+		// no longer wanted, either an abandoned revision (neither current
+		// nor update: the revert of a broken rollout, Kubernetes issue 67250)
+		// or a drifted child. It is unavailable already, so replacing it
+		// takes nothing more down. A pod at the current revision that is
+		// briefly not ready (restarting) is waited for, as upstream does.
+		if r.replaceableNow(i, p) {
+			cause, why := CauseUpdate, "not ready at an abandoned revision; replacing it with "+r.update.Name
+			if p.Drifted {
+				cause, why = CauseRepair, "not ready and drifted from its revision; recreating it"
+			}
+			r.deletePod(p, cause, why)
 			s.acted = true
 			r.wait(i, "to be replaced")
 			return true
@@ -514,51 +521,99 @@ func (r *reconciler) waitableBelow(ord int) bool {
 	return false
 }
 
-// rollingUpdate deletes pods that are not at the update revision, from the
-// highest ordinal down to the partition, so that the next reconciles recreate
-// them at the update revision. It follows the maxUnavailable algorithm of
-// updateStatefulSetAfterInvariantEstablished in both policies, with one fix
-// (Kubernetes issue 137409): a pod that is unavailable at an outdated
-// revision does not use the budget, because the rollout did not make it
-// unavailable and replacing it is what repairs it. It is replaced for free.
+// replaceableNow reports whether a pod in slot i that is not ready is to be
+// replaced without waiting for it: a rolling update may act on the slot, and
+// the pod runs a template nothing wants any more (an abandoned revision, or a
+// drifted child), or it is outdated and the rollout is stuck.
+func (r *reconciler) replaceableNow(i int, p *Pod) bool {
+	if !r.updating() || i < r.spec.Partition {
+		return false
+	}
+	if p.Drifted || (p.Revision != r.update.Name && p.Revision != r.current.Name) {
+		return true
+	}
+	// A pod at the current revision is waited for while there is hope; once
+	// the rollout has made no progress for the whole progress deadline,
+	// waiting did not help (a first revision that never worked, Kubernetes
+	// issue 137409 under OrderedReady), and it is replaced too.
+	return p.Revision != r.update.Name && pastDeadline(r.spec, r.in.Previous, r.now)
+}
+
+// pastDeadline reports whether the set has made no progress for its whole
+// progress deadline, as of the previous status.
+func pastDeadline(spec Spec, prev Status, now time.Time) bool {
+	return !spec.Paused && spec.ProgressDeadline > 0 && !prev.LastProgressTime.IsZero() &&
+		now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
+}
+
+// outdated reports whether a rolling update must replace the pod: it is not
+// at the update revision, or its child drifted from its revision.
+func (r *reconciler) outdated(p *Pod) bool {
+	return p.Revision != r.update.Name || p.Drifted
+}
+
+// rollingUpdate deletes outdated pods (not at the update revision, or
+// drifted), from the highest ordinal down to the partition, so that the next
+// reconciles recreate them at the update revision. It is the maxUnavailable
+// algorithm of updateStatefulSetAfterInvariantEstablished (with the
+// Kubernetes 1.35 fix of issue 137409), in both policies: every unavailable
+// pod in the whole range counts, below the partition too, and a healthy pod
+// is taken down only while maxUnavailable - unavailable is above zero. An
+// outdated pod that is unavailable already is replaced first and uses no
+// budget, because replacing it takes nothing more down: a stuck outdated pod
+// never blocks a rollout, and never lets one exceed the budget.
 func (r *reconciler) rollingUpdate() {
 	budget := MaxUnavailableCount(r.spec.MaxUnavailable, r.spec.Replicas)
 	for i := range r.slots {
-		s := &r.slots[i]
-		switch {
-		case s.pod == noPod || s.acted || s.extra > 0:
-			budget--
-		case r.in.Pods[s.pod].Terminating:
-			budget--
-		case !s.healthy && r.in.Pods[s.pod].Revision == r.update.Name:
+		if s := &r.slots[i]; s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
 			budget--
 		}
 	}
 	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
 		s := &r.slots[i]
-		if s.pod == noPod || s.acted || s.extra > 0 {
+		if s.pod == noPod || s.acted || s.extra > 0 || s.healthy {
+			continue
+		}
+		if p := &r.in.Pods[s.pod]; !p.Terminating && r.outdated(p) {
+			r.replace(i, p)
+		}
+	}
+	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
+		s := &r.slots[i]
+		if s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
 			continue
 		}
 		p := &r.in.Pods[s.pod]
-		if p.Terminating || p.Revision == r.update.Name {
+		if !r.outdated(p) {
 			continue
 		}
-		if s.healthy {
-			if budget <= 0 {
-				r.wait(i, "to be updated when the maxUnavailable budget allows")
-				continue
-			}
-			budget--
+		if budget <= 0 {
+			r.wait(i, "to be updated when the maxUnavailable budget allows")
+			continue
 		}
-		r.deletePod(p, CauseUpdate, "rolling update to "+r.update.Name)
-		s.acted = true
-		r.wait(i, "to be updated")
+		budget--
+		r.replace(i, p)
 	}
 }
 
-// cleanupScaledVolumes deletes, under WhenScaled=Delete, the volumes of
-// ordinals outside the range once no pod of that ordinal exists any more,
-// terminating ones included. Retain never deletes a volume.
+// replace deletes the pod of slot i for a rolling update or a drift repair.
+func (r *reconciler) replace(i int, p *Pod) {
+	if p.Revision == r.update.Name {
+		r.deletePod(p, CauseRepair, "child job drifted from its revision; recreating it")
+	} else {
+		r.deletePod(p, CauseUpdate, "rolling update to "+r.update.Name)
+	}
+	r.slots[i].acted = true
+	r.wait(i, "to be updated")
+}
+
+// cleanupScaledVolumes deletes the volumes of ordinals that a scale-down
+// condemned while WhenScaled said Delete, once no pod of that ordinal exists
+// any more, terminating ones included, and only while the policy still says
+// Delete. Kubernetes gets this from owner references set at the moment of
+// the scale-down; here the ordinal records carry it. Volumes kept by an
+// earlier scale-down under Retain, or left by an earlier set of the same
+// name, are never swept.
 func (r *reconciler) cleanupScaledVolumes() {
 	if r.spec.WhenScaled != Delete {
 		return
@@ -568,7 +623,9 @@ func (r *reconciler) cleanupScaledVolumes() {
 		if r.inRange(v.Ordinal) || r.podExists(v.Ordinal) {
 			continue
 		}
-		r.deleteVolume(v, "scaled down (whenScaled=Delete)")
+		if rec, ok := findRecord(r.status.Ordinals, v.Ordinal); ok && rec.DeleteVolumes {
+			r.deleteVolume(v, "scaled down while whenScaled=Delete")
+		}
 	}
 }
 

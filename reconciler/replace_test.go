@@ -3,7 +3,6 @@ package reconciler
 import (
 	"math/rand/v2"
 	"testing"
-	"time"
 )
 
 // TestReplacesPods: pods that disappear (stopped from outside) are recreated
@@ -127,35 +126,6 @@ var errLost = errorString("converged with the wrong number of pods")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
-
-// TestDriftedPodIsRepaired: a child job edited by hand is re-registered at
-// its own revision, not replaced and not moved to another revision.
-func TestDriftedPodIsRepaired(t *testing.T) {
-	w := newWorld(Spec{Replicas: 2}, "v1")
-	converge(t, w)
-	w.pods[w.podIndex(1)].Drifted = true
-	out := mustStep(t, w)
-	if len(out.Actions) != 1 || out.Actions[0].Type != ActionRepairPod || out.Actions[0].Revision.Name != revName("web", "v1") {
-		t.Fatalf("want one RepairPod at v1, got %+v", out.Actions)
-	}
-	w.now = w.now.Add(time.Second)
-	if out := mustStep(t, w); len(out.Actions) != 0 {
-		t.Fatalf("after repair: %+v", out.Actions)
-	}
-}
-
-// TestDriftedUnreadyPodIsRepaired: under OrderedReady a drifted pod that is
-// not ready is repaired rather than waited for; the drift may be the cause.
-func TestDriftedUnreadyPodIsRepaired(t *testing.T) {
-	w := newWorld(Spec{Replicas: 3}, "v1")
-	converge(t, w)
-	i := w.podIndex(0)
-	w.pods[i].Drifted, w.pods[i].Ready = true, false
-	out := mustStep(t, w)
-	if len(out.Actions) != 1 || out.Actions[0].Type != ActionRepairPod || out.Actions[0].Ordinal != 0 {
-		t.Fatalf("want pod 0 repaired, got %+v", out.Actions)
-	}
-}
 
 // TestUpdateSetStatusFailure: while no status can be written the set still
 // scales and rolls out correctly, since every decision is made from the

@@ -15,7 +15,8 @@ import (
 //     outside the range, twice, for a deleted set, or before its volumes;
 //   - never a DeletePod of a terminating pod or of a pod that is not observed;
 //   - never a DeleteVolume while a pod of its ordinal exists, against the
-//     retention policy, or for an ordinal in the range of a live set;
+//     retention policy, for an ordinal in the range of a live set, or for
+//     one that was not condemned while its policy said Delete;
 //   - never a DeleteRevision of a live revision;
 //   - DeleteSetState only last, when no pod is left;
 //   - the decision is deterministic and leaves the input unchanged.
@@ -95,10 +96,14 @@ func checkSafety(in Input) (Output, error) {
 			switch {
 			case hasPod[a.Volume.Ordinal]:
 				return out, fmt.Errorf("DeleteVolume %s while its pod exists", a.Volume.Name)
-			case spec.Deleted && spec.WhenDeleted != Delete:
-				return out, fmt.Errorf("DeleteVolume %s against whenDeleted=%s", a.Volume.Name, spec.WhenDeleted)
 			case !spec.Deleted && (spec.WhenScaled != Delete || inRange(a.Volume.Ordinal)):
 				return out, fmt.Errorf("DeleteVolume %s against whenScaled=%s", a.Volume.Name, spec.WhenScaled)
+			}
+			// Only an ordinal condemned while the policy said Delete: one
+			// recorded so before, or a member until this decision.
+			prev, had := findRecord(in.Previous.Ordinals, a.Volume.Ordinal)
+			if !had || (prev.Condemned && !prev.DeleteVolumes) {
+				return out, fmt.Errorf("DeleteVolume %s of an ordinal not condemned under Delete (record %+v, found %v)", a.Volume.Name, prev, had)
 			}
 		case ActionDeleteRevision:
 			name := a.Revision.Name
@@ -130,5 +135,6 @@ func cloneInput(in Input) Input {
 	c.Pods = slices.Clone(in.Pods)
 	c.Volumes = slices.Clone(in.Volumes)
 	c.Previous.Conditions = slices.Clone(in.Previous.Conditions)
+	c.Previous.Ordinals = slices.Clone(in.Previous.Ordinals)
 	return c
 }

@@ -77,7 +77,6 @@ func (r *reconciler) countPod(p *Pod) {
 // to OnDelete too, whose current revision Kubernetes never advances.
 func (r *reconciler) finishStatus() {
 	st := &r.status
-	st.PopulatedOrdinalsEnd = r.populatedEnd
 	if st.UpdatedReplicas == st.Replicas && st.ReadyReplicas == st.Replicas && r.allSlotsHavePods() {
 		st.CurrentRevision = st.UpdateRevision
 		st.CurrentReplicas = st.UpdatedReplicas

@@ -4,10 +4,15 @@ import "strconv"
 
 // teardown is the cascading delete of a set whose parent job is gone. Pods go
 // first: under OrderedReady the highest ordinal, one at a time, each only after
-// the one before it has fully terminated; under Parallel all at once. A
-// volume is deleted, if WhenDeleted=Delete, once no pod of its ordinal exists.
-// DeleteSetState (revisions and status) comes last, when no pod is left and no
-// volume remains to be deleted. Revisions are neither created nor trimmed.
+// the one before it has fully terminated; under Parallel all at once. The
+// set's members are condemned under WhenDeleted; a volume is deleted once no
+// pod of its ordinal exists, and only if its ordinal was condemned while the
+// policy said Delete (a member now under WhenDeleted=Delete, or an ordinal an
+// earlier scale-down condemned under WhenScaled=Delete). Volumes kept by an
+// earlier scale-down under Retain, or of an earlier set of the same name,
+// stay. DeleteSetState (revisions and status) comes last, when no pod is left
+// and no volume remains to be deleted. Revisions are neither created nor
+// trimmed.
 func (r *reconciler) teardown() Output {
 	in := &r.in
 	prev := in.Previous
@@ -17,7 +22,8 @@ func (r *reconciler) teardown() Output {
 	st.UpdateRevision = prev.UpdateRevision
 	st.CollisionCount = prev.CollisionCount
 	st.LastProgressTime = prev.LastProgressTime
-	st.PopulatedOrdinalsEnd = prev.PopulatedOrdinalsEnd
+	st.Ordinals = r.nextRecords(true, true)
+	r.recordMembership()
 	// Every observed pod counts here, a negative ordinal included: teardown
 	// deletes it like any other.
 	for i := range in.Pods {
@@ -43,13 +49,14 @@ func (r *reconciler) teardown() Output {
 	}
 
 	volumesLeft := false
-	if r.spec.WhenDeleted == Delete {
-		for i := range in.Volumes {
-			v := &in.Volumes[i]
-			volumesLeft = true
-			if !r.podExists(v.Ordinal) {
-				r.deleteVolume(v, "set deleted (whenDeleted=Delete)")
-			}
+	for i := range in.Volumes {
+		v := &in.Volumes[i]
+		if rec, ok := findRecord(st.Ordinals, v.Ordinal); !ok || !rec.DeleteVolumes {
+			continue
+		}
+		volumesLeft = true
+		if !r.podExists(v.Ordinal) {
+			r.deleteVolume(v, "set deleted while its volume was to be deleted (whenDeleted or whenScaled Delete)")
 		}
 	}
 	if len(in.Pods) == 0 && !volumesLeft {

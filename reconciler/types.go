@@ -65,8 +65,9 @@ type Spec struct {
 	// OrdinalsStart) is at least Partition; the others keep, and are
 	// recreated at, the current revision.
 	Partition int
-	// MaxUnavailable is how many pods a rolling update may take down at
-	// once (a percentage of Replicas rounds up; at least 1).
+	// MaxUnavailable is how many of the set's pods may be unavailable at
+	// once because of the daemon (a percentage of Replicas rounds down, as
+	// getStatefulSetMaxUnavailable does; at least 1).
 	MaxUnavailable IntOrPercent
 	// MinReadySeconds is how long a pod must be Ready to count as available.
 	MinReadySeconds int
@@ -139,7 +140,10 @@ type Pod struct {
 	// Terminating means a stop was requested but the allocation is not terminal.
 	Terminating bool
 	// Drifted means the child job no longer matches what its revision
-	// renders (someone edited it): identityMatches/storageMatches failed.
+	// renders under the current spec: someone edited it, or the spec's
+	// volume claims changed (identityMatches/storageMatches failed). It is
+	// replaced like a pod at an outdated revision: budgeted, in order, and
+	// only where a rolling update may act.
 	Drifted bool
 }
 
@@ -210,11 +214,33 @@ type Status struct {
 	// LastProgressTime is when the set last made progress; the progress
 	// deadline is measured from it.
 	LastProgressTime time.Time
-	// PopulatedOrdinalsEnd is one past the highest ordinal that has had a pod
-	// since the set last shrank below it. Under OnDelete it tells a deleted
-	// pod (below it: recreated at the update revision) from a scale-up (at or
-	// above it: created at the current revision). Zero means unknown.
-	PopulatedOrdinalsEnd int
+	// Ordinals is what the set remembers of each ordinal it has had, sorted
+	// by ordinal: the revision it last ran (so that no pod is created at an
+	// older one without an explicit step back) and whether it was condemned
+	// while the retention policy said Delete (so that only such volumes are
+	// ever deleted). It is stored with the status, so it survives restarts
+	// and leader changes.
+	Ordinals []OrdinalRecord
+}
+
+// OrdinalRecord is the set's memory of one ordinal.
+type OrdinalRecord struct {
+	// Ordinal is the ordinal the record is about.
+	Ordinal int
+	// Revision is the revision the ordinal's pod last ran (observed or
+	// created at); empty while it has had no pod.
+	Revision string
+	// RevisionNumber is Revision's Number when it was recorded. A later
+	// rollback gives an old revision a higher number, which is how an
+	// explicit step back is told from a silent downgrade.
+	RevisionNumber int64
+	// Condemned is set when the ordinal left the range (a scale-down or the
+	// set's deletion) and cleared if it comes back.
+	Condemned bool
+	// DeleteVolumes is set when the ordinal was condemned while the
+	// retention policy in force (WhenScaled, or WhenDeleted for the set's
+	// deletion) said Delete. Only then are its volumes ever deleted.
+	DeleteVolumes bool
 }
 
 // Input is everything a reconcile needs. It is a value: the reconciler reads
@@ -257,8 +283,12 @@ const (
 	ActionCreatePod ActionType = "CreatePod"
 	// ActionDeletePod stops the child job for an ordinal.
 	ActionDeletePod ActionType = "DeletePod"
-	// ActionRepairPod re-registers a drifted child at its own revision.
-	ActionRepairPod ActionType = "RepairPod"
+	// ActionRecordOrdinals stores the ordinal records (Action.Ordinals) in
+	// the set's status before anything else is done, so that a condemnation
+	// and the retention policy it was made under are durable before the
+	// condemned pods or volumes are touched, as Kubernetes sets a claim's
+	// owner references before it deletes the pod.
+	ActionRecordOrdinals ActionType = "RecordOrdinals"
 	// ActionDeleteSetState removes the set's revision history and status;
 	// it comes last in a cascading delete.
 	ActionDeleteSetState ActionType = "DeleteSetState"
@@ -280,6 +310,10 @@ const (
 	CauseEnded DeleteCause = "Ended"
 	// CauseDuplicate deletes an extra pod for an ordinal that has two.
 	CauseDuplicate DeleteCause = "Duplicate"
+	// CauseRepair deletes a drifted pod to recreate it from its target
+	// revision. It disrupts a healthy member like an update does, so it runs
+	// the same lifecycle hooks (pre_update).
+	CauseRepair DeleteCause = "Repair"
 )
 
 // Action is one effect. Only the fields that matter for its Type are set.
@@ -287,19 +321,22 @@ type Action struct {
 	Type ActionType
 	// Ordinal is set for pod and volume actions.
 	Ordinal int
-	// Revision is the revision for CreatePod/RepairPod and the revision
+	// Revision is the revision for CreatePod and the revision
 	// acted on for revision actions.
 	Revision Revision
 	// Volume is set for volume actions.
 	Volume Volume
 	// Reason is a short human explanation for logs and events.
 	Reason string
-	// Pod is the observed pod a DeletePod or RepairPod acts on. When a bad
+	// Pod is the observed pod a DeletePod acts on. When a bad
 	// observation shows two pods for one ordinal, it tells the caller which
 	// one is meant (by Created and Revision).
 	Pod Pod
 	// Cause is set on DeletePod actions.
 	Cause DeleteCause
+	// Ordinals is set on RecordOrdinals: the records to store in the
+	// status the caller last read (the rest of that status unchanged).
+	Ordinals []OrdinalRecord
 }
 
 // Output is the decision of one reconcile.

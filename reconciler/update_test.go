@@ -99,7 +99,9 @@ func TestRollingUpdateWithPartition(t *testing.T) {
 }
 
 // TestOnDelete: no pod is updated until it is deleted; a deleted pod comes
-// back at the update revision; new pods from a scale-up get the current one.
+// back at the update revision, and so do new pods from a scale-up, as
+// upstream newVersionedStatefulSetPod creates them (its API docs say
+// otherwise; DESIGN §3: the code wins).
 func TestOnDelete(t *testing.T) {
 	v1, v2 := revName("web", "v1"), revName("web", "v2")
 	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
@@ -118,7 +120,7 @@ func TestOnDelete(t *testing.T) {
 			}
 			w.spec.Replicas = 5
 			converge(t, w)
-			if got := podRevisions(w, 0, 5); !slices.Equal(got, []string{v1, v2, v1, v1, v1}) {
+			if got := podRevisions(w, 0, 5); !slices.Equal(got, []string{v1, v2, v1, v2, v2}) {
 				t.Fatalf("after scale-up: %v", got)
 			}
 			// A scale-up pod that is deleted afterwards is updated like any other.
@@ -164,7 +166,7 @@ func TestPaused(t *testing.T) {
 }
 
 // TestMaxUnavailable: up to maxUnavailable pods are updated at once in both
-// policies; a percentage rounds up.
+// policies; a percentage rounds down, at least 1 (getStatefulSetMaxUnavailable).
 func TestMaxUnavailable(t *testing.T) {
 	for _, tc := range []struct {
 		mu   IntOrPercent
@@ -173,7 +175,9 @@ func TestMaxUnavailable(t *testing.T) {
 		{IntOrPercent{Value: 1}, 1},
 		{IntOrPercent{Value: 2}, 2},
 		{IntOrPercent{Value: 0}, 1},
-		{IntOrPercent{Value: 25, Percent: true}, 2}, // 25% of 5 = 1.25, rounds up
+		{IntOrPercent{Value: 25, Percent: true}, 1}, // 25% of 5 = 1.25, rounds down
+		{IntOrPercent{Value: 50, Percent: true}, 2}, // 2.5 rounds down
+		{IntOrPercent{Value: 10, Percent: true}, 1}, // 0.5 rounds down to 0, at least 1
 		{IntOrPercent{Value: 1, Percent: true}, 1},
 		{IntOrPercent{Value: 100, Percent: true}, 5},
 	} {
@@ -207,7 +211,10 @@ func TestMaxUnavailable(t *testing.T) {
 func TestMaxUnavailableOldRevisionUnavailable(t *testing.T) {
 	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
 		t.Run(string(p), func(t *testing.T) {
-			w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, MaxUnavailable: IntOrPercent{Value: 1}}, "bad")
+			// Under OrderedReady the pod at the current revision is waited
+			// for (updateStatefulSet) until the progress deadline passes.
+			w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, MaxUnavailable: IntOrPercent{Value: 1},
+				ProgressDeadline: 30 * time.Second}, "bad")
 			w.broken["bad"] = true
 			for i := 0; i < 20; i++ {
 				mustStep(t, w)

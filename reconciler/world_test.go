@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -56,6 +57,20 @@ type world struct {
 	// during a rollout that starts from a healthy set, without chaos.
 	checkBudget bool
 
+	// podClaims is, per ordinal, the volume claims its pod was created with:
+	// a pod whose claims differ from the spec's is drifted, as the agent's
+	// storage check finds it (jobs.ChildMatches).
+	podClaims map[int]string
+	// lastRan is, per ordinal, the revision its last pod was created at:
+	// the no-silent-downgrade promise is judged against it.
+	lastRan map[int]Revision
+	// members are the ordinals in range as of the last step the set's state
+	// recorded; condemnedDelete holds the ordinals that left it, and whether
+	// the retention policy in force when that was recorded said Delete.
+	// Only those volumes may ever be deleted (DESIGN §3).
+	members         map[int]bool
+	condemnedDelete map[int]bool
+
 	last  Output
 	trace []string
 	steps int
@@ -82,7 +97,51 @@ func newWorld(spec Spec, template string) *world {
 	if spec.RevisionHistoryLimit == 0 {
 		spec.RevisionHistoryLimit = 10
 	}
-	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{}}
+	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
+		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{}}
+}
+
+// drifted reports whether the agent would find pod p drifted: a hand edit
+// (chaos) or a change of the spec's volume claims since it was created.
+func (w *world) drifted(p Pod) bool {
+	return p.Drifted || w.podClaims[p.Ordinal] != strings.Join(w.spec.VolumeClaims, ",")
+}
+
+// judge applies the spec as it is now to the membership: ordinals that left
+// the range are condemned under the policy in force (WhenDeleted once the set
+// is deleted), and a switch of WhenScaled to Retain keeps whatever an earlier
+// scale-down condemned, as Kubernetes drops the claims' owner references
+// when the policy changes. With join, the ordinals in range become members.
+// It returns the new maps; step keeps them only once the step's decision is
+// recorded.
+func (w *world) judge(join bool) (members, condemned map[int]bool) {
+	members, condemned = maps.Clone(w.members), maps.Clone(w.condemnedDelete)
+	policy := w.spec.WhenScaled
+	if w.spec.Deleted {
+		policy = w.spec.WhenDeleted
+	}
+	for o := range members {
+		if w.spec.Deleted || !w.inRange(o) {
+			condemned[o] = policy == Delete
+			delete(members, o)
+		}
+	}
+	if w.spec.Deleted {
+		return members, condemned
+	}
+	if w.spec.WhenScaled != Delete {
+		for o := range condemned {
+			condemned[o] = false
+		}
+	}
+	if !join {
+		return members, condemned
+	}
+	for o := w.spec.OrdinalsStart; o < w.spec.OrdinalsStart+w.spec.Replicas; o++ {
+		members[o] = true
+		delete(condemned, o)
+	}
+	return members, condemned
 }
 
 func (w *world) input() Input {
@@ -97,6 +156,9 @@ func (w *world) input() Input {
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
+	}
+	for i := range in.Pods {
+		in.Pods[i].Drifted = w.drifted(in.Pods[i])
 	}
 	return in
 }
@@ -113,7 +175,7 @@ func (w *world) dump() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "spec: %+v\nstatus: cur=%s upd=%s\n", w.spec, w.status.CurrentRevision, w.status.UpdateRevision)
 	for _, p := range w.sortedPods() {
-		fmt.Fprintf(&b, "  pod %d rev=%s phase=%s ready=%v term=%v\n", p.Ordinal, p.Revision, p.Phase, p.Ready, p.Terminating)
+		fmt.Fprintf(&b, "  pod %d rev=%s phase=%s ready=%v term=%v drifted=%v\n", p.Ordinal, p.Revision, p.Phase, p.Ready, p.Terminating, w.drifted(p))
 	}
 	for _, v := range w.volumes {
 		fmt.Fprintf(&b, "  vol %s\n", v.Name)
@@ -183,11 +245,26 @@ func (w *world) step() error {
 	if err := checkDecision(w, in, out); err != nil {
 		return err
 	}
-	for _, a := range out.Actions {
+	// The membership judged now counts once the decision is recorded. A
+	// condemnation counts from its first action done: the set must not
+	// touch what it condemned before it remembers why. New members count
+	// from the status write. A decision that failed before doing anything
+	// leaves nothing behind.
+	condemnedMembers, condemned := w.judge(false)
+	members, condemnedAll := w.judge(true)
+	for k, a := range out.Actions {
 		w.calls++
-		if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) {
+		if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
+			(w.dropStatus && a.Type == ActionRecordOrdinals) {
 			w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
 			return w.checkState()
+		}
+		switch {
+		case a.Type == ActionRecordOrdinals:
+			// The records stored hold the whole membership.
+			w.members, w.condemnedDelete = members, condemnedAll
+		case k == 0:
+			w.members, w.condemnedDelete = condemnedMembers, condemned
 		}
 		if err := w.apply(in, out, a); err != nil {
 			return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
@@ -195,6 +272,7 @@ func (w *world) step() error {
 	}
 	if !w.dropStatus {
 		w.status = out.Status
+		w.members, w.condemnedDelete = members, condemnedAll
 	}
 	return w.checkState()
 }
@@ -243,12 +321,11 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		if w.podIndex(a.Volume.Ordinal) >= 0 {
 			return fmt.Errorf("volume %s deleted while its pod exists", a.Volume.Name)
 		}
-		if w.spec.Deleted {
-			if w.spec.WhenDeleted != Delete {
-				return fmt.Errorf("volume %s deleted against whenDeleted=%s", a.Volume.Name, w.spec.WhenDeleted)
-			}
-		} else if w.spec.WhenScaled != Delete || w.inRange(a.Volume.Ordinal) {
-			return fmt.Errorf("volume %s deleted against whenScaled=%s (in range: %v)", a.Volume.Name, w.spec.WhenScaled, w.inRange(a.Volume.Ordinal))
+		// DESIGN §3, kept data stays kept: only the volume of an ordinal
+		// condemned while its policy said Delete may go.
+		if !w.condemnedDelete[a.Volume.Ordinal] {
+			return fmt.Errorf("volume %s deleted, but ordinal %d was not condemned under a Delete policy (whenScaled=%s whenDeleted=%s deleted=%v in range=%v)",
+				a.Volume.Name, a.Volume.Ordinal, w.spec.WhenScaled, w.spec.WhenDeleted, w.spec.Deleted, w.inRange(a.Volume.Ordinal))
 		}
 		i := slices.IndexFunc(w.volumes, func(v Volume) bool { return v.Name == a.Volume.Name })
 		if i < 0 {
@@ -274,6 +351,18 @@ func (w *world) apply(in Input, out Output, a Action) error {
 				return fmt.Errorf("pod created before its volume %s", c)
 			}
 		}
+		// DESIGN §3, no silent downgrade: a pod never starts at an older
+		// revision than its ordinal last ran, unless the user stepped back
+		// (a rollback renumbers the old revision; a partition raised above
+		// the ordinal asks for the current revision).
+		rev := *w.revision(a.Revision.Name)
+		stepBack := w.spec.UpdateStrategy == RollingUpdate && a.Ordinal-w.spec.OrdinalsStart < w.spec.Partition
+		if last, ok := w.lastRanNumber(a.Ordinal); ok && rev.Number < last && !stepBack {
+			return fmt.Errorf("downgrade: pod %d created at %s (number %d), but the ordinal last ran %s (number %d)",
+				a.Ordinal, rev.Name, rev.Number, w.lastRan[a.Ordinal].Name, last)
+		}
+		w.lastRan[a.Ordinal] = rev
+		w.podClaims[a.Ordinal] = strings.Join(w.spec.VolumeClaims, ",")
 		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending})
 		w.podsCreated++
 	case ActionDeletePod:
@@ -289,23 +378,19 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		}
 		w.pods[i].Terminating = true
 		w.podsDeleted++
-	case ActionRepairPod:
-		i := w.podIndex(a.Ordinal)
-		if i < 0 {
-			return fmt.Errorf("repairing a missing pod")
-		}
-		if a.Revision.Name != w.pods[i].Revision {
-			return fmt.Errorf("repair at revision %s of a pod at %s", a.Revision.Name, w.pods[i].Revision)
-		}
-		w.pods[i].Drifted = false
+	case ActionRecordOrdinals:
+		w.status.Ordinals = a.Ordinals
 	case ActionDeleteSetState:
 		if len(w.pods) > 0 {
 			return fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
 		}
-		if w.spec.WhenDeleted == Delete && len(w.volumes) > 0 {
-			return fmt.Errorf("set state deleted while volumes remain to be deleted")
+		for _, v := range w.volumes {
+			if w.condemnedDelete[v.Ordinal] {
+				return fmt.Errorf("set state deleted while volume %s remains to be deleted", v.Name)
+			}
 		}
 		w.revisions, w.status, w.stateDeleted = nil, Status{}, true
+		w.lastRan, w.members, w.condemnedDelete = map[int]Revision{}, map[int]bool{}, map[int]bool{}
 	default:
 		return fmt.Errorf("unknown action %q", a.Type)
 	}
@@ -404,7 +489,7 @@ func (w *world) converged() bool {
 		return false
 	}
 	for _, p := range w.pods {
-		if !w.inRange(p.Ordinal) || !w.healthy(p) || p.Drifted {
+		if !w.inRange(p.Ordinal) || !w.healthy(p) || (w.drifted(p) && w.repairable(p)) {
 			return false
 		}
 		if w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused &&
@@ -413,6 +498,28 @@ func (w *world) converged() bool {
 		}
 	}
 	return true
+}
+
+// lastRanNumber is the number, as it is now, of the revision the ordinal
+// last ran: a rollback renumbers a revision, and its latest number says how
+// recent the user's wish for it is. A trimmed revision keeps the number it
+// had.
+func (w *world) lastRanNumber(ord int) (int64, bool) {
+	last, ok := w.lastRan[ord]
+	if !ok {
+		return 0, false
+	}
+	if r := w.revision(last.Name); r != nil {
+		return r.Number, true
+	}
+	return last.Number, true
+}
+
+// repairable reports whether a rolling update may replace pod p if it drifted:
+// RollingUpdate, not paused, at or above the partition. Elsewhere a drifted
+// pod waits for the user to delete it, as an outdated one does (DESIGN §3).
+func (w *world) repairable(p Pod) bool {
+	return w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused && p.Ordinal-w.spec.OrdinalsStart >= w.spec.Partition
 }
 
 // settle alternates reconcile and advancing random pods until the set
@@ -429,7 +536,13 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		w.advance(rng)
 		if w.userDeletesBroken {
 			for i, p := range w.pods {
-				if !p.Terminating && !p.Ready && w.isBroken(p) {
+				// A pod stuck at a broken revision is the user's to delete
+				// under OnDelete, and under RollingUpdate when that is the
+				// current revision: updateStatefulSet waits for such a pod
+				// (Kubernetes users delete it by hand, issue 67250). A pod at
+				// an abandoned revision is replaced without the user.
+				byUser := w.spec.UpdateStrategy == OnDelete || p.Revision == w.status.CurrentRevision
+				if byUser && !p.Terminating && !p.Ready && w.isBroken(p) {
 					w.logf("user: delete pod %d", p.Ordinal)
 					w.pods[i].Terminating = true
 				}

@@ -219,8 +219,14 @@ func sampleStatus(gen uint64) reconciler.Status {
 			{Type: reconciler.ConditionAvailable, Status: false, Reason: "NotAllAvailable", Message: "3 of 5 available", LastTransitionTime: ts.Add(-time.Hour)},
 			{Type: reconciler.ConditionRolloutStuck, Status: false},
 		},
-		LastProgressTime:     ts.Add(time.Minute).UTC(),
-		PopulatedOrdinalsEnd: 5,
+		LastProgressTime: ts.Add(time.Minute).UTC(),
+		Ordinals: []reconciler.OrdinalRecord{
+			{Ordinal: 0, Revision: "web-aaaa", RevisionNumber: 1},
+			{Ordinal: 1, Revision: "web-aaaa", RevisionNumber: 1},
+			{Ordinal: 2, Revision: "web-bbbb", RevisionNumber: 2},
+			{Ordinal: 4, Revision: "web-bbbb", RevisionNumber: 2, Condemned: true, DeleteVolumes: true},
+			{Ordinal: 5, Condemned: true},
+		},
 	}
 }
 

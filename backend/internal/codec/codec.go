@@ -52,9 +52,62 @@ type statusV1 struct {
 	CollisionCount     int           `json:"collision_count"`
 	Conditions         []conditionV1 `json:"conditions"`
 	LastProgressTime   time.Time     `json:"last_progress_time"`
-	// PopulatedOrdinalsEnd was added within format 1: absent reads as 0,
-	// which the reconciler treats as "not known yet".
-	PopulatedOrdinalsEnd int `json:"populated_ordinals_end,omitempty"`
+	// Ordinals was added within format 1 (it replaced
+	// populated_ordinals_end, which is now ignored): absent reads as no
+	// records, which keeps every volume and lets the next reconcile record
+	// the members afresh. Runs of consecutive ordinals with the same record
+	// are stored once, so a set of any size at one revision is one entry.
+	Ordinals []ordinalRunV1 `json:"ordinals,omitempty"`
+}
+
+// ordinalRunV1 is the record of the ordinals From..To (inclusive).
+type ordinalRunV1 struct {
+	From           int    `json:"from"`
+	To             int    `json:"to"`
+	Revision       string `json:"revision,omitempty"`
+	RevisionNumber int64  `json:"revision_number,omitempty"`
+	Condemned      bool   `json:"condemned,omitempty"`
+	DeleteVolumes  bool   `json:"delete_volumes,omitempty"`
+}
+
+// maxStoredOrdinals bounds how many ordinals a stored status may expand to,
+// so that a corrupt value cannot make the reader allocate without limit.
+const maxStoredOrdinals = 1 << 20
+
+func encodeOrdinals(recs []reconciler.OrdinalRecord) []ordinalRunV1 {
+	var runs []ordinalRunV1
+	for _, r := range recs {
+		if n := len(runs); n > 0 {
+			last := &runs[n-1]
+			if last.To+1 == r.Ordinal && last.Revision == r.Revision && last.RevisionNumber == r.RevisionNumber &&
+				last.Condemned == r.Condemned && last.DeleteVolumes == r.DeleteVolumes {
+				last.To = r.Ordinal
+				continue
+			}
+		}
+		runs = append(runs, ordinalRunV1{From: r.Ordinal, To: r.Ordinal, Revision: r.Revision,
+			RevisionNumber: r.RevisionNumber, Condemned: r.Condemned, DeleteVolumes: r.DeleteVolumes})
+	}
+	return runs
+}
+
+func decodeOrdinals(runs []ordinalRunV1) ([]reconciler.OrdinalRecord, error) {
+	var recs []reconciler.OrdinalRecord
+	next := -1
+	for _, run := range runs {
+		if run.From < 0 || run.To < run.From || run.From <= next {
+			return nil, fmt.Errorf("ordinal run %d..%d is out of order or negative", run.From, run.To)
+		}
+		if len(recs)+(run.To-run.From+1) > maxStoredOrdinals {
+			return nil, fmt.Errorf("ordinal records cover more than %d ordinals", maxStoredOrdinals)
+		}
+		for o := run.From; o <= run.To; o++ {
+			recs = append(recs, reconciler.OrdinalRecord{Ordinal: o, Revision: run.Revision, RevisionNumber: run.RevisionNumber,
+				Condemned: run.Condemned, DeleteVolumes: run.DeleteVolumes})
+		}
+		next = run.To
+	}
+	return recs, nil
 }
 
 type conditionV1 struct {
@@ -121,17 +174,17 @@ func DecodeRevision(raw []byte, wantName string) (reconciler.Revision, error) {
 // EncodeStatus encodes a status in the stored format.
 func EncodeStatus(st reconciler.Status) ([]byte, error) {
 	rec := &statusV1{
-		ObservedGeneration:   st.ObservedGeneration,
-		Replicas:             st.Replicas,
-		ReadyReplicas:        st.ReadyReplicas,
-		AvailableReplicas:    st.AvailableReplicas,
-		CurrentReplicas:      st.CurrentReplicas,
-		UpdatedReplicas:      st.UpdatedReplicas,
-		CurrentRevision:      st.CurrentRevision,
-		UpdateRevision:       st.UpdateRevision,
-		CollisionCount:       st.CollisionCount,
-		LastProgressTime:     st.LastProgressTime,
-		PopulatedOrdinalsEnd: st.PopulatedOrdinalsEnd,
+		ObservedGeneration: st.ObservedGeneration,
+		Replicas:           st.Replicas,
+		ReadyReplicas:      st.ReadyReplicas,
+		AvailableReplicas:  st.AvailableReplicas,
+		CurrentReplicas:    st.CurrentReplicas,
+		UpdatedReplicas:    st.UpdatedReplicas,
+		CurrentRevision:    st.CurrentRevision,
+		UpdateRevision:     st.UpdateRevision,
+		CollisionCount:     st.CollisionCount,
+		LastProgressTime:   st.LastProgressTime,
+		Ordinals:           encodeOrdinals(st.Ordinals),
 	}
 	for _, c := range st.Conditions {
 		rec.Conditions = append(rec.Conditions, conditionV1{
@@ -156,18 +209,22 @@ func DecodeStatus(raw []byte) (reconciler.Status, error) {
 	}
 	v := rec.Status
 	st := reconciler.Status{
-		ObservedGeneration:   v.ObservedGeneration,
-		Replicas:             v.Replicas,
-		ReadyReplicas:        v.ReadyReplicas,
-		AvailableReplicas:    v.AvailableReplicas,
-		CurrentReplicas:      v.CurrentReplicas,
-		UpdatedReplicas:      v.UpdatedReplicas,
-		CurrentRevision:      v.CurrentRevision,
-		UpdateRevision:       v.UpdateRevision,
-		CollisionCount:       v.CollisionCount,
-		LastProgressTime:     v.LastProgressTime,
-		PopulatedOrdinalsEnd: v.PopulatedOrdinalsEnd,
+		ObservedGeneration: v.ObservedGeneration,
+		Replicas:           v.Replicas,
+		ReadyReplicas:      v.ReadyReplicas,
+		AvailableReplicas:  v.AvailableReplicas,
+		CurrentReplicas:    v.CurrentReplicas,
+		UpdatedReplicas:    v.UpdatedReplicas,
+		CurrentRevision:    v.CurrentRevision,
+		UpdateRevision:     v.UpdateRevision,
+		CollisionCount:     v.CollisionCount,
+		LastProgressTime:   v.LastProgressTime,
 	}
+	recs, err := decodeOrdinals(v.Ordinals)
+	if err != nil {
+		return reconciler.Status{}, fmt.Errorf("decoding status: %w", err)
+	}
+	st.Ordinals = recs
 	for _, c := range v.Conditions {
 		st.Conditions = append(st.Conditions, reconciler.Condition{
 			Type: reconciler.ConditionType(c.Type), Status: c.Status, Reason: c.Reason,
