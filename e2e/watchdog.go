@@ -48,6 +48,16 @@ type allocState struct {
 	modifyIndex          uint64
 	running              bool
 	terminal             bool
+	// healthy is set once Nomad judged the allocation healthy; stopping
+	// once Nomad asked it to stop (desired status stop or evict).
+	healthy, stopping bool
+}
+
+// downTrack counts the ordinals of one set that are down at once.
+type downTrack struct {
+	ordinals int
+	max      int
+	at       string
 }
 
 // Watchdog watches every allocation of every child job and records a
@@ -76,6 +86,9 @@ type Watchdog struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	lastErr error
+
+	// down holds the sets whose down ordinals are counted (TrackDown).
+	down map[string]*downTrack
 }
 
 // NewWatchdog returns a watchdog that is fed by hand (for unit tests); Start
@@ -88,6 +101,74 @@ func NewWatchdog() *Watchdog {
 		pending:  map[string][]string{},
 		reported: map[[2]string]bool{},
 		now:      time.Now,
+		down:     map[string]*downTrack{},
+	}
+}
+
+// TrackDown starts counting how many of the ordinals 0..ordinals-1 of the
+// set parent are down at once: an ordinal is up while one of its
+// allocations runs, has been judged healthy by Nomad and has not been asked
+// to stop. Call it once the set is converged; MaxDown reports the worst
+// moment seen since.
+func (w *Watchdog) TrackDown(parent string, ordinals int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.down[parent] = &downTrack{ordinals: ordinals}
+	w.countDownLocked()
+}
+
+// MaxDown returns the most ordinals of parent seen down at once since
+// TrackDown, and which ones were down then.
+func (w *Watchdog) MaxDown(parent string) (int, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.down[parent]; d != nil {
+		return d.max, d.at
+	}
+	return 0, ""
+}
+
+// ObserveDesired records the desired status Nomad gave an allocation.
+func (w *Watchdog) ObserveDesired(id, desiredStatus string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a := w.allocs[id]; a != nil && (desiredStatus == "stop" || desiredStatus == "evict") && !a.stopping {
+		a.stopping = true
+		w.countDownLocked()
+	}
+}
+
+// countDownLocked updates the down counts of the tracked sets. w.mu must be
+// held.
+func (w *Watchdog) countDownLocked() {
+	if len(w.down) == 0 {
+		return
+	}
+	up := map[string]map[int]bool{}
+	for _, a := range w.allocs {
+		if !a.running || !a.healthy || a.stopping {
+			continue
+		}
+		rec := w.jobs[jobKey(a.namespace, a.jobID)]
+		if rec == nil || w.down[rec.Parent] == nil {
+			continue
+		}
+		if up[rec.Parent] == nil {
+			up[rec.Parent] = map[int]bool{}
+		}
+		up[rec.Parent][rec.Ordinal] = true
+	}
+	for parent, d := range w.down {
+		var downs []string
+		for o := 0; o < d.ordinals; o++ {
+			if !up[parent][o] {
+				downs = append(downs, strconv.Itoa(o))
+			}
+		}
+		if len(downs) > d.max {
+			d.max = len(downs)
+			d.at = fmt.Sprintf("%s: ordinals %v down", w.now().Format("15:04:05.000"), downs)
+		}
 	}
 }
 
@@ -166,6 +247,10 @@ func (w *Watchdog) ObserveAlloc(id, namespace, jobID, clientStatus string, modif
 	default: // pending
 		a.running = false
 	}
+	if !healthyAt.IsZero() {
+		a.healthy = true
+	}
+	w.countDownLocked()
 	k := jobKey(namespace, jobID)
 	if rec := w.jobs[k]; rec != nil {
 		if !healthyAt.IsZero() && (rec.HealthyAt.IsZero() || healthyAt.Before(rec.HealthyAt)) {
@@ -409,6 +494,7 @@ func (w *Watchdog) observeEvent(e *nomadapi.Event) {
 				w.ObserveJob(a.Namespace, *a.Job.ID, a.Job.Meta, 0, 0)
 			}
 			w.ObserveAlloc(a.ID, a.Namespace, a.JobID, a.ClientStatus, a.ModifyIndex, healthyAt(a.DeploymentStatus))
+			w.ObserveDesired(a.ID, a.DesiredStatus)
 		}
 	}
 }
@@ -435,6 +521,7 @@ func (w *Watchdog) poll(client *nomadapi.Client) {
 	}
 	for _, a := range allocs {
 		w.ObserveAlloc(a.ID, a.Namespace, a.JobID, a.ClientStatus, a.ModifyIndex, healthyAt(a.DeploymentStatus))
+		w.ObserveDesired(a.ID, a.DesiredStatus)
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,37 @@ func TestWatchdogRegisteredAfterHealthy(t *testing.T) {
 				t.Fatalf("want an error containing %q, got %v", tc.wantErr, err)
 			}
 		})
+	}
+}
+
+// TestWatchdogMaxDown: an ordinal is down from the moment Nomad asks its
+// allocation to stop until a new allocation of it is running and healthy;
+// MaxDown reports the worst moment and which ordinals were down.
+func TestWatchdogMaxDown(t *testing.T) {
+	w := NewWatchdog()
+	healthy := time.Unix(100, 0)
+	for o := 0; o < 3; o++ {
+		id := "web-" + strconv.Itoa(o)
+		child(w, id, "web", strconv.Itoa(o))
+		w.ObserveAlloc("a"+strconv.Itoa(o), "default", id, "running", 10, healthy)
+	}
+	w.TrackDown("web", 3)
+	if n, _ := w.MaxDown("web"); n != 0 {
+		t.Fatalf("a converged set has %d down", n)
+	}
+	w.ObserveDesired("a2", "stop") // stopping: down already
+	if n, _ := w.MaxDown("web"); n != 1 {
+		t.Fatalf("after a stop request: %d down, want 1", n)
+	}
+	w.ObserveAlloc("a2", "default", "web-2", "complete", 11, healthy)
+	w.ObserveAlloc("b2", "default", "web-2", "running", 12, time.Time{}) // running, not yet healthy
+	w.ObserveAlloc("a1", "default", "web-1", "failed", 13, healthy)
+	n, at := w.MaxDown("web")
+	if n != 2 || !strings.Contains(at, "[1 2]") {
+		t.Fatalf("MaxDown = %d (%s), want 2 with ordinals 1 and 2", n, at)
+	}
+	w.ObserveAlloc("b2", "default", "web-2", "running", 14, healthy)
+	if n, _ := w.MaxDown("web"); n != 2 {
+		t.Fatalf("MaxDown went down to %d; it is the maximum", n)
 	}
 }
