@@ -195,11 +195,13 @@ func (a *Agent) lead(ctx context.Context) error {
 		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
 		provisioner: a.opts.Provisioner, hooks: a.opts.Hooks,
 	}
+	c.effector = c
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
 		a.log.Named("watcher"), func(k backend.SetKey) {
 			q.Add(k.String())
 			a.depth.Store(int64(q.Len()))
 		})
+	c.requestResync = c.watcher.RequestResync
 	a.current.Store(c)
 	defer a.current.Store(nil)
 
@@ -221,6 +223,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	<-ctx.Done()
 	q.ShutDown()
 	wg.Wait()
+	a.views.reset()
 	log.Info("stopped leading: all reconcile work has ended")
 	return nil
 }

@@ -72,3 +72,15 @@ type deferError struct {
 func (e *deferError) Error() string {
 	return fmt.Sprintf("%s; trying again in %s", e.reason, e.wait.Round(time.Second))
 }
+
+// forget drops every ordinal's record of a set that is gone.
+func (b *crashBackoff) forget(key backend.SetKey) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prefix := key.String() + "/"
+	for k := range b.m {
+		if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			delete(b.m, k)
+		}
+	}
+}

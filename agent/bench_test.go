@@ -253,7 +253,7 @@ func waitUntil(b *testing.B, what string, timeout, step time.Duration, cond func
 // converged reports whether every set's last reconcile saw all its replicas
 // ready at the update revision, and no set is waiting in the queue.
 func converged(a *Agent, c *controller, sets int) bool {
-	if c.queue.Len() > 0 {
+	if c.queue.(*queue).Len() > 0 {
 		return false
 	}
 	a.views.mu.RLock()
@@ -356,7 +356,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 		waitUntil(b, "the re-list", time.Minute, 100*time.Microsecond, func() bool { return c.watcher.Relists() > rel0 })
 		list := time.Since(t0)
 		waitUntil(b, "every set to be reconciled again", 10*time.Minute, 100*time.Microsecond, func() bool {
-			return reconciles(a) >= rec0+uint64(sets) && c.queue.Len() == 0
+			return reconciles(a) >= rec0+uint64(sets) && c.queue.(*queue).Len() == 0
 		})
 		r.resync = append(r.resync, time.Since(t0).Seconds())
 		r.resyncCPU = append(r.resyncCPU, (cpuTime() - cpu0).Seconds())
@@ -923,7 +923,7 @@ func BenchmarkSteadySync(b *testing.B) {
 			waitUntil(b, "the set to converge", time.Minute, 10*time.Millisecond, func() bool {
 				c = a.current.Load()
 				d, ok := a.views.get(key)
-				return c != nil && ok && d.Status.ReadyReplicas == replicas && c.queue.Len() == 0
+				return c != nil && ok && d.Status.ReadyReplicas == replicas && c.queue.(*queue).Len() == 0
 			})
 			stop()
 

@@ -43,12 +43,16 @@ type controller struct {
 	store   backend.Store
 	cache   *nomad.Cache
 	watcher *nomad.Watcher
-	queue   *queue
+	queue   workQueue
 	expect  *expectations
 	clock   func() time.Time
 	metrics *metrics
 	views   *views
-	backoff *crashBackoff
+	// effector carries out actions; the controller itself, but for tests.
+	effector effector
+	// requestResync asks the watcher for a full re-list (a fake in tests).
+	requestResync func()
+	backoff       *crashBackoff
 	// provisioner makes and removes the per-ordinal volumes.
 	provisioner plugin.VolumeProvisioner
 	// hooks runs lifecycle hooks; nil runs none.
@@ -97,13 +101,81 @@ func (c *controller) revisionData(key backend.SetKey, parent *api.Job) ([]byte, 
 	return data, nil
 }
 
-// sync reconciles one set once.
+// pass is one reconcile of one set: what was observed, and the input the
+// decision is made from. The effector reads it to carry out the actions.
+type pass struct {
+	key  backend.SetKey
+	spec reconciler.Spec
+	obs  nomad.Observation
+	revs []reconciler.Revision
+	// prev is the stored status (zero when none is stored: found false).
+	prev  reconciler.Status
+	found bool
+	now   time.Time
+	in    reconciler.Input
+	// holdReady is how soon to look again for a pod whose post_ready hooks
+	// hold its readiness; zero when none does.
+	holdReady time.Duration
+}
+
+// effector carries out the reconciler's actions, as Kubernetes'
+// StatefulPodControl carries out the StatefulSet controller's: the
+// controller decides, the effector acts. A step that must wait (a crash-loop
+// backoff, a hook that holds, a plugin that is down) returns a *deferError;
+// the controller then holds what depends on it and carries on with the rest.
+// It reports whether the set's stored state was deleted (the end of a
+// cascading delete).
+type effector interface {
+	execute(ctx context.Context, p *pass, act reconciler.Action) (stateDeleted bool, err error)
+}
+
+// workQueue is what the controller needs of the work queue: to look at a
+// set again now, or after a delay.
+type workQueue interface {
+	Add(key string)
+	AddAfter(key string, d time.Duration)
+}
+
+// acted is what carrying out a decision did.
+type acted struct {
+	// done counts the actions carried out.
+	done int
+	// stateDeleted is set when the set's stored state was deleted.
+	stateDeleted bool
+	// held are the steps that must wait, with how long; heldWait is the
+	// soonest of their waits.
+	held     []held
+	heldWait time.Duration
+}
+
+// held is one action that must wait.
+type held struct {
+	act reconciler.Action
+	why *deferError
+}
+
+// sync reconciles one set once: observe, decide, act, record.
 func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	start := time.Now()
 	defer func() { c.metrics.reconcileDuration.Observe(time.Since(start).Seconds()) }()
-	now := c.clock()
-	log := c.log.With("set", key.String())
+	p, err := c.observe(ctx, key)
+	if p == nil || err != nil {
+		return err
+	}
+	out := reconciler.Reconcile(p.in)
+	res, err := c.act(ctx, p, out)
+	if err != nil {
+		return err
+	}
+	return c.record(ctx, p, out, res)
+}
 
+// observe builds the pass for a set from the cache and the store. It
+// returns nil (and handles the set) when there is nothing to decide: the
+// job is invalid, nothing of the set is left, or our own writes are not
+// observed yet.
+func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, error) {
+	now := c.clock()
 	// One look at the cache serves the whole pass: observing a set renders
 	// every child, most of a steady pass's cost. Its volumes are found by
 	// the claims of the set's last spec; only when the parsed spec names
@@ -115,134 +187,191 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	obs := c.cache.Observe(key, claims, now)
 	spec, parseErr := c.specFor(key, obs)
 	if parseErr != nil {
-		return c.recordInvalid(ctx, key, obs.Parent, parseErr, now)
+		return nil, c.recordInvalid(ctx, key, obs.Parent, parseErr, now)
 	}
 	if spec == nil {
 		// Nothing of the set is left in Nomad and we never knew its spec.
-		return c.forgetOrphanState(ctx, key)
+		return nil, c.forgetOrphanState(ctx, key)
 	}
 	if !slices.Equal(spec.VolumeClaims, claims) {
 		obs.Volumes = c.cache.Observe(key, spec.VolumeClaims, now).Volumes
 	}
 	if waiting, expired := c.expect.pending(key, obs, now); len(waiting) > 0 || expired {
 		if expired {
-			log.Warn("a write was not observed in time; re-listing Nomad", "ttl", c.expect.ttl)
-			c.watcher.RequestResync()
-			return nil
+			c.log.Warn("a write was not observed in time; re-listing Nomad", "set", key.String(), "ttl", c.expect.ttl)
+			c.requestResync()
+			return nil, nil
 		}
-		log.Trace("waiting for our own writes", "pending", waiting)
-		return nil
+		c.log.Trace("waiting for our own writes", "set", key.String(), "pending", waiting)
+		return nil, nil
 	}
 
-	revs, err := c.store.ListRevisions(ctx, key)
-	if err != nil {
-		return c.recordStoreError(key, spec, fmt.Errorf("reading revisions of %s: %w", key, err))
+	p := &pass{key: key, spec: *spec, obs: obs, now: now}
+	var err error
+	if p.revs, err = c.store.ListRevisions(ctx, key); err != nil {
+		return nil, c.recordStoreError(key, spec, fmt.Errorf("reading revisions of %s: %w", key, err))
 	}
-	prev, found, err := c.store.GetStatus(ctx, key)
-	if err != nil {
-		return c.recordStoreError(key, spec, fmt.Errorf("reading status of %s: %w", key, err))
+	if p.prev, p.found, err = c.store.GetStatus(ctx, key); err != nil {
+		return nil, c.recordStoreError(key, spec, fmt.Errorf("reading status of %s: %w", key, err))
 	}
-
-	in := reconciler.Input{Spec: *spec, Revisions: revs, Previous: prev, Now: now}
+	p.in = reconciler.Input{Spec: *spec, Revisions: p.revs, Previous: p.prev, Now: now}
 	if obs.Parent != nil && obs.Parent.Version != nil {
-		in.JobVersion = *obs.Parent.Version
+		p.in.JobVersion = *obs.Parent.Version
 	}
 	if !spec.Deleted {
 		data, err := c.revisionData(key, obs.Parent)
 		if err != nil {
-			return c.recordInvalid(ctx, key, obs.Parent, err, now)
+			return nil, c.recordInvalid(ctx, key, obs.Parent, err, now)
 		}
-		in.TemplateData = data
+		p.in.TemplateData = data
 	}
-	revByName := make(map[string]reconciler.Revision, len(revs))
-	for _, r := range revs {
+	revByName := make(map[string]reconciler.Revision, len(p.revs))
+	for _, r := range p.revs {
 		revByName[r.Name] = r
 	}
-	holdReady := c.gatePostReady(ctx, key, obs, now)
+	p.holdReady = c.gatePostReady(ctx, key, obs, now)
 	for _, d := range obs.Pods {
-		p := d.Pod
-		if r, ok := revByName[p.Revision]; ok && !p.Terminating && !jobs.ChildMatches(*spec, r, p.Ordinal, d.Job) {
-			p.Drifted = true
+		pod := d.Pod
+		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating && !jobs.ChildMatches(*spec, r, pod.Ordinal, d.Job) {
+			pod.Drifted = true
 		}
-		in.Pods = append(in.Pods, p)
+		p.in.Pods = append(p.in.Pods, pod)
 	}
 	for _, v := range obs.Volumes {
-		in.Volumes = append(in.Volumes, v.Volume)
+		p.in.Volumes = append(p.in.Volumes, v.Volume)
 	}
+	return p, nil
+}
 
-	out := reconciler.Reconcile(in)
-	out.Requeue = soonest(out.Requeue, holdReady)
-	stateDeleted := false
-	for _, act := range out.Actions {
+// act carries out the decision's actions in order. A step that must wait
+// holds only what depends on it: later actions on the same ordinal, and the
+// end of a cascading delete. Every other action goes ahead, so that one
+// ordinal in backoff, or held by a hook, does not hold up the others
+// (plugin/manager promises hooks that say wait let other work carry on). An
+// error stops the pass; the next one starts from fresh observations.
+func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (acted, error) {
+	var res acted
+	heldOrdinals := map[int]bool{}
+	for _, a := range out.Actions {
 		if ctx.Err() != nil {
 			// Leadership or the agent is going away: stop between actions.
-			return ctx.Err()
+			return res, ctx.Err()
 		}
-		if act.Type == reconciler.ActionDeleteSetState && len(revs) == 0 && !found && len(obs.Stopped) == 0 {
+		if a.Type == reconciler.ActionDeleteSetState && len(p.revs) == 0 && !p.found && len(p.obs.Stopped) == 0 {
 			// The cascade finished on an earlier pass: nothing to do, and
 			// nothing to look at again until the set changes. Counting
 			// this as an action queued the set again at once, forever.
-			stateDeleted = true
+			res.stateDeleted = true
 			continue
 		}
-		deleted, err := c.execute(ctx, key, *spec, obs, act, revs, prev, found, now)
-		var bo *deferError
-		if errors.As(err, &bo) {
-			msg := fmt.Sprintf("%s-%d: %v", key.Name, act.Ordinal, err)
-			log.Info("a step is held; will look again", "action", act.Type, "ordinal", act.Ordinal,
-				"reason", bo.kind, "detail", bo.reason, "retry_in", bo.wait)
-			c.views.event(key, now, bo.kind, msg)
-			c.views.update(key, *spec, heldStatus(out.Status, bo.kind, msg, now), obs, revs, now)
-			c.queue.AddAfter(key.String(), bo.wait)
-			return nil
+		if dependsOnHeld(a, heldOrdinals, len(res.held)) {
+			continue
+		}
+		deleted, err := c.effector.execute(ctx, p, a)
+		var why *deferError
+		if errors.As(err, &why) {
+			c.hold(p, a, why)
+			res.held = append(res.held, held{act: a, why: why})
+			res.heldWait = soonest(res.heldWait, why.wait)
+			heldOrdinals[a.Ordinal] = true
+			continue
 		}
 		if err != nil {
-			c.views.event(key, now, "Error", fmt.Sprintf("%s ordinal %d: %v", act.Type, act.Ordinal, err))
-			c.views.update(key, *spec, out.Status, obs, revs, now)
-			return fmt.Errorf("%s for ordinal %d of %s: %w", act.Type, act.Ordinal, key, err)
+			c.views.event(p.key, p.now, "Error", fmt.Sprintf("%s ordinal %d: %v", a.Type, a.Ordinal, err))
+			c.views.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
+			return res, fmt.Errorf("%s for ordinal %d of %s: %w", a.Type, a.Ordinal, p.key, err)
 		}
-		stateDeleted = stateDeleted || deleted
-		c.views.event(key, now, string(act.Type), actionMessage(key, act))
-		log.Info("acted", "action", act.Type, "ordinal", act.Ordinal, "revision", act.Revision.Name, "reason", act.Reason)
+		res.done++
+		res.stateDeleted = res.stateDeleted || deleted
+		c.views.event(p.key, p.now, string(a.Type), actionMessage(p.key, a))
+		c.log.Info("acted", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal, "revision", a.Revision.Name, "reason", a.Reason)
 	}
+	return res, nil
+}
 
-	cascadeDone := spec.Deleted && len(obs.Pods) == 0 && len(obs.Volumes) == 0
-	if !stateDeleted && !cascadeDone && !reflect.DeepEqual(prev, out.Status) {
+// dependsOnHeld reports whether action a must wait because an earlier one
+// was held: it acts on a held ordinal, or it ends a cascading delete, which
+// must come after everything else.
+func dependsOnHeld(a reconciler.Action, heldOrdinals map[int]bool, nHeld int) bool {
+	if nHeld == 0 {
+		return false
+	}
+	switch a.Type {
+	case reconciler.ActionDeleteSetState:
+		return true
+	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume:
+		return heldOrdinals[a.Ordinal]
+	}
+	return false
+}
+
+// hold reports a step that must wait, in the log and the set's events.
+func (c *controller) hold(p *pass, a reconciler.Action, why *deferError) {
+	msg := fmt.Sprintf("%s: %v", reconciler.PodName(p.key.Name, a.Ordinal), why)
+	c.log.Info("a step is held; will look again", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal,
+		"reason", why.kind, "detail", why.reason, "retry_in", why.wait)
+	c.views.event(p.key, p.now, why.kind, msg)
+}
+
+// record stores the status, updates the view and says when to look again.
+// While a step is held the status is not stored: it assumes every action was
+// carried out, and the next pass recomputes it from what really happened.
+func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output, res acted) error {
+	key := p.key
+	cascadeDone := p.spec.Deleted && len(p.obs.Pods) == 0 && len(p.obs.Volumes) == 0
+	if res.stateDeleted || cascadeDone {
+		c.forget(key)
+		return nil
+	}
+	if len(res.held) == 0 && !reflect.DeepEqual(p.prev, out.Status) {
 		if err := c.store.PutStatus(ctx, key, out.Status); err != nil {
 			return fmt.Errorf("writing status of %s: %w", key, err)
 		}
 	}
-	if stateDeleted || cascadeDone {
-		c.mu.Lock()
-		delete(c.lastSpec, key)
-		delete(c.revData, key)
-		c.mu.Unlock()
-		c.views.remove(key)
-	} else {
-		// After acting, the view shows what the actions changed; without
-		// actions, obs (already gated by the post_ready hooks) is current.
-		finalRevs, finalObs := revs, obs
-		if len(out.Actions) > 0 {
-			if r, err := c.store.ListRevisions(ctx, key); err == nil {
-				finalRevs = r
-			}
-			finalObs = c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now))
+	// After acting, the view shows what the actions changed; without
+	// actions, obs (already gated by the post_ready hooks) is current.
+	finalRevs, finalObs := p.revs, p.obs
+	if res.done > 0 {
+		if r, err := c.store.ListRevisions(ctx, key); err == nil {
+			finalRevs = r
 		}
-		shown := out.Status
-		if holdReady > 0 {
-			shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", now)
-		}
-		c.views.update(key, *spec, shown, finalObs, finalRevs, now)
+		finalObs = c.postReadyView(key, c.cache.Observe(key, p.spec.VolumeClaims, p.now))
 	}
+	shown := out.Status
 	switch {
-	case len(out.Actions) > 0 && !stateDeleted:
+	case len(res.held) > 0:
+		h := res.held[0]
+		shown = heldStatus(shown, h.why.kind, fmt.Sprintf("%s: %v", reconciler.PodName(key.Name, h.act.Ordinal), h.why), p.now)
+	case p.holdReady > 0:
+		shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", p.now)
+	}
+	c.views.update(key, p.spec, shown, finalObs, finalRevs, p.now)
+	switch {
+	case res.done > 0:
 		// Look again once our writes are visible: some (volume writes) make
 		// no event, and the expectations gate keeps an early look harmless.
 		c.queue.Add(key.String())
-	case out.Requeue > 0:
-		c.queue.AddAfter(key.String(), out.Requeue)
+	default:
+		if wait := soonest(soonest(out.Requeue, p.holdReady), res.heldWait); wait > 0 {
+			c.queue.AddAfter(key.String(), wait)
+		}
 	}
 	return nil
+}
+
+// forget drops everything the controller keeps of a set that is gone: its
+// last spec, cached revision data, expectations, crash-loop records and
+// post_ready answers, and its view. A set of the same name created later
+// starts afresh.
+func (c *controller) forget(key backend.SetKey) {
+	c.mu.Lock()
+	delete(c.lastSpec, key)
+	delete(c.revData, key)
+	c.mu.Unlock()
+	c.expect.forget(key)
+	c.backoff.forget(key)
+	c.postReady.forget(key)
+	c.views.remove(key)
 }
 
 // specFor parses the set's parent, or falls back to the last known spec when
@@ -285,7 +414,7 @@ func (c *controller) specFor(key backend.SetKey, obs nomad.Observation) (*reconc
 // forgetOrphanState removes stored state of a set that Nomad no longer has
 // at all. It reads first so that steady state makes no writes.
 func (c *controller) forgetOrphanState(ctx context.Context, key backend.SetKey) error {
-	c.views.remove(key)
+	c.forget(key)
 	revs, err := c.store.ListRevisions(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading revisions of %s: %w", key, err)

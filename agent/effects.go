@@ -25,18 +25,18 @@ func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), effectTimeout)
 }
 
-// execute carries out one action. It reports whether the set's stored state
-// was deleted (the end of a cascading delete). prev is the status the
-// decision was made from.
-func (c *controller) execute(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation,
-	act reconciler.Action, revs []reconciler.Revision, prev reconciler.Status, statusFound bool, now time.Time) (bool, error) {
+// execute carries out one action against Nomad, the store and the plugins
+// (the controller is its own effector). It reports whether the set's stored
+// state was deleted (the end of a cascading delete).
+func (c *controller) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
+	key, spec, obs, revs, now := p.key, p.spec, p.obs, p.revs, p.now
 	ectx, cancel := effectContext(ctx)
 	defer cancel()
 	switch act.Type {
 	case reconciler.ActionRecordOrdinals:
 		// The condemnations are stored before any pod or volume is
 		// touched; the rest of the status waits for the end of the pass.
-		rec := prev
+		rec := p.prev
 		rec.Ordinals = act.Ordinals
 		return false, c.store.PutStatus(ectx, key, rec)
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
@@ -64,7 +64,7 @@ func (c *controller) execute(ctx context.Context, key backend.SetKey, spec recon
 				return false, err
 			}
 		}
-		if len(revs) == 0 && !statusFound {
+		if len(revs) == 0 && !p.found {
 			return true, nil
 		}
 		if err := c.store.DeleteSet(ectx, key); err != nil {
@@ -106,7 +106,7 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
 		if nomad.IsConflict(err) {
-			c.watcher.RequestResync()
+			c.requestResync()
 			return fmt.Errorf("%s changed since it was observed: %w", id, backend.ErrConflict)
 		}
 		return err

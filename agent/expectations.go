@@ -61,3 +61,10 @@ func (e *expectations) pending(key backend.SetKey, obs nomad.Observation, now ti
 	}
 	return waiting, expired
 }
+
+// forget drops the expectations of a set that is gone.
+func (e *expectations) forget(key backend.SetKey) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, key)
+}

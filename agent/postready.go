@@ -228,3 +228,11 @@ func soonest(a, b time.Duration) time.Duration {
 	}
 	return a
 }
+
+// forget drops what the hooks said about the allocations of a set that is
+// gone.
+func (g *postReadyGate) forget(key backend.SetKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.sets, key)
+}

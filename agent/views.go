@@ -60,6 +60,20 @@ func (v *views) setStatus(key backend.SetKey, st reconciler.Status) {
 	v.getLocked(key).Status = statusView(st)
 }
 
+// reset forgets every set: a leadership term ended, and a former leader
+// must not go on serving a status it no longer keeps current.
+func (v *views) reset() {
+	v.mu.Lock()
+	keys := make([]backend.SetKey, 0, len(v.sets))
+	for k := range v.sets {
+		keys = append(keys, k)
+	}
+	v.mu.Unlock()
+	for _, k := range keys {
+		v.remove(k)
+	}
+}
+
 func (v *views) remove(key backend.SetKey) {
 	v.mu.Lock()
 	_, had := v.sets[key]

@@ -1,0 +1,264 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// The tests in this file sync one set at a time on a controller whose
+// effects, queue and clock are fakes: no Nomad, no goroutines, no real time.
+// They are the agent's counterpart of the reconciler's step tests.
+
+// fakeEffector records the actions it is asked to carry out. Revision and
+// status actions go to a real in-memory store, so that the next pass sees
+// them; pod and volume actions are only recorded. hold defers an action
+// ("CreatePod 5") as a backoff or a hook would.
+type fakeEffector struct {
+	store backend.Store
+	calls []string
+	hold  map[string]*deferError
+}
+
+func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
+	name := fmt.Sprintf("%s %d", act.Type, act.Ordinal)
+	if d := f.hold[name]; d != nil {
+		return false, d
+	}
+	f.calls = append(f.calls, name)
+	switch act.Type {
+	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
+		return false, f.store.PutRevision(ctx, p.key, act.Revision)
+	case reconciler.ActionRecordOrdinals:
+		st := p.prev
+		st.Ordinals = act.Ordinals
+		return false, f.store.PutStatus(ctx, p.key, st)
+	}
+	return false, nil
+}
+
+// recordingQueue records what the controller queues.
+type recordingQueue struct {
+	added []string
+	after map[string]time.Duration
+}
+
+func (q *recordingQueue) Add(key string) { q.added = append(q.added, key) }
+func (q *recordingQueue) AddAfter(key string, d time.Duration) {
+	if q.after == nil {
+		q.after = map[string]time.Duration{}
+	}
+	q.after[key] = d
+}
+
+// syncRig is a controller over a hand-filled cache.
+type syncRig struct {
+	c     *controller
+	cache *nomad.Cache
+	eff   *fakeEffector
+	queue *recordingQueue
+	now   time.Time
+	key   backend.SetKey
+	// resyncs counts the re-lists the controller asked for.
+	resyncs int
+}
+
+func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
+	t.Helper()
+	r := &syncRig{cache: nomad.NewCache(), queue: &recordingQueue{},
+		now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC), key: backend.SetKey{Namespace: "default", Name: *parent.ID}}
+	parent.Version, parent.JobModifyIndex, parent.ModifyIndex, parent.CreateIndex = ptr(uint64(0)), ptr(uint64(10)), ptr(uint64(10)), ptr(uint64(10))
+	r.cache.Replace(nomad.Snapshot{Index: 10, Jobs: []*api.Job{parent}})
+	store := memory.NewStore()
+	r.eff = &fakeEffector{store: store, hold: map[string]*deferError{}}
+	r.c = &controller{
+		log: hclog.NewNullLogger(), store: store, cache: r.cache, queue: r.queue,
+		expect: newExpectations(time.Minute), clock: func() time.Time { return r.now },
+		metrics: newMetrics(func() float64 { return 0 }), views: newViews(nil), backoff: newCrashBackoff(),
+		lastSpec: map[backend.SetKey]reconciler.Spec{}, effector: r.eff,
+		requestResync: func() { r.resyncs++ },
+	}
+	return r
+}
+
+func (r *syncRig) sync(t *testing.T) {
+	t.Helper()
+	r.eff.calls, r.queue.added, r.queue.after = nil, nil, nil
+	if err := r.c.sync(context.Background(), r.key); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+// TestHeldStepHoldsOnlyItsOrdinal is issue 17's first defect: under
+// Parallel a scale-up emits CreatePod for every new ordinal in one pass, and
+// one of them in crash-loop backoff used to hold all the others for up to
+// the backoff's maximum (5 minutes). A held step now holds only the actions
+// that depend on it: the same ordinal's, and the end of a cascading delete.
+func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{
+		"statefulset_replicas": "10", "statefulset_pod_management_policy": "Parallel"}, "v1"))
+	r.eff.hold["CreatePod 5"] = &deferError{wait: 5 * time.Minute, kind: "BackOff", reason: "the pod keeps failing"}
+	r.sync(t)
+	for o := 0; o < 10; o++ {
+		want := fmt.Sprintf("CreatePod %d", o)
+		if got := slices.Contains(r.eff.calls, want); got != (o != 5) {
+			t.Errorf("%s carried out: %v, want %v", want, got, o != 5)
+		}
+		if !slices.Contains(r.eff.calls, fmt.Sprintf("CreateVolume %d", o)) {
+			t.Errorf("CreateVolume %d not carried out: it comes before the held step", o)
+		}
+	}
+	d, ok := r.c.views.get(r.key)
+	if !ok {
+		t.Fatal("no view of the set")
+	}
+	held := false
+	for _, c := range d.Status.Conditions {
+		held = held || (string(c.Type) == string(ConditionHeld) && c.Reason == "BackOff" && strings.Contains(c.Message, "web-5"))
+	}
+	if !held {
+		t.Fatalf("the view does not show web-5 held: %+v", d.Status.Conditions)
+	}
+	if len(r.queue.added) == 0 {
+		t.Fatal("the set was not queued again after acting")
+	}
+}
+
+// TestHeldPassKeepsTheDecisionsRequeue: a pass whose only step is held used
+// to queue the set again after the hold's wait alone, dropping the
+// reconciler's own requeue (here the progress deadline, 10 minutes, against
+// a hook that says "ask again in an hour").
+func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
+	r.eff.hold["CreatePod 0"] = &deferError{wait: time.Hour, kind: "HookWaiting", reason: "a hook holds web-0"}
+	r.sync(t) // stores the revision; CreatePod 0 is held
+	r.sync(t) // only the held step is left
+	if len(r.eff.calls) != 0 {
+		t.Fatalf("second pass carried out %v", r.eff.calls)
+	}
+	got, ok := r.queue.after[r.key.String()]
+	if !ok || got <= 0 || got > 10*time.Minute {
+		t.Fatalf("queued again after %v (queued: %v), want the progress deadline's 10m at most", got, ok)
+	}
+}
+
+// TestExpectationsGateThePass: after a write, the set is not decided again
+// until the write is observed; once the expectation's time to live passes
+// unobserved, the cache is distrusted (a re-list is asked for) rather than
+// acted on.
+func TestExpectationsGateThePass(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
+	r.c.expect.expect(r.key, "child web-0 registered", r.now, func(o nomad.Observation) bool { return len(o.Pods) > 0 })
+	r.sync(t)
+	if len(r.eff.calls) != 0 {
+		t.Fatalf("acted while its own write was not observed: %v", r.eff.calls)
+	}
+	r.now = r.now.Add(2 * time.Minute)
+	r.sync(t)
+	if len(r.eff.calls) != 0 {
+		t.Fatalf("acted on a cache it distrusts: %v", r.eff.calls)
+	}
+	if r.resyncs != 1 {
+		t.Fatalf("an expired expectation asked for %d re-lists, want 1", r.resyncs)
+	}
+	// The re-list would clear the stale expectation with the set forgotten
+	// or observed; forgetting the set drops it.
+	r.c.forget(r.key)
+	r.sync(t)
+	if !slices.Contains(r.eff.calls, "CreatePod 0") {
+		t.Fatalf("after the set was forgotten its decision was still gated: %v", r.eff.calls)
+	}
+}
+
+// TestForgetDropsAllPerSetState: a set that is gone leaves nothing behind:
+// crash-loop records (never cleaned before), expectations, post_ready
+// answers, the spec and revision caches, and its view.
+func TestForgetDropsAllPerSetState(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
+	r.sync(t)
+	r.c.backoff.failed(r.key, 0, r.now)
+	r.c.backoff.failed(r.key, 0, r.now)
+	other := backend.SetKey{Namespace: "default", Name: "web2"}
+	r.c.backoff.failed(other, 0, r.now)
+	r.c.expect.expect(r.key, "x", r.now, func(nomad.Observation) bool { return false })
+	r.c.postReady.record(r.key, "alloc-1", manager.HookResult{Proceed: true}, r.now, time.Time{})
+	r.c.forget(r.key)
+	if r.c.backoff.remaining(r.key, 0, r.now) != 0 || len(r.c.backoff.m) != 1 {
+		t.Fatalf("crash records left: %v", r.c.backoff.m)
+	}
+	if _, ok := r.c.expect.m[r.key]; ok {
+		t.Fatal("expectations left")
+	}
+	if _, ok := r.c.postReady.sets[r.key]; ok {
+		t.Fatal("post_ready answers left")
+	}
+	if _, ok := r.c.lastSpec[r.key]; ok {
+		t.Fatal("last spec left")
+	}
+	if _, ok := r.c.views.get(r.key); ok {
+		t.Fatal("view left")
+	}
+}
+
+// oneTermElector leads once, until end is closed, then stays a follower.
+type oneTermElector struct {
+	end    chan struct{}
+	ended  chan struct{}
+	leader atomic.Bool
+}
+
+func (e *oneTermElector) Run(ctx context.Context, lead func(context.Context) error) error {
+	term, cancel := context.WithCancel(ctx)
+	e.leader.Store(true)
+	go func() {
+		select {
+		case <-e.end:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	err := lead(term)
+	e.leader.Store(false)
+	close(e.ended)
+	<-ctx.Done()
+	return err
+}
+
+func (e *oneTermElector) IsLeader() bool { return e.leader.Load() }
+
+// TestFormerLeaderServesNoStatus: the views used to outlive a leadership
+// term, so a former leader kept serving a status frozen at the moment it
+// lost the lock. Once the term ends, the agent shows no set.
+func TestFormerLeaderServesNoStatus(t *testing.T) {
+	sim := memory.NewNomad(fastSim())
+	defer sim.Close()
+	el := &oneTermElector{end: make(chan struct{}), ended: make(chan struct{})}
+	opts := testOptions(t, sim, memory.NewStore())
+	opts.Elector = el
+	a, stop := runAgent(t, opts)
+	defer stop()
+	h := &harness{t: t, sim: sim, agent: a}
+	h.register(parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
+	h.waitFor("the leader to show the set", 30*time.Second, func() (bool, string) {
+		_, ok := a.views.get(backend.SetKey{Namespace: "default", Name: "web"})
+		return ok, "no view yet"
+	})
+	close(el.end)
+	<-el.ended
+	if sets := a.views.list(); len(sets.Sets) != 0 {
+		t.Fatalf("a former leader still shows %d sets", len(sets.Sets))
+	}
+}
