@@ -2,10 +2,14 @@
 #
 #   make tools      build the real nomad and consul (tools/nomad, tools/consul modules) into .cache/bin, once
 #   make build      build ./bin/nomad-statefulset
-#   make test-unit  unit tests (everything but e2e/), with -race; the quick loop
+#   make test-unit  unit tests (everything but e2e/), with -race; the quick loop:
+#                   needs no nomad or consul binary
+#   make test-integration  the backend tests against real Nomad and Consul
+#                   agents (build tag realagents): the Consul store, elector
+#                   and ACLs, the Nomad client
 #   make test-e2e   end-to-end scenarios against real Nomad and Consul agents
 #   make lint       gofmt, go vet, staticcheck
-#   make test       lint + test-unit + test-e2e (what CI runs)
+#   make test       lint + test-unit + test-integration + test-e2e (what CI runs)
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
 #   make bench-cluster  set vs native Nomad on real agents (e2e), written to .cache/bench-cluster.txt
 #   make demo       local Consul + Nomad + daemon on loopback, running examples/web.nomad.hcl
@@ -33,7 +37,7 @@ export CONSUL_BIN ?= $(BIN_DIR)/consul
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unexport AWS_CA_BUNDLE
 
-.PHONY: all tools build test-unit test-e2e lint test bench bench-cluster demo demo-down clean
+.PHONY: all tools build test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
 
 all: build
 
@@ -45,8 +49,11 @@ build:
 		echo "build: ./cmd/nomad-statefulset does not exist yet: nothing to build" >&2; exit 1; fi
 	$(GO) build -o bin/nomad-statefulset ./cmd/nomad-statefulset
 
-test-unit: tools
+test-unit:
 	$(GO) test $(RACE) -count=1 -timeout $(UNIT_TIMEOUT) $$($(GO) list ./... | grep -v '/e2e')
+
+test-integration: tools
+	$(GO) test $(RACE) -tags realagents -count=1 -timeout $(UNIT_TIMEOUT) ./backend/consul/ ./backend/nomad/ ./internal/testagent/
 
 test-e2e: tools build
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
@@ -59,10 +66,10 @@ $(STATICCHECK):
 lint: $(STATICCHECK)
 	@out="$$(gofmt -l $$(find . -name '*.go' -not -path './.cache/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	$(GO) vet -tags realagents ./...
+	$(STATICCHECK) -tags realagents ./...
 
-test: lint test-unit test-e2e
+test: lint test-unit test-integration test-e2e
 
 bench:
 	@mkdir -p $(CACHE)
@@ -75,6 +82,7 @@ bench-cluster: tools build
 	@mkdir -p $(CACHE)
 	$(GO) test -run '^$$' -bench 'VsNative' -benchtime 1x -count $(BENCH_CLUSTER_COUNT) -timeout 60m ./e2e/ | tee $(CACHE)/bench-cluster.txt
 	@echo "benchmarks written to $(CACHE)/bench-cluster.txt"
+	NSS_STEADY_STATE=10m $(GO) test -count=1 -timeout 30m -run '^TestSteadyStateMakesNoWrites$$' -v ./e2e/ | tee $(CACHE)/steady-state-soak.txt
 
 demo: tools build
 	@bash scripts/demo.sh up

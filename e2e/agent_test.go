@@ -98,14 +98,15 @@ func TestNomadACLPolicy(t *testing.T) {
 	})
 }
 
-// steadyStateWindow is how long a converged set is watched for Nomad writes.
-// Issue 5 asks for 10 minutes, which this test adds to the e2e suite's wall
-// time; NSS_STEADY_STATE shortens it for a quick local run.
+// steadyStateWindow is how long a converged set is watched for Nomad writes:
+// 2 minutes in `make test` (CI), which covers several periodic resyncs of the
+// test daemon; `make bench-cluster` runs the 10-minute soak by setting
+// NSS_STEADY_STATE=10m, and any duration can be given for a local run.
 var steadyStateWindow = func() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("NSS_STEADY_STATE")); err == nil && d > 0 {
 		return d
 	}
-	return 10 * time.Minute
+	return 2 * time.Minute
 }()
 
 // metricValue sums the samples of one metric whose labels contain match

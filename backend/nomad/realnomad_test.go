@@ -1,3 +1,5 @@
+//go:build realagents
+
 package nomad_test
 
 import (
