@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -76,7 +75,7 @@ func (c *controller) execute(ctx context.Context, p *pass, act reconciler.Action
 }
 
 func childID(key backend.SetKey, ordinal int) string {
-	return key.Name + "-" + strconv.Itoa(ordinal)
+	return reconciler.PodName(key.Name, ordinal)
 }
 
 func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation, act reconciler.Action, now time.Time) error {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -98,7 +97,7 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 		state := podState(p.Pod, spec.MinReadySeconds, now)
 		counts[state]++
 		pods = append(pods, client.Pod{
-			Ordinal: p.Pod.Ordinal, Name: spec.Name + "-" + strconv.Itoa(p.Pod.Ordinal),
+			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal],
 		})
@@ -112,7 +111,7 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 
 	v.mu.Lock()
 	d := v.getLocked(key)
-	d.Spec = specView(spec)
+	d.Spec = client.SpecOf(spec)
 	d.Status = statusView(st)
 	d.Pods = pods
 	d.Revisions = rv
@@ -175,20 +174,6 @@ func (v *views) get(key backend.SetKey) (client.SetDetail, bool) {
 	cp.Revisions = append([]client.Revision(nil), d.Revisions...)
 	cp.Events = append([]client.Event(nil), d.Events...)
 	return cp, true
-}
-
-func specView(s reconciler.Spec) client.Spec {
-	mu := strconv.Itoa(s.MaxUnavailable.Value)
-	if s.MaxUnavailable.Percent {
-		mu += "%"
-	}
-	return client.Spec{
-		Replicas: s.Replicas, OrdinalsStart: s.OrdinalsStart, PodManagementPolicy: string(s.PodManagementPolicy),
-		UpdateStrategy: string(s.UpdateStrategy), Partition: s.Partition, MaxUnavailable: mu,
-		MinReadySeconds: s.MinReadySeconds, RevisionHistoryLimit: s.RevisionHistoryLimit,
-		VolumeClaims: s.VolumeClaims, WhenDeleted: string(s.WhenDeleted), WhenScaled: string(s.WhenScaled),
-		Paused: s.Paused, ProgressDeadline: s.ProgressDeadline.String(),
-	}
 }
 
 func statusView(s reconciler.Status) client.Status {

@@ -134,7 +134,7 @@ func (c *ValidateCommand) Run(args []string) int {
 	switch {
 	case err == nil:
 		out.Valid = true
-		s := specView(spec)
+		s := client.SpecOf(spec)
 		out.Spec = &s
 	case errors.As(err, &verr):
 		for _, p := range verr.Problems {
@@ -257,30 +257,6 @@ func formatValidate(out validateOutput) string {
 		{"Progress Deadline", s.ProgressDeadline},
 	}))
 	return b.String()
-}
-
-// specView renders a parsed spec in the agent API's shape, so validate's
-// -json output reads like the spec in 'status -json'.
-func specView(s reconciler.Spec) client.Spec {
-	mu := strconv.Itoa(s.MaxUnavailable.Value)
-	if s.MaxUnavailable.Percent {
-		mu += "%"
-	}
-	return client.Spec{
-		Replicas:             s.Replicas,
-		OrdinalsStart:        s.OrdinalsStart,
-		PodManagementPolicy:  string(s.PodManagementPolicy),
-		UpdateStrategy:       string(s.UpdateStrategy),
-		Partition:            s.Partition,
-		MaxUnavailable:       mu,
-		MinReadySeconds:      s.MinReadySeconds,
-		RevisionHistoryLimit: s.RevisionHistoryLimit,
-		VolumeClaims:         append([]string{}, s.VolumeClaims...),
-		WhenDeleted:          string(s.WhenDeleted),
-		WhenScaled:           string(s.WhenScaled),
-		Paused:               s.Paused,
-		ProgressDeadline:     s.ProgressDeadline.String(),
-	}
 }
 
 // displayPath names the job source in messages.
