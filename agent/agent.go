@@ -17,12 +17,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -61,7 +59,7 @@ type Options struct {
 // HookRunner runs the lifecycle hooks of one event for one pod; the plugin
 // manager is one.
 type HookRunner interface {
-	RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult
+	RunHooks(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult
 }
 
 // Agent is the daemon.

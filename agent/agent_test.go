@@ -14,12 +14,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -501,14 +499,14 @@ type fakeHooks struct {
 	calls    []string
 }
 
-func (f *fakeHooks) RunHooks(_ context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult {
+func (f *fakeHooks) RunHooks(_ context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, string(event)+" "+pod.Name)
-	if event == config.HookPreDelete && !f.released {
-		return manager.HookResult{Proceed: false, RetryAfter: 20 * time.Millisecond, Hook: "drain", Reason: "draining"}
+	if event == plugin.EventPreDelete && !f.released {
+		return plugin.HookResult{Proceed: false, RetryAfter: 20 * time.Millisecond, Hook: "drain", Reason: "draining"}
 	}
-	return manager.HookResult{Proceed: true}
+	return plugin.HookResult{Proceed: true}
 }
 
 func (f *fakeHooks) seen() []string {

@@ -8,12 +8,10 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -164,15 +162,15 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. An
 // update and a drift repair both take a member down to recreate it, so both
 // run pre_update. A pod that already ended, or a duplicate, runs none.
-func hookEvent(act reconciler.Action) (config.HookEvent, bool) {
+func hookEvent(act reconciler.Action) (plugin.Event, bool) {
 	if act.Type != reconciler.ActionDeletePod {
 		return "", false
 	}
 	switch act.Cause {
 	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted:
-		return config.HookPreDelete, true
+		return plugin.EventPreDelete, true
 	case reconciler.CauseUpdate, reconciler.CauseRepair:
-		return config.HookPreUpdate, true
+		return plugin.EventPreUpdate, true
 	}
 	return "", false
 }
@@ -220,7 +218,7 @@ func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Act
 // pluginDown turns a plugin outage into a deferral: the step waits and the
 // set says why, rather than failing and retrying hot.
 func pluginDown(err error) error {
-	if errors.Is(err, manager.ErrPluginUnavailable) {
+	if errors.Is(err, plugin.ErrPluginUnavailable) {
 		return &deferError{wait: 15 * time.Second, kind: "PluginUnavailable", reason: err.Error()}
 	}
 	return err

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
@@ -68,7 +67,7 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 	}
 	due := c.postReady.due(key, obs.Pods, now)
 	if len(due) > 0 {
-		results := make([]manager.HookResult, len(due))
+		results := make([]plugin.HookResult, len(due))
 		pods := make([]plugin.Pod, len(due))
 		var wg sync.WaitGroup
 		for i, d := range due {
@@ -82,7 +81,7 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[i] = c.hooks.RunHooks(ctx, config.HookPostReady, pods[i])
+				results[i] = c.hooks.RunHooks(ctx, plugin.EventPostReady, pods[i])
 			}()
 		}
 		wg.Wait()
@@ -102,7 +101,7 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 // recordPostReady remembers one answer and says so in the set's events and
 // the log. Only a change is an event: a pod held across many reconciles
 // adds one event per asking, not one per reconcile.
-func (c *controller) recordPostReady(key backend.SetKey, pod plugin.Pod, res manager.HookResult, now, doneAt time.Time) {
+func (c *controller) recordPostReady(key backend.SetKey, pod plugin.Pod, res plugin.HookResult, now, doneAt time.Time) {
 	log := c.log.With("set", key.String(), "pod", pod.Name, "alloc_id", pod.AllocID)
 	held := c.postReady.record(key, pod.AllocID, res, now, doneAt)
 	switch {
@@ -148,7 +147,7 @@ func (g *postReadyGate) due(key backend.SetKey, pods []nomad.PodDetail, now time
 
 // record stores one answer about an allocation. It reports whether the pod
 // had been held before, which is what makes a done answer news.
-func (g *postReadyGate) record(key backend.SetKey, allocID string, res manager.HookResult, now, doneAt time.Time) (heldBefore bool) {
+func (g *postReadyGate) record(key backend.SetKey, allocID string, res plugin.HookResult, now, doneAt time.Time) (heldBefore bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.sets == nil {

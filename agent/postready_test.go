@@ -81,13 +81,13 @@ func total(m map[string]int) int {
 // startWithReadyHook starts an agent on the simulator whose hooks run
 // through the real plugin manager: one built-in plugin, hook, with a
 // post_ready hook block under policy.
-func startWithReadyHook(t *testing.T, hook *readyHook, policy config.FailurePolicy) *harness {
+func startWithReadyHook(t *testing.T, hook *readyHook, policy plugin.FailurePolicy) *harness {
 	t.Helper()
 	cfg := config.Default()
 	cfg.PluginDir = ""
 	cfg.Plugins = append(cfg.Plugins, &config.PluginConfig{Name: "ready", Driver: "ready-hook", Config: map[string]string{}})
 	cfg.Hooks = append(cfg.Hooks, &config.HookConfig{
-		Name: "caught-up", Plugin: "ready", Events: []config.HookEvent{config.HookPostReady},
+		Name: "caught-up", Plugin: "ready", Events: []plugin.Event{plugin.EventPostReady},
 		Timeout: 10 * time.Second, FailurePolicy: policy,
 	})
 	pm := manager.New(manager.Options{
@@ -151,7 +151,7 @@ func TestPostReadyHoldsTheNextOrdinalUntilDone(t *testing.T) {
 		return plugin.Done()
 	}
 	hook := newReadyHook(caughtUp)
-	h := startWithReadyHook(t, hook, config.FailureBlock)
+	h := startWithReadyHook(t, hook, plugin.FailureBlock)
 	h.register(parentJob("pr", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.register(parentJob("other", map[string]string{"statefulset_replicas": "3"}, "v1"))
 
@@ -241,7 +241,7 @@ func TestPostReadyFailurePolicy(t *testing.T) {
 	}
 	t.Run("block", func(t *testing.T) {
 		hook := newReadyHook(behind)
-		h := startWithReadyHook(t, hook, config.FailureBlock)
+		h := startWithReadyHook(t, hook, plugin.FailureBlock)
 		h.register(parentJob("fb", map[string]string{"statefulset_replicas": "2"}, "v1"))
 		h.waitFor("the failing hook to be asked about fb-0 again", 20*time.Second, func() (bool, string) {
 			c := hook.callsOf("fb-0")
@@ -258,7 +258,7 @@ func TestPostReadyFailurePolicy(t *testing.T) {
 	})
 	t.Run("ignore", func(t *testing.T) {
 		hook := newReadyHook(behind)
-		h := startWithReadyHook(t, hook, config.FailureIgnore)
+		h := startWithReadyHook(t, hook, plugin.FailureIgnore)
 		h.register(parentJob("fi", map[string]string{"statefulset_replicas": "2"}, "v1"))
 		h.waitConverged("fi", 2, nil)
 		h.waitFor("fi to count 2 ready", 5*time.Second, func() (bool, string) {
@@ -284,12 +284,12 @@ func TestPostReadyGate(t *testing.T) {
 		}
 		return nomad.PodDetail{Pod: p, JobID: "web-0", AllocID: alloc}
 	}
-	wait := manager.HookResult{RetryAfter: 5 * time.Second, Reason: "catching up"}
-	done := manager.HookResult{Proceed: true}
+	wait := plugin.HookResult{RetryAfter: 5 * time.Second, Reason: "catching up"}
+	done := plugin.HookResult{Proceed: true}
 	doneAt := now.Add(3 * time.Second)
 	tests := []struct {
 		name      string
-		answers   []manager.HookResult // recorded for alloc "a", in order
+		answers   []plugin.HookResult // recorded for alloc "a", in order
 		pod       nomad.PodDetail
 		wantDue   bool
 		wantReady bool
@@ -298,10 +298,10 @@ func TestPostReadyGate(t *testing.T) {
 	}{
 		{name: "never asked: due and held", pod: pod("a", true), wantDue: true, wantHold: postReadyUnasked},
 		{name: "not ready in Nomad: nothing to do", pod: pod("a", false)},
-		{name: "waiting: held until the retry", answers: []manager.HookResult{wait}, pod: pod("a", true), wantHold: 5 * time.Second},
-		{name: "done at once: Nomad's ReadySince stands", answers: []manager.HookResult{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
-		{name: "done after a wait: ready from then", answers: []manager.HookResult{wait, done}, pod: pod("a", true), wantReady: true, wantSince: doneAt},
-		{name: "another allocation: asked afresh", answers: []manager.HookResult{done}, pod: pod("b", true), wantDue: true, wantHold: postReadyUnasked},
+		{name: "waiting: held until the retry", answers: []plugin.HookResult{wait}, pod: pod("a", true), wantHold: 5 * time.Second},
+		{name: "done at once: Nomad's ReadySince stands", answers: []plugin.HookResult{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
+		{name: "done after a wait: ready from then", answers: []plugin.HookResult{wait, done}, pod: pod("a", true), wantReady: true, wantSince: doneAt},
+		{name: "another allocation: asked afresh", answers: []plugin.HookResult{done}, pod: pod("b", true), wantDue: true, wantHold: postReadyUnasked},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -339,7 +339,7 @@ func TestPostReadyGate(t *testing.T) {
 // an updated pod until its new allocation's post_ready hooks say done.
 func TestPostReadyHoldsARollingUpdate(t *testing.T) {
 	hook := newReadyHook(func(plugin.Pod) *plugin.HookResponse { return plugin.Done() })
-	h := startWithReadyHook(t, hook, config.FailureBlock)
+	h := startWithReadyHook(t, hook, plugin.FailureBlock)
 	h.register(parentJob("ru", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.waitConverged("ru", 3, nil)
 	old := h.healthyChildren("ru")[2]
@@ -370,9 +370,9 @@ func TestPostReadyHoldsARollingUpdate(t *testing.T) {
 }
 
 // hookFunc is a HookRunner made of a function.
-type hookFunc func(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult
+type hookFunc func(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult
 
-func (f hookFunc) RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) manager.HookResult {
+func (f hookFunc) RunHooks(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult {
 	return f(ctx, event, pod)
 }
 
@@ -388,10 +388,10 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 	asked := 0
 	c := &controller{
 		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, views: newViews(nil),
-		hooks: hookFunc(func(context.Context, config.HookEvent, plugin.Pod) manager.HookResult {
+		hooks: hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
 			asked++
 			cancel()
-			return manager.HookResult{Proceed: true, Failed: true, Reason: "context canceled"}
+			return plugin.HookResult{Proceed: true, Failed: true, Reason: "context canceled"}
 		}),
 	}
 	observe := func() nomad.Observation {
@@ -421,13 +421,13 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 func TestHookEventByCause(t *testing.T) {
 	for _, tc := range []struct {
 		cause reconciler.DeleteCause
-		want  config.HookEvent
+		want  plugin.Event
 		ok    bool
 	}{
-		{reconciler.CauseScaleDown, config.HookPreDelete, true},
-		{reconciler.CauseSetDeleted, config.HookPreDelete, true},
-		{reconciler.CauseUpdate, config.HookPreUpdate, true},
-		{reconciler.CauseRepair, config.HookPreUpdate, true},
+		{reconciler.CauseScaleDown, plugin.EventPreDelete, true},
+		{reconciler.CauseSetDeleted, plugin.EventPreDelete, true},
+		{reconciler.CauseUpdate, plugin.EventPreUpdate, true},
+		{reconciler.CauseRepair, plugin.EventPreUpdate, true},
 		{reconciler.CauseEnded, "", false},
 		{reconciler.CauseDuplicate, "", false},
 	} {

@@ -15,7 +15,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -194,7 +194,7 @@ func TestForgetDropsAllPerSetState(t *testing.T) {
 	other := backend.SetKey{Namespace: "default", Name: "web2"}
 	r.c.backoff.failed(other, 0, r.now)
 	r.c.expect.expect(r.key, "x", r.now, func(nomad.Observation) bool { return false })
-	r.c.postReady.record(r.key, "alloc-1", manager.HookResult{Proceed: true}, r.now, time.Time{})
+	r.c.postReady.record(r.key, "alloc-1", plugin.HookResult{Proceed: true}, r.now, time.Time{})
 	r.c.forget(r.key)
 	if r.c.backoff.remaining(r.key, 0, r.now) != 0 || len(r.c.backoff.m) != 1 {
 		t.Fatalf("crash records left: %v", r.c.backoff.m)

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
 // Defaults. They are named so that the docs, the example config and the tests
@@ -114,33 +116,6 @@ const (
 	// StateEmbedded keeps state in a local bbolt-style file at state.path:
 	// for -dev and single-instance runs without Consul.
 	StateEmbedded StateBackend = "embedded"
-)
-
-// HookEvent names a point in a pod's life at which a hook runs.
-type HookEvent string
-
-// The hook events.
-const (
-	// HookPreDelete runs before a pod (child job) is deleted, e.g. to
-	// decommission a replica before a scale-down.
-	HookPreDelete HookEvent = "pre_delete"
-	// HookPostReady runs after a pod becomes ready, before the next ordinal
-	// is started, e.g. to wait until a new member has caught up.
-	HookPostReady HookEvent = "post_ready"
-	// HookPreUpdate runs before a pod is replaced by a new revision.
-	HookPreUpdate HookEvent = "pre_update"
-)
-
-// FailurePolicy says what a failed or timed-out hook does to the pod's step.
-type FailurePolicy string
-
-// The failure policies.
-const (
-	// FailureBlock holds the pod's step until the hook succeeds. It is the
-	// default, because a skipped decommission can lose data.
-	FailureBlock FailurePolicy = "block"
-	// FailureIgnore logs the failure and carries on.
-	FailureIgnore FailurePolicy = "ignore"
 )
 
 // Config is the whole agent configuration. The hcl tags give the attribute
@@ -336,11 +311,11 @@ type HookConfig struct {
 	// Plugin names the `plugin` block that implements the hook.
 	Plugin string `hcl:"plugin"`
 	// Events are the points at which the hook runs; at least one.
-	Events []HookEvent `hcl:"events"`
+	Events []plugin.Event `hcl:"events"`
 	// Timeout bounds one call. Default 30s.
 	Timeout time.Duration `hcl:"timeout"`
 	// FailurePolicy is "block" (default) or "ignore".
-	FailurePolicy FailurePolicy `hcl:"failure_policy"`
+	FailurePolicy plugin.FailurePolicy `hcl:"failure_policy"`
 	// DeclRange is where the block was first declared.
 	DeclRange hcl.Range
 }
@@ -397,7 +372,7 @@ func newPlugin(name string) *PluginConfig {
 
 // newHook returns a hook block with its defaults.
 func newHook(name string) *HookConfig {
-	return &HookConfig{Name: name, Events: []HookEvent{}, Timeout: DefaultHookTimeout, FailurePolicy: FailureBlock}
+	return &HookConfig{Name: name, Events: []plugin.Event{}, Timeout: DefaultHookTimeout, FailurePolicy: plugin.FailureBlock}
 }
 
 // derive fills the defaults that depend on other settings, unless a file or

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
 func TestDefault_EmptyFileIsDefault(t *testing.T) {
@@ -195,7 +197,7 @@ plugin "p" {}
 hook "h1" {
   plugin = "p"
   events = ["pre_delete", "post_ready", "pre_update"]
-}`, func(c *Config) any { return c.Hooks[0].Events }, []HookEvent{HookPreDelete, HookPostReady, HookPreUpdate}},
+}`, func(c *Config) any { return c.Hooks[0].Events }, []plugin.Event{plugin.EventPreDelete, plugin.EventPostReady, plugin.EventPreUpdate}},
 	{"hook.*.timeout", `
 plugin "p" {}
 hook "h1" {
@@ -209,7 +211,7 @@ hook "h1" {
   plugin         = "p"
   events         = ["pre_update"]
   failure_policy = "ignore"
-}`, func(c *Config) any { return c.Hooks[0].FailurePolicy }, FailureIgnore},
+}`, func(c *Config) any { return c.Hooks[0].FailurePolicy }, plugin.FailureIgnore},
 }
 
 // TestLoad_EveryAttribute sets each attribute on its own and reads it back,
@@ -399,10 +401,10 @@ hook "h" { failure_policy = "ignore" }
 		t.Fatalf("hooks not kept in order of first declaration: %+v", c.Hooks)
 	}
 	h := c.Hooks[0]
-	if h.Timeout != 10*time.Second || h.FailurePolicy != FailureIgnore || h.Plugin != "p" {
+	if h.Timeout != 10*time.Second || h.FailurePolicy != plugin.FailureIgnore || h.Plugin != "p" {
 		t.Errorf("hook \"h\" not merged per attribute: %+v", h)
 	}
-	if g := c.Hooks[1]; g.Timeout != DefaultHookTimeout || g.FailurePolicy != FailureBlock {
+	if g := c.Hooks[1]; g.Timeout != DefaultHookTimeout || g.FailurePolicy != plugin.FailureBlock {
 		t.Errorf("hook \"g\" did not get its defaults: %+v", g)
 	}
 }

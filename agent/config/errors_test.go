@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
 // errCase is one kind of mistake and the exact position and words it must
@@ -301,7 +303,7 @@ func TestValidate_GoBuiltConfig(t *testing.T) {
 	c.Workers = -1
 	c.LogLevel = "loud"
 	c.HighAvailability.MonitorRetries = 100
-	c.Hooks = append(c.Hooks, &HookConfig{Name: "h", Plugin: "nope", Events: []HookEvent{"x"}, Timeout: 0, FailurePolicy: "y"},
+	c.Hooks = append(c.Hooks, &HookConfig{Name: "h", Plugin: "nope", Events: []plugin.Event{"x"}, Timeout: 0, FailurePolicy: "y"},
 		&HookConfig{Name: "h"}, &HookConfig{Name: "no/slash"})
 	c.Plugins = append(c.Plugins, &PluginConfig{Name: "dup", Driver: "a/b"}, &PluginConfig{Name: "dup", Driver: "d"},
 		&PluginConfig{Name: "../evil", Driver: "d"})

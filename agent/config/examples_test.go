@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/zclconf/go-cty/cty/function"
+
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
 const examplesDir = "../../examples/agent"
@@ -65,8 +67,8 @@ func TestExamples_AgentShowsDefaults(t *testing.T) {
 		Config: map[string]string{"url": "http://127.0.0.1:8080/decommission", "token": ""},
 	})
 	want.Hooks = []*HookConfig{{
-		Name: "drain-before-delete", Plugin: "drain", Events: []HookEvent{HookPreDelete},
-		Timeout: DefaultHookTimeout, FailurePolicy: FailureBlock,
+		Name: "drain-before-delete", Plugin: "drain", Events: []plugin.Event{plugin.EventPreDelete},
+		Timeout: DefaultHookTimeout, FailurePolicy: plugin.FailureBlock,
 	}}
 	assertEqualConfig(t, c, want)
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
 // logLevels are the hclog levels, in the order the docs list them.
@@ -230,8 +232,8 @@ func (v *validator) validatePlugins() {
 			vp.Plugin, BuiltinHostVolume, suggest(vp.Plugin, names)), "volume_provisioner.plugin", "volume_provisioner")
 	}
 
-	events := []string{string(HookPreDelete), string(HookPostReady), string(HookPreUpdate)}
-	policies := []string{string(FailureBlock), string(FailureIgnore)}
+	events := []string{string(plugin.EventPreDelete), string(plugin.EventPostReady), string(plugin.EventPreUpdate)}
+	policies := []string{string(plugin.FailureBlock), string(plugin.FailureIgnore)}
 	hookSeen := map[string]bool{}
 	for _, h := range c.Hooks {
 		path := "hook." + h.Name
@@ -247,7 +249,7 @@ func (v *validator) validatePlugins() {
 		if len(h.Events) == 0 {
 			v.fail("Missing hook events", fmt.Sprintf("give at least one event: %s.", strings.Join(events, ", ")), path+".events", path)
 		}
-		evSeen := map[HookEvent]bool{}
+		evSeen := map[plugin.Event]bool{}
 		for _, e := range h.Events {
 			if !contains(events, string(e)) {
 				v.fail("Invalid hook event", fmt.Sprintf("%q is not a hook event; use %s.%s", e, strings.Join(events, ", "), suggest(string(e), events)), path+".events", path)
@@ -260,7 +262,7 @@ func (v *validator) validatePlugins() {
 			v.fail("Invalid hook timeout", fmt.Sprintf("%s must be positive (default %s).", h.Timeout, DefaultHookTimeout), path+".timeout", path)
 		}
 		if !contains(policies, string(h.FailurePolicy)) {
-			v.fail("Invalid hook failure_policy", fmt.Sprintf("%q is not a failure policy; use %q or %q.%s", h.FailurePolicy, FailureBlock, FailureIgnore, suggest(string(h.FailurePolicy), policies)),
+			v.fail("Invalid hook failure_policy", fmt.Sprintf("%q is not a failure policy; use %q or %q.%s", h.FailurePolicy, plugin.FailureBlock, plugin.FailureIgnore, suggest(string(h.FailurePolicy), policies)),
 				path+".failure_policy", path)
 		}
 	}

@@ -12,23 +12,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
-// HookResult is what the hooks of one event say about one pod's step.
-type HookResult struct {
-	// Proceed lets the step go ahead: every hook said done, or failed with
-	// failure_policy "ignore".
-	Proceed bool
-	// RetryAfter is when to run the hooks again if the step is held.
-	RetryAfter time.Duration
-	// Hook is the hook block holding the step, if any.
-	Hook string
-	// Failed is set when the step is held by a failure (a fail answer, an
-	// error, a timeout or a plugin that is down) rather than a wait.
-	Failed bool
-	// Reason says why the step is held, for the log and the set's
-	// conditions: it names the hook, the pod and the plugin's message.
-	Reason string
-}
-
 // RunHooks runs the hooks configured for event on pod, in the order of their
 // hook blocks, and says whether the pod's step may proceed. It never blocks
 // for longer than the sum of those hooks' timeouts: each call runs under its
@@ -37,9 +20,9 @@ type HookResult struct {
 // pod's set after RetryAfter and carry on with other work.
 //
 // A wait answer always holds the step. A fail answer, an error, a timeout or
-// a plugin that is down (ErrPluginUnavailable) holds it under
+// a plugin that is down (plugin.ErrPluginUnavailable) holds it under
 // failure_policy "block", and is logged and skipped under "ignore".
-func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plugin.Pod) HookResult {
+func (m *Manager) RunHooks(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult {
 	m.mu.RLock()
 	hooks := m.hooks
 	m.mu.RUnlock()
@@ -60,7 +43,7 @@ func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plug
 			retry := clampRetry(resp.RetryAfter, DefaultWaitRetry)
 			reason := fmt.Sprintf("hook %q (%s) on pod %s is waiting: %s", h.Name, event, pod.Name, resp.Message)
 			log.Debug("hook is waiting", "message", resp.Message, "retry_after", retry)
-			return HookResult{RetryAfter: retry, Hook: h.Name, Reason: reason}
+			return plugin.HookResult{RetryAfter: retry, Hook: h.Name, Reason: reason}
 		}
 		var reason string
 		retry := DefaultFailRetry
@@ -70,14 +53,14 @@ func (m *Manager) RunHooks(ctx context.Context, event config.HookEvent, pod plug
 			retry = clampRetry(resp.RetryAfter, DefaultFailRetry)
 			reason = fmt.Sprintf("hook %q (%s) on pod %s failed: %s", h.Name, event, pod.Name, resp.Message)
 		}
-		if h.FailurePolicy == config.FailureIgnore {
+		if h.FailurePolicy == plugin.FailureIgnore {
 			log.Warn("hook failed; going ahead as its failure_policy is ignore", "reason", reason)
 			continue
 		}
 		log.Warn("hook failed; holding the pod's step", "reason", reason, "retry_after", retry)
-		return HookResult{RetryAfter: retry, Hook: h.Name, Failed: true, Reason: reason}
+		return plugin.HookResult{RetryAfter: retry, Hook: h.Name, Failed: true, Reason: reason}
 	}
-	return HookResult{Proceed: true}
+	return plugin.HookResult{Proceed: true}
 }
 
 func clampRetry(d, def time.Duration) time.Duration {
@@ -90,7 +73,7 @@ func clampRetry(d, def time.Duration) time.Duration {
 // callHook makes one hook call under the hook's timeout. The call runs in a
 // goroutine so that the deadline holds even for a built-in that ignores its
 // context; the gRPC stub of an external plugin honours it anyway.
-func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event config.HookEvent, pod plugin.Pod) (*plugin.HookResponse, error) {
+func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event plugin.Event, pod plugin.Pod) (*plugin.HookResponse, error) {
 	inst, err := m.instance(h.Plugin)
 	if err != nil {
 		return nil, err
@@ -137,7 +120,7 @@ func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event conf
 // valid across reloads and restarts: each call goes to the plugin that
 // volume_provisioner names at that moment, with the block's config merged
 // under the request's. While the plugin is down, calls fail with
-// ErrPluginUnavailable. Calls are bounded only by ctx.
+// plugin.ErrPluginUnavailable. Calls are bounded only by ctx.
 func (m *Manager) Provisioner() plugin.VolumeProvisioner { return provisioner{m: m} }
 
 type provisioner struct{ m *Manager }

@@ -48,7 +48,7 @@ func (f *fakeHook) PreUpdate(ctx context.Context, pod plugin.Pod) (*plugin.HookR
 
 // hookConfig is a config with one built-in fake hook plugin per fake and a
 // hook block for each, in order.
-func hookConfig(policy config.FailurePolicy, timeout time.Duration, events []config.HookEvent, fakes ...*fakeHook) (*config.Config, map[string]plugin.Factory) {
+func hookConfig(policy plugin.FailurePolicy, timeout time.Duration, events []plugin.Event, fakes ...*fakeHook) (*config.Config, map[string]plugin.Factory) {
 	cfg := config.Default()
 	cfg.PluginDir = ""
 	builtins := map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(nil)}
@@ -76,33 +76,33 @@ func TestRunHooks_policy(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		policy  config.FailurePolicy
+		policy  plugin.FailurePolicy
 		fn      func(context.Context, plugin.Pod) (*plugin.HookResponse, error)
 		proceed bool
 		failed  bool
 		retry   time.Duration
 		reason  string
 	}{
-		{"done", config.FailureBlock, answer(plugin.Done(), nil), true, false, 0, ""},
-		{"wait with delay", config.FailureBlock, answer(plugin.Wait(3*time.Second, "catching up"), nil), false, false, 3 * time.Second, "is waiting: catching up"},
-		{"wait without delay", config.FailureBlock, answer(plugin.Wait(0, "later"), nil), false, false, DefaultWaitRetry, "later"},
-		{"wait is never ignored", config.FailureIgnore, answer(plugin.Wait(0, "later"), nil), false, false, DefaultWaitRetry, "later"},
-		{"wait delay is capped", config.FailureBlock, answer(plugin.Wait(24*time.Hour, "tomorrow"), nil), false, false, MaxRetryAfter, "tomorrow"},
-		{"fail blocks", config.FailureBlock, answer(plugin.Fail("replica refused"), nil), false, true, DefaultFailRetry, "failed: replica refused"},
-		{"fail ignored", config.FailureIgnore, answer(plugin.Fail("replica refused"), nil), true, false, 0, ""},
-		{"error blocks", config.FailureBlock, answer(nil, errors.New("boom")), false, true, DefaultFailRetry, "failed: boom"},
-		{"error ignored", config.FailureIgnore, answer(nil, errors.New("boom")), true, false, 0, ""},
-		{"bad status blocks", config.FailureBlock, answer(&plugin.HookResponse{Status: "maybe"}, nil), false, true, DefaultFailRetry, `unknown status "maybe"`},
-		{"nil response blocks", config.FailureBlock, answer(nil, nil), false, true, DefaultFailRetry, "no response"},
-		{"timeout blocks", config.FailureBlock, hang, false, true, DefaultFailRetry, "timed out after 200ms"},
-		{"timeout ignored", config.FailureIgnore, hang, true, false, 0, ""},
+		{"done", plugin.FailureBlock, answer(plugin.Done(), nil), true, false, 0, ""},
+		{"wait with delay", plugin.FailureBlock, answer(plugin.Wait(3*time.Second, "catching up"), nil), false, false, 3 * time.Second, "is waiting: catching up"},
+		{"wait without delay", plugin.FailureBlock, answer(plugin.Wait(0, "later"), nil), false, false, DefaultWaitRetry, "later"},
+		{"wait is never ignored", plugin.FailureIgnore, answer(plugin.Wait(0, "later"), nil), false, false, DefaultWaitRetry, "later"},
+		{"wait delay is capped", plugin.FailureBlock, answer(plugin.Wait(24*time.Hour, "tomorrow"), nil), false, false, MaxRetryAfter, "tomorrow"},
+		{"fail blocks", plugin.FailureBlock, answer(plugin.Fail("replica refused"), nil), false, true, DefaultFailRetry, "failed: replica refused"},
+		{"fail ignored", plugin.FailureIgnore, answer(plugin.Fail("replica refused"), nil), true, false, 0, ""},
+		{"error blocks", plugin.FailureBlock, answer(nil, errors.New("boom")), false, true, DefaultFailRetry, "failed: boom"},
+		{"error ignored", plugin.FailureIgnore, answer(nil, errors.New("boom")), true, false, 0, ""},
+		{"bad status blocks", plugin.FailureBlock, answer(&plugin.HookResponse{Status: "maybe"}, nil), false, true, DefaultFailRetry, `unknown status "maybe"`},
+		{"nil response blocks", plugin.FailureBlock, answer(nil, nil), false, true, DefaultFailRetry, "no response"},
+		{"timeout blocks", plugin.FailureBlock, hang, false, true, DefaultFailRetry, "timed out after 200ms"},
+		{"timeout ignored", plugin.FailureIgnore, hang, true, false, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeHook{name: "fake", fn: tc.fn}
-			cfg, builtins := hookConfig(tc.policy, 200*time.Millisecond, []config.HookEvent{config.HookPreDelete}, f)
+			cfg, builtins := hookConfig(tc.policy, 200*time.Millisecond, []plugin.Event{plugin.EventPreDelete}, f)
 			m := newManager(t, Options{Builtins: builtins})
 			start(t, m, cfg)
-			r := m.RunHooks(context.Background(), config.HookPreDelete, testPod)
+			r := m.RunHooks(context.Background(), plugin.EventPreDelete, testPod)
 			if r.Proceed != tc.proceed || r.Failed != tc.failed || r.RetryAfter != tc.retry {
 				t.Fatalf("RunHooks = %+v; want proceed=%v failed=%v retry=%s", r, tc.proceed, tc.failed, tc.retry)
 			}
@@ -122,15 +122,15 @@ func TestRunHooks_orderAndEvents(t *testing.T) {
 	first := &fakeHook{name: "first", fn: answer(plugin.Done(), nil)}
 	second := &fakeHook{name: "second", fn: answer(plugin.Wait(time.Second, "syncing"), nil)}
 	third := &fakeHook{name: "third", fn: answer(plugin.Done(), nil)}
-	cfg, builtins := hookConfig(config.FailureBlock, time.Second, []config.HookEvent{config.HookPostReady}, first, second, third)
+	cfg, builtins := hookConfig(plugin.FailureBlock, time.Second, []plugin.Event{plugin.EventPostReady}, first, second, third)
 	other := &fakeHook{name: "other", fn: answer(plugin.Fail("must not run"), nil)}
 	builtins["other"] = func(hclog.Logger) plugin.Base { return other }
 	cfg.Plugins = append(cfg.Plugins, &config.PluginConfig{Name: "other", Driver: "other"})
-	cfg.Hooks = append(cfg.Hooks, &config.HookConfig{Name: "hook-other", Plugin: "other", Events: []config.HookEvent{config.HookPreUpdate}, Timeout: time.Second, FailurePolicy: config.FailureBlock})
+	cfg.Hooks = append(cfg.Hooks, &config.HookConfig{Name: "hook-other", Plugin: "other", Events: []plugin.Event{plugin.EventPreUpdate}, Timeout: time.Second, FailurePolicy: plugin.FailureBlock})
 	m := newManager(t, Options{Builtins: builtins})
 	start(t, m, cfg)
 
-	r := m.RunHooks(context.Background(), config.HookPostReady, testPod)
+	r := m.RunHooks(context.Background(), plugin.EventPostReady, testPod)
 	if r.Proceed || r.Hook != "hook-second" || r.RetryAfter != time.Second {
 		t.Fatalf("RunHooks(post_ready) = %+v; want held by hook-second", r)
 	}
@@ -138,10 +138,10 @@ func TestRunHooks_orderAndEvents(t *testing.T) {
 		t.Fatalf("calls first=%d second=%d third=%d other=%d; want 1 1 0 0",
 			first.calls.Load(), second.calls.Load(), third.calls.Load(), other.calls.Load())
 	}
-	if r := m.RunHooks(context.Background(), config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(context.Background(), plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("RunHooks(pre_delete) with no pre_delete hooks = %+v; want proceed", r)
 	}
-	if r := m.RunHooks(context.Background(), config.HookPreUpdate, testPod); r.Proceed || r.Hook != "hook-other" {
+	if r := m.RunHooks(context.Background(), plugin.EventPreUpdate, testPod); r.Proceed || r.Hook != "hook-other" {
 		t.Fatalf("RunHooks(pre_update) = %+v; want held by hook-other", r)
 	}
 }
@@ -159,16 +159,16 @@ func TestRunHooks_pendingHoldsOnlyItsPod(t *testing.T) {
 		}
 		return plugin.Done(), nil
 	}}
-	cfg, builtins := hookConfig(config.FailureBlock, deadline, []config.HookEvent{config.HookPreDelete}, f)
+	cfg, builtins := hookConfig(plugin.FailureBlock, deadline, []plugin.Event{plugin.EventPreDelete}, f)
 	m := newManager(t, Options{Builtins: builtins})
 	start(t, m, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan HookResult, 1)
-	go func() { done <- m.RunHooks(ctx, config.HookPreDelete, plugin.Pod{Set: "web", Name: "web-0"}) }()
+	done := make(chan plugin.HookResult, 1)
+	go func() { done <- m.RunHooks(ctx, plugin.EventPreDelete, plugin.Pod{Set: "web", Name: "web-0"}) }()
 	<-stuck
 	for i := 1; i <= 3; i++ {
 		pod := plugin.Pod{Set: "web", Ordinal: i, Name: fmt.Sprintf("web-%d", i)}
-		if r := m.RunHooks(context.Background(), config.HookPreDelete, pod); !r.Proceed {
+		if r := m.RunHooks(context.Background(), plugin.EventPreDelete, pod); !r.Proceed {
 			t.Fatalf("RunHooks(%s) = %+v while web-0 is pending; want proceed", pod.Name, r)
 		}
 	}
@@ -185,7 +185,7 @@ func TestRunHooks_pendingHoldsOnlyItsPod(t *testing.T) {
 func TestRunHooks_externalTimeout(t *testing.T) {
 	dir := t.TempDir()
 	install(t, dir, "testplugin", "hook-a")
-	for _, policy := range []config.FailurePolicy{config.FailureBlock, config.FailureIgnore} {
+	for _, policy := range []plugin.FailurePolicy{plugin.FailureBlock, plugin.FailureIgnore} {
 		t.Run(string(policy), func(t *testing.T) {
 			cfg, _ := loadConfig(t, fmt.Sprintf(`
 plugin_dir = %q
@@ -203,17 +203,17 @@ hook "slow" {
 			m := newManager(t, Options{})
 			start(t, m, cfg)
 			began := time.Now()
-			r := m.RunHooks(context.Background(), config.HookPreDelete, testPod)
+			r := m.RunHooks(context.Background(), plugin.EventPreDelete, testPod)
 			// Bounded by the deadline, not by the plugin's 10 minutes.
 			if took := time.Since(began); took > deadline {
 				t.Fatalf("RunHooks took %s", took)
 			}
 			switch policy {
-			case config.FailureBlock:
+			case plugin.FailureBlock:
 				if r.Proceed || !r.Failed || !strings.Contains(r.Reason, "timed out after 300ms") {
 					t.Fatalf("RunHooks = %+v; want held by a timeout", r)
 				}
-			case config.FailureIgnore:
+			case plugin.FailureIgnore:
 				if !r.Proceed {
 					t.Fatalf("RunHooks = %+v; want proceed (ignore)", r)
 				}
@@ -275,14 +275,14 @@ hook "by-http" {
 	m := newManager(t, Options{})
 	start(t, m, cfg)
 
-	r := m.RunHooks(ctx, config.HookPreDelete, testPod)
+	r := m.RunHooks(ctx, plugin.EventPreDelete, testPod)
 	if r.Proceed || r.Failed || r.Hook != "by-command" || r.RetryAfter != 7*time.Second || !strings.Contains(r.Reason, "exit status 1") {
 		t.Fatalf("RunHooks before the mark = %+v; want by-command waiting 7s on the failed command", r)
 	}
 	if err := os.WriteFile(filepath.Join(marks, "web-2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = m.RunHooks(ctx, config.HookPreDelete, testPod)
+	r = m.RunHooks(ctx, plugin.EventPreDelete, testPod)
 	if r.Proceed || r.Failed || r.Hook != "by-http" || !strings.Contains(r.Reason, "503") || !strings.Contains(r.Reason, "replica still has shards") {
 		t.Fatalf("RunHooks after the mark = %+v; want by-http waiting on the 503", r)
 	}
@@ -290,10 +290,10 @@ hook "by-http" {
 		t.Fatalf("the endpoint got %q; want the pod POSTed as JSON", s)
 	}
 	ok.Store(true)
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("RunHooks once both succeed = %+v; want proceed", r)
 	}
-	if r := m.RunHooks(ctx, config.HookPostReady, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPostReady, testPod); !r.Proceed {
 		t.Fatalf("RunHooks(post_ready) = %+v; want proceed", r)
 	}
 
@@ -341,7 +341,7 @@ hook "best-effort" {
 	m := newManager(t, Options{})
 	start(t, m, cfg)
 
-	r := m.RunHooks(ctx, config.HookPostReady, testPod)
+	r := m.RunHooks(ctx, plugin.EventPostReady, testPod)
 	if r.Proceed || !r.Failed || r.Hook != "caught-up" || r.RetryAfter != 10*time.Second || !strings.Contains(r.Reason, "not caught up") {
 		t.Fatalf("RunHooks(post_ready) before the mark = %+v; want caught-up failed (on_failure fail, policy block) after 10s", r)
 	}
@@ -349,10 +349,10 @@ hook "best-effort" {
 	if err := os.WriteFile(filepath.Join(marks, "post_ready-web-2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := m.RunHooks(ctx, config.HookPostReady, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPostReady, testPod); !r.Proceed {
 		t.Fatalf("RunHooks(post_ready) after the mark = %+v; want proceed", r)
 	}
-	if r := m.RunHooks(ctx, config.HookPreUpdate, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreUpdate, testPod); !r.Proceed {
 		t.Fatalf("RunHooks(pre_update) with no mark under ignore = %+v; want proceed", r)
 	}
 

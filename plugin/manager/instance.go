@@ -90,7 +90,7 @@ type instance struct {
 	client   *goplugin.Client // nil for a built-in
 	raw      plugin.Base
 	info     plugin.Info
-	down     error // wraps ErrPluginUnavailable while down
+	down     error // wraps plugin.ErrPluginUnavailable while down
 	restarts int
 	poke     chan struct{} // asks the watcher to check now
 	quit     chan struct{}
@@ -230,7 +230,7 @@ func (i *instance) get() (plugin.Base, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.stopped {
-		return nil, fmt.Errorf("%w: plugin %q was stopped", ErrPluginUnavailable, i.spec.name)
+		return nil, fmt.Errorf("%w: plugin %q was stopped", plugin.ErrPluginUnavailable, i.spec.name)
 	}
 	if i.down != nil {
 		return nil, i.down
@@ -239,10 +239,10 @@ func (i *instance) get() (plugin.Base, error) {
 }
 
 // classify turns a call error that means "the process is gone" into
-// ErrPluginUnavailable, and asks the watcher to look now rather than at its
+// plugin.ErrPluginUnavailable, and asks the watcher to look now rather than at its
 // next tick. Errors the plugin itself returned pass through.
 func (i *instance) classify(err error) error {
-	if err == nil || errors.Is(err, ErrPluginUnavailable) {
+	if err == nil || errors.Is(err, plugin.ErrPluginUnavailable) {
 		return err
 	}
 	i.mu.Lock()
@@ -257,7 +257,7 @@ func (i *instance) classify(err error) error {
 		case i.poke <- struct{}{}:
 		default:
 		}
-		return fmt.Errorf("%w: plugin %q: its process is gone: %w", ErrPluginUnavailable, i.spec.name, err)
+		return fmt.Errorf("%w: plugin %q: its process is gone: %w", plugin.ErrPluginUnavailable, i.spec.name, err)
 	}
 	return err
 }
@@ -288,7 +288,7 @@ func (i *instance) watch() {
 // stopped meanwhile.
 func (i *instance) restart() bool {
 	i.mu.Lock()
-	i.down = fmt.Errorf("%w: plugin %q (driver %q) exited; restarting it", ErrPluginUnavailable, i.spec.name, i.spec.driver)
+	i.down = fmt.Errorf("%w: plugin %q (driver %q) exited; restarting it", plugin.ErrPluginUnavailable, i.spec.name, i.spec.driver)
 	dead := i.client
 	i.mu.Unlock()
 	dead.Kill() // closes the connection and cleans up; outside the lock, as it may wait
@@ -318,7 +318,7 @@ func (i *instance) restart() bool {
 		if err != nil {
 			i.mu.Lock()
 			i.down = fmt.Errorf("%w: plugin %q (driver %q) exited and restart attempt %d failed (next in %s): %w",
-				ErrPluginUnavailable, i.spec.name, i.spec.driver, attempt+1, backoff(i.m.opts.RestartMin, i.m.opts.RestartMax, attempt+1), err)
+				plugin.ErrPluginUnavailable, i.spec.name, i.spec.driver, attempt+1, backoff(i.m.opts.RestartMin, i.m.opts.RestartMax, attempt+1), err)
 			i.mu.Unlock()
 			i.log.Error("restarting plugin failed", "attempt", attempt+1, "error", err)
 			continue

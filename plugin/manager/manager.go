@@ -16,7 +16,7 @@
 //   - a reload that fails leaves the running plugins as they were, instead
 //     of exiting the agent;
 //   - a crashed plugin is restarted with exponential backoff, and calls made
-//     while it is down fail at once with ErrPluginUnavailable.
+//     while it is down fail at once with plugin.ErrPluginUnavailable.
 package manager
 
 import (
@@ -33,12 +33,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
-
-// ErrPluginUnavailable is returned (wrapped, with the plugin's name and the
-// reason) by calls to a plugin that is down: crashed and not yet restarted,
-// or failing to restart. The caller should hold the affected step and try
-// again later; nothing was done.
-var ErrPluginUnavailable = errors.New("plugin unavailable")
 
 // Defaults of Options.
 const (
@@ -278,7 +272,7 @@ func where(pc *config.PluginConfig) string {
 }
 
 // Close stops every plugin. Calls made afterwards return
-// ErrPluginUnavailable.
+// plugin.ErrPluginUnavailable.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -324,16 +318,16 @@ func (m *Manager) Status() []Status {
 }
 
 // instance returns the running plugin block name, or an error wrapping
-// ErrPluginUnavailable.
+// plugin.ErrPluginUnavailable.
 func (m *Manager) instance(name string) (*instance, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
-		return nil, fmt.Errorf("%w: plugin %q: the plugin manager is closed", ErrPluginUnavailable, name)
+		return nil, fmt.Errorf("%w: plugin %q: the plugin manager is closed", plugin.ErrPluginUnavailable, name)
 	}
 	inst := m.instances[name]
 	if inst == nil {
-		return nil, fmt.Errorf("%w: plugin %q is not loaded", ErrPluginUnavailable, name)
+		return nil, fmt.Errorf("%w: plugin %q is not loaded", plugin.ErrPluginUnavailable, name)
 	}
 	return inst, nil
 }

@@ -65,11 +65,11 @@ hook "h" {
 	}
 	// An error of the plugin's own is passed on as such, not as an outage.
 	err = vp.DeleteVolume(ctx, &plugin.VolumeRequest{Name: "in-use"})
-	if err == nil || errors.Is(err, ErrPluginUnavailable) || !strings.Contains(err.Error(), "volume in-use is in use") {
-		t.Fatalf("DeleteVolume(in-use) = %v; want the plugin's error, not ErrPluginUnavailable", err)
+	if err == nil || errors.Is(err, plugin.ErrPluginUnavailable) || !strings.Contains(err.Error(), "volume in-use is in use") {
+		t.Fatalf("DeleteVolume(in-use) = %v; want the plugin's error, not plugin.ErrPluginUnavailable", err)
 	}
 
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("RunHooks(pre_delete) = %+v; want proceed", r)
 	}
 	for _, s := range m.Status() {
@@ -180,7 +180,7 @@ plugin "y" { driver = "not-exec" }`,
 }
 
 // TestCrashAndRestart kills the plugin processes: calls fail with
-// ErrPluginUnavailable and a reason, restarts back off and are reported while
+// plugin.ErrPluginUnavailable and a reason, restarts back off and are reported while
 // the binaries are missing, and the plugins come back, with their config,
 // once the binaries are there again.
 func TestCrashAndRestart(t *testing.T) {
@@ -227,15 +227,15 @@ hook "h" {
 	var lastErr error
 	eventually(t, "the provisioner to be unavailable", func() bool {
 		_, lastErr = m.Provisioner().GetVolume(ctx, req)
-		return errors.Is(lastErr, ErrPluginUnavailable)
+		return errors.Is(lastErr, plugin.ErrPluginUnavailable)
 	})
 	if !strings.Contains(lastErr.Error(), `plugin "prov"`) {
 		t.Fatalf("error %q does not name the plugin", lastErr)
 	}
-	var held HookResult
+	var held plugin.HookResult
 	eventually(t, "the hook to hold the step while its plugin is down", func() bool {
-		held = m.RunHooks(ctx, config.HookPreDelete, testPod)
-		return !held.Proceed && strings.Contains(held.Reason, ErrPluginUnavailable.Error())
+		held = m.RunHooks(ctx, plugin.EventPreDelete, testPod)
+		return !held.Proceed && strings.Contains(held.Reason, plugin.ErrPluginUnavailable.Error())
 	})
 	if !held.Failed || held.Hook != "h" || held.RetryAfter <= 0 || !strings.Contains(held.Reason, "web-2") {
 		t.Fatalf("RunHooks while down = %+v; want a failure of hook h on web-2 with a retry", held)
@@ -255,7 +255,7 @@ hook "h" {
 		return err == nil
 	})
 	eventually(t, "the hook to come back", func() bool {
-		return m.RunHooks(ctx, config.HookPreDelete, testPod).Proceed
+		return m.RunHooks(ctx, plugin.EventPreDelete, testPod).Proceed
 	})
 	if p := readPID(t, provPID); p == oldProv {
 		t.Fatalf("the provisioner still reports pid %d; want a new process that got its config again", p)
@@ -388,7 +388,7 @@ hook "h" {
 	cfg, _ := loadConfig(t, cfgText("wait", "", "hook-a"))
 	m := newManager(t, Options{})
 	start(t, m, cfg)
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); r.Proceed || r.Failed || !strings.Contains(r.Reason, "not yet") {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); r.Proceed || r.Failed || !strings.Contains(r.Reason, "not yet") {
 		t.Fatalf("RunHooks = %+v; want a wait", r)
 	}
 	pid := readPID(t, pidFile)
@@ -397,7 +397,7 @@ hook "h" {
 	if err := m.Reload(ctx, cfg); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("RunHooks after reload = %+v; want proceed", r)
 	}
 	if p := readPID(t, pidFile); p != pid {
@@ -408,7 +408,7 @@ hook "h" {
 	if err := m.Reload(ctx, bad); err == nil || !strings.Contains(err.Error(), "unknown driver") {
 		t.Fatalf("Reload with an unknown driver = %v; want an error", err)
 	}
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("after a failed reload RunHooks = %+v; want the old config still in force", r)
 	}
 
@@ -429,12 +429,12 @@ hook "h" {
 			t.Fatalf("plugin h still loaded after its block was removed: %+v", s)
 		}
 	}
-	if r := m.RunHooks(ctx, config.HookPreDelete, testPod); !r.Proceed {
+	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
 		t.Fatalf("RunHooks with no hooks = %+v; want proceed", r)
 	}
 }
 
-// TestClose: after Close, calls fail with ErrPluginUnavailable instead of
+// TestClose: after Close, calls fail with plugin.ErrPluginUnavailable instead of
 // reaching a dead plugin.
 func TestClose(t *testing.T) {
 	dir := t.TempDir()
@@ -448,8 +448,8 @@ volume_provisioner { plugin = "prov" }
 	start(t, m, cfg)
 	m.Close()
 	_, err := m.Provisioner().GetVolume(context.Background(), &plugin.VolumeRequest{Name: "v"})
-	if !errors.Is(err, ErrPluginUnavailable) {
-		t.Fatalf("GetVolume after Close = %v; want ErrPluginUnavailable", err)
+	if !errors.Is(err, plugin.ErrPluginUnavailable) {
+		t.Fatalf("GetVolume after Close = %v; want plugin.ErrPluginUnavailable", err)
 	}
 	if err := m.Reload(context.Background(), cfg); err == nil {
 		t.Fatal("Reload after Close succeeded")
