@@ -428,6 +428,7 @@ func TestHookEventByCause(t *testing.T) {
 		{reconciler.CauseSetDeleted, plugin.EventPreDelete, true},
 		{reconciler.CauseUpdate, plugin.EventPreUpdate, true},
 		{reconciler.CauseRepair, plugin.EventPreUpdate, true},
+		{reconciler.CauseDrain, plugin.EventPreDelete, true},
 		{reconciler.CauseEnded, "", false},
 		{reconciler.CauseDuplicate, "", false},
 	} {

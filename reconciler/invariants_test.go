@@ -119,6 +119,12 @@ func checkReplacement(w *world, in Input, out Output, p Pod, byOrd map[int][]Pod
 	start := spec.OrdinalsStart
 	idx := p.Ordinal - start
 	cur, upd := out.Status.CurrentRevision, out.Status.UpdateRevision
+	if p.NodeDraining {
+		// DESIGN §3: a drain is carried out by the daemon, under every
+		// strategy, within the budget (checkBudget), and under OrderedReady
+		// only once every other replica is healthy, like an update.
+		return checkMonotonicTakedown(w, spec, p, byOrd)
+	}
 	switch {
 	case spec.UpdateStrategy == OnDelete:
 		return fmt.Errorf("OnDelete: live pod %d deleted", p.Ordinal)
@@ -142,6 +148,17 @@ func checkReplacement(w *world, in Input, out Output, p Pod, byOrd map[int][]Pod
 		}
 		return fmt.Errorf("monotonic: pod %d at %s is not ready but may still become ready; updateStatefulSet waits for it", p.Ordinal, p.Revision)
 	}
+	return checkMonotonicTakedown(w, spec, p, byOrd)
+}
+
+// checkMonotonicTakedown: under OrderedReady a healthy pod is taken down only
+// when every other replica is healthy and nothing is condemned, as
+// updateStatefulSet reaches its rolling update only then.
+func checkMonotonicTakedown(w *world, spec Spec, p Pod, byOrd map[int][]Pod) error {
+	if spec.PodManagementPolicy != OrderedReady || !w.healthy(p) {
+		return nil
+	}
+	start := spec.OrdinalsStart
 	for o := start; o < start+spec.Replicas; o++ {
 		if ps := byOrd[o]; o != p.Ordinal && (len(ps) != 1 || !w.healthy(ps[0])) {
 			return fmt.Errorf("monotonic: healthy pod %d taken down while replica %d is unavailable", p.Ordinal, o)

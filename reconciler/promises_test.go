@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -324,5 +325,54 @@ func TestRecordsSurviveInTheStatus(t *testing.T) {
 	mustStep(t, w)
 	if &before[0] != &w.status.Ordinals[0] {
 		t.Fatal("steady reconcile rebuilt the records")
+	}
+}
+
+// TestDrainWithinTheBudget: two nodes drained at once with a budget of 1.
+// The daemon takes their pods down itself, highest ordinal first, never more
+// than one ordinal down at once, under every strategy (a drain is not an
+// update). Without claims the pods move to other nodes one after the other;
+// with claims a pod waits for its volume's node, so the second waits for
+// the budget until the drain is lifted, and then every ordinal is back.
+func TestDrainWithinTheBudget(t *testing.T) {
+	for _, claims := range [][]string{nil, {"data"}} {
+		for _, strategy := range []UpdateStrategy{RollingUpdate, OnDelete} {
+			for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
+				t.Run(fmt.Sprintf("claims=%v/%s/%s", claims, strategy, p), func(t *testing.T) {
+					w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, UpdateStrategy: strategy, VolumeClaims: claims}, "v1")
+					converge(t, w)
+					w.drain(1)
+					w.drain(2)
+					var order []int
+					for i := 0; i < 100; i++ {
+						out := mustStep(t, w)
+						for _, a := range out.Actions {
+							if a.Type == ActionDeletePod {
+								if a.Cause != CauseDrain {
+									t.Fatalf("pod %d deleted with cause %s during a drain", a.Ordinal, a.Cause)
+								}
+								order = append(order, a.Ordinal)
+							}
+						}
+						if d := downAfter(w); d > 1 {
+							t.Fatalf("%d ordinals down at once during the drain\n%s", d, w.dump())
+						}
+						w.advanceAll()
+						w.now = w.now.Add(time.Second)
+					}
+					if len(claims) == 0 {
+						if !slices.Equal(order, []int{2, 1}) || !w.converged() {
+							t.Fatalf("without claims: order %v, converged %v\n%s", order, w.converged(), w.dump())
+						}
+						return
+					}
+					if !slices.Equal(order, []int{2}) {
+						t.Fatalf("with claims, while drained: order %v, want only [2]\n%s", order, w.dump())
+					}
+					w.liftDrains()
+					converge(t, w)
+				})
+			}
+		}
 	}
 }

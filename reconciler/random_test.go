@@ -166,6 +166,17 @@ func randomRun(seed uint64) (err error) {
 			// A claims change: every pod made before it drifts.
 			w.spec.VolumeClaims = [][]string{nil, {"data"}, {"data", "logs"}}[rng.IntN(3)]
 			w.logf("spec: claims=%v", w.spec.VolumeClaims)
+		case 11:
+			// A node drain: the ordinal's node goes ineligible; or, as
+			// often, every drain is lifted.
+			if rng.IntN(2) == 0 && w.spec.Replicas > 0 {
+				o := w.spec.OrdinalsStart + rng.IntN(w.spec.Replicas)
+				w.drain(o)
+				w.logf("drain: the node of ordinal %d", o)
+			} else {
+				w.liftDrains()
+				w.logf("drain: lifted")
+			}
 		case 10:
 			// The retention policies may be switched at any time; only
 			// ordinals condemned while a policy said Delete lose data.
@@ -182,9 +193,10 @@ func randomRun(seed uint64) (err error) {
 		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
 	}
 
-	// Calm: a good template (a revert, if it was broken), and the set must
-	// converge with nothing else changing.
+	// Calm: a good template (a revert, if it was broken), the drains
+	// lifted, and the set must converge with nothing else changing.
 	phase = "calm"
+	w.liftDrains()
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

@@ -381,9 +381,56 @@ func (r *reconciler) syncPods() {
 		}
 	}
 
+	budget := r.budget()
+	budget = r.evacuate(budget)
 	if r.updating() {
-		r.rollingUpdate()
+		r.rollingUpdate(budget)
 	}
+}
+
+// budget is maxUnavailable minus the unavailable ordinals of the whole
+// range: how many healthy pods may still be taken down now.
+func (r *reconciler) budget() int {
+	budget := MaxUnavailableCount(r.spec.MaxUnavailable, r.spec.Replicas)
+	for i := range r.slots {
+		if s := &r.slots[i]; s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
+			budget--
+		}
+	}
+	return budget
+}
+
+// evacuate takes pods off draining nodes, highest ordinal first, within the
+// budget, under every strategy (a drain is the operator's order, not an
+// update): Nomad leaves the children to the daemon (their migrate block
+// allows no parallel migration), so the set loses no more members at once
+// than maxUnavailable however many of its nodes are drained. A draining pod
+// that is already unavailable goes first and uses no budget. It returns the
+// budget left.
+func (r *reconciler) evacuate(budget int) int {
+	for pass := 0; pass < 2; pass++ {
+		for i := len(r.slots) - 1; i >= 0; i-- {
+			s := &r.slots[i]
+			if s.pod == noPod || s.acted || s.extra > 0 || (pass == 0) == s.healthy {
+				continue
+			}
+			p := &r.in.Pods[s.pod]
+			if !p.NodeDraining || p.Terminating {
+				continue
+			}
+			if s.healthy {
+				if budget <= 0 {
+					r.wait(i, "to leave its draining node when the maxUnavailable budget allows")
+					continue
+				}
+				budget--
+			}
+			r.deletePod(p, CauseDrain, "its node is being drained")
+			s.acted = true
+			r.wait(i, "to leave its draining node")
+		}
+	}
+	return budget
 }
 
 // processReplica is Kubernetes' processReplica for slot i. It returns true
@@ -562,13 +609,7 @@ func (r *reconciler) outdated(p *Pod) bool {
 // outdated pod that is unavailable already is replaced first and uses no
 // budget, because replacing it takes nothing more down: a stuck outdated pod
 // never blocks a rollout, and never lets one exceed the budget.
-func (r *reconciler) rollingUpdate() {
-	budget := MaxUnavailableCount(r.spec.MaxUnavailable, r.spec.Replicas)
-	for i := range r.slots {
-		if s := &r.slots[i]; s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
-			budget--
-		}
-	}
+func (r *reconciler) rollingUpdate(budget int) {
 	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
 		s := &r.slots[i]
 		if s.pod == noPod || s.acted || s.extra > 0 || s.healthy {

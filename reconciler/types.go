@@ -145,6 +145,11 @@ type Pod struct {
 	// replaced like a pod at an outdated revision: budgeted, in order, and
 	// only where a rolling update may act.
 	Drifted bool
+	// NodeDraining means the pod's node is being drained: the pod must
+	// leave it. The reconciler takes such pods down itself, highest ordinal
+	// first and within maxUnavailable, whatever the update strategy, so
+	// that a drain never takes more of the set down at once than the budget.
+	NodeDraining bool
 }
 
 // Volume is an observed per-ordinal volume.
@@ -314,6 +319,10 @@ const (
 	// revision. It disrupts a healthy member like an update does, so it runs
 	// the same lifecycle hooks (pre_update).
 	CauseRepair DeleteCause = "Repair"
+	// CauseDrain deletes a pod whose node is being drained, so that it is
+	// recreated elsewhere (or on its volume's node once that is eligible
+	// again). The member leaves for a while, so it runs pre_delete hooks.
+	CauseDrain DeleteCause = "Drain"
 )
 
 // Action is one effect. Only the fields that matter for its Type are set.

@@ -70,6 +70,15 @@ type world struct {
 	// Only those volumes may ever be deleted (DESIGN §3).
 	members         map[int]bool
 	condemnedDelete map[int]bool
+	// draining holds the ordinals whose node is being drained. A pod there
+	// shows NodeDraining; a pod recreated for such an ordinal with volume
+	// claims cannot be placed (its volume lives on that node) until the
+	// drain is lifted, while one without claims lands on another node.
+	draining map[int]bool
+	// onDrainingNode marks the pods (by ordinal) placed on a draining node;
+	// waitingForNode those that cannot be placed until a drain is lifted
+	// (Nomad blocks them: no node, so no NodeDraining).
+	onDrainingNode, waitingForNode map[int]bool
 
 	last  Output
 	trace []string
@@ -98,7 +107,8 @@ func newWorld(spec Spec, template string) *world {
 		spec.RevisionHistoryLimit = 10
 	}
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
-		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{}}
+		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
+		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -159,8 +169,24 @@ func (w *world) input() Input {
 	}
 	for i := range in.Pods {
 		in.Pods[i].Drifted = w.drifted(in.Pods[i])
+		in.Pods[i].NodeDraining = w.onDrainingNode[in.Pods[i].Ordinal]
 	}
 	return in
+}
+
+// drain starts draining the node of ordinal ord's pod.
+func (w *world) drain(ord int) {
+	w.draining[ord] = true
+	if w.podIndex(ord) >= 0 {
+		w.onDrainingNode[ord] = true
+	}
+}
+
+// liftDrains ends every drain: the nodes are eligible again.
+func (w *world) liftDrains() {
+	w.draining = map[int]bool{}
+	w.onDrainingNode = map[int]bool{}
+	w.waitingForNode = map[int]bool{}
 }
 
 func (w *world) logf(format string, args ...any) {
@@ -363,6 +389,11 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		}
 		w.lastRan[a.Ordinal] = rev
 		w.podClaims[a.Ordinal] = strings.Join(w.spec.VolumeClaims, ",")
+		// Pinned to its volume's node, a pod of a draining ordinal with
+		// claims cannot be placed until the drain is lifted; without claims
+		// it is placed on another node.
+		w.onDrainingNode[a.Ordinal] = false
+		w.waitingForNode[a.Ordinal] = w.draining[a.Ordinal] && len(w.spec.VolumeClaims) > 0
 		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending})
 		w.podsCreated++
 	case ActionDeletePod:
@@ -419,7 +450,9 @@ func (w *world) canMove(p Pod) bool {
 	case p.Terminating:
 		return true
 	case p.Phase == PhasePending:
-		return true
+		// A pod whose volume's node is draining is not placed until the
+		// drain is lifted (the node is ineligible).
+		return !w.waitingForNode[p.Ordinal]
 	case p.Phase == PhaseRunning && !p.Ready:
 		return !w.isBroken(p)
 	}
