@@ -1,13 +1,12 @@
 package config
 
 import (
-	"fmt"
 	"reflect"
 	"regexp"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // secretKey matches plugin config keys whose values String redacts. Plugin
@@ -24,117 +23,80 @@ func (c *Config) String() string { return c.render(true) }
 // GoString implements fmt.GoStringer so that %#v is redacted too.
 func (c *Config) GoString() string { return c.String() }
 
-// render writes the configuration as HCL. With redact false the output
-// round-trips exactly; that form is only for tests. It is written by hand
-// because hclwrite needs a module (go-cmp) that this module does not pin.
+// render writes the configuration as HCL with hclwrite, which also does
+// HCL's quoting (its escapes differ from Go's, and "${" / "%{" start
+// templates). With redact false the output round-trips exactly; that form
+// is only for tests.
 func (c *Config) render(redact bool) string {
-	var b strings.Builder
-	renderBody(&b, reflect.ValueOf(c).Elem(), "", redact)
-	return b.String()
+	f := hclwrite.NewEmptyFile()
+	renderBody(f.Body(), reflect.ValueOf(c).Elem(), redact)
+	return string(f.Bytes())
 }
 
 // renderBody writes a struct's attributes, then its blocks, in field order.
-func renderBody(b *strings.Builder, v reflect.Value, indent string, redact bool) {
+func renderBody(body *hclwrite.Body, v reflect.Value, redact bool) {
 	si := infoFor(v.Type())
-	width := 0
-	for _, fi := range si.fields {
-		if fi.kind == kindAttr && len(fi.name) > width {
-			width = len(fi.name)
-		}
-	}
 	for _, fi := range si.fields {
 		if fi.kind == kindAttr {
-			fmt.Fprintf(b, "%s%-*s = %s\n", indent, width, fi.name, attrText(v.Field(fi.index), redact))
+			body.SetAttributeValue(fi.name, attrValue(v.Field(fi.index), redact))
 		}
 	}
 	for _, fi := range si.fields {
 		field := v.Field(fi.index)
 		switch fi.kind {
 		case kindBlock:
-			fmt.Fprintf(b, "\n%s%s {\n", indent, fi.name)
-			renderBody(b, field, indent+"  ", redact)
-			fmt.Fprintf(b, "%s}\n", indent)
+			body.AppendNewline()
+			renderBody(body.AppendNewBlock(fi.name, nil).Body(), field, redact)
 		case kindBlockList:
 			for i := 0; i < field.Len(); i++ {
 				e := field.Index(i).Elem()
 				label := e.Field(infoFor(e.Type()).label).String()
-				fmt.Fprintf(b, "\n%s%s %s {\n", indent, fi.name, quote(label))
-				renderBody(b, e, indent+"  ", redact)
-				fmt.Fprintf(b, "%s}\n", indent)
+				body.AppendNewline()
+				renderBody(body.AppendNewBlock(fi.name, []string{label}).Body(), e, redact)
 			}
 		}
 	}
 }
 
-// attrText renders one field as an HCL expression that decodes back to it.
-func attrText(field reflect.Value, redact bool) string {
+// attrValue converts one field to the value that decodes back to it.
+func attrValue(field reflect.Value, redact bool) cty.Value {
 	switch x := field.Interface().(type) {
 	case time.Duration:
-		return quote(x.String())
+		return cty.StringVal(x.String())
 	case Secret:
 		if redact {
-			return quote(x.String())
+			return cty.StringVal(x.String())
 		}
-		return quote(x.Reveal())
+		return cty.StringVal(x.Reveal())
 	case map[string]string:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
+		if len(x) == 0 {
+			return cty.MapValEmpty(cty.String)
 		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			val := x[k]
+		m := make(map[string]cty.Value, len(x))
+		for k, val := range x {
 			if redact && val != "" && secretKey.MatchString(k) {
 				val = redacted
 			}
-			parts[i] = quote(k) + " = " + quote(val)
+			m[k] = cty.StringVal(val)
 		}
-		return "{" + strings.Join(parts, ", ") + "}"
+		return cty.MapVal(m)
 	}
 	switch field.Kind() {
 	case reflect.String:
-		return quote(field.String())
+		return cty.StringVal(field.String())
 	case reflect.Bool:
-		return strconv.FormatBool(field.Bool())
+		return cty.BoolVal(field.Bool())
 	case reflect.Int:
-		return strconv.FormatInt(field.Int(), 10)
+		return cty.NumberIntVal(field.Int())
 	case reflect.Slice:
-		parts := make([]string, field.Len())
-		for i := range parts {
-			parts[i] = quote(field.Index(i).String())
+		if field.Len() == 0 {
+			return cty.ListValEmpty(cty.String)
 		}
-		return "[" + strings.Join(parts, ", ") + "]"
+		vals := make([]cty.Value, field.Len())
+		for i := range vals {
+			vals[i] = cty.StringVal(field.Index(i).String())
+		}
+		return cty.ListVal(vals)
 	}
 	panic("config: cannot render a " + field.Type().String())
-}
-
-// quote writes s as an HCL quoted string. HCL's escapes differ from Go's
-// (no \x, and "${" / "%{" start templates), so strconv.Quote will not do.
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i, r := range s {
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		case (r == '$' || r == '%') && strings.HasPrefix(s[i+1:], "{"):
-			b.WriteRune(r)
-			b.WriteRune(r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
