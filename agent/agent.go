@@ -11,16 +11,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -45,12 +48,14 @@ type Options struct {
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
-	// Provisioner creates and deletes per-ordinal volumes (the plugin
-	// manager's). Nil: the built-in nomad-host-volume provisioner with its
-	// defaults, on this agent's Nomad API.
-	Provisioner plugin.VolumeProvisioner
-	// Hooks runs lifecycle hooks before pod deletions and updates. Nil: none.
-	Hooks HookRunner
+	// Plugins are the plugin, volume_provisioner and hook blocks the agent's
+	// plugin manager runs (manager.ConfigOf of the agent's configuration).
+	// The zero value is the default configuration's: the built-in
+	// nomad-host-volume provisioner with its defaults, and no hooks.
+	Plugins manager.Config
+	// PluginBuiltins are compiled-in plugins besides nomad-host-volume, by
+	// driver name (an embedding program's, or a test's).
+	PluginBuiltins map[string]plugin.Factory
 	// ExpectationTTL is how long a write may stay unseen in the event stream
 	// before the agent re-lists Nomad (default 2m).
 	ExpectationTTL time.Duration
@@ -72,6 +77,8 @@ type Agent struct {
 	metrics *metrics
 	views   *views
 	http    *httpServer
+	// plugins runs the volume provisioner and the lifecycle hooks.
+	plugins *manager.Manager
 	// current is the controller of the current leadership term, nil while
 	// not leading.
 	current atomic.Pointer[controller]
@@ -108,8 +115,14 @@ func New(opts Options) (*Agent, error) {
 	a.metrics = newMetrics(func() float64 { return float64(a.depth.Load()) })
 	a.api = instrumented{inner: opts.Nomad, m: a.metrics}
 	a.views = newViews(a.metrics.setPods)
-	if a.opts.Provisioner == nil {
-		a.opts.Provisioner = hostvolume.New(a.api, opts.Logger.Named("nomad-host-volume"))
+	// The agent owns its plugin manager, as the nomad-autoscaler's agent
+	// does (setupPlugins): the built-in provisioner works through the
+	// agent's instrumented Nomad API, so its calls show in /v1/metrics.
+	builtins := map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(a.api)}
+	maps.Copy(builtins, opts.PluginBuiltins)
+	a.plugins = manager.New(manager.Options{Logger: opts.Logger, Builtins: builtins})
+	if a.opts.Plugins.VolumeProvisioner.Plugin == "" {
+		a.opts.Plugins = manager.ConfigOf(config.Default())
 	}
 	if opts.HTTPAddr != "" {
 		h, err := newHTTPServer(opts.HTTPAddr, a)
@@ -121,19 +134,10 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// NomadAPI returns the agent's Nomad API, instrumented: calls made through
-// it (by a built-in plugin, say) show in /v1/metrics like the agent's own.
-func (a *Agent) NomadAPI() nomad.API { return a.api }
-
-// UsePlugins routes volume creation and deletion through provisioner and
-// runs lifecycle hooks through hooks. Either may be nil: a nil provisioner
-// keeps the one the agent has (the built-in by default), nil hooks run none.
-// Call it before Run.
-func (a *Agent) UsePlugins(provisioner plugin.VolumeProvisioner, hooks HookRunner) {
-	if provisioner != nil {
-		a.opts.Provisioner = provisioner
-	}
-	a.opts.Hooks = hooks
+// ReloadPlugins applies new plugin, volume_provisioner and hook blocks
+// (SIGHUP). On error the running plugins are kept.
+func (a *Agent) ReloadPlugins(ctx context.Context, cfg manager.Config) error {
+	return a.plugins.Reload(ctx, cfg)
 }
 
 // HTTPAddr returns the address the HTTP API listens on.
@@ -147,6 +151,10 @@ func (a *Agent) HTTPAddr() string {
 // Run serves HTTP and takes part in leader election until ctx is done. While
 // leader, it watches Nomad and reconciles sets.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.plugins.Start(ctx, a.opts.Plugins); err != nil {
+		return err
+	}
+	defer a.plugins.Close()
 	var wg sync.WaitGroup
 	httpErr := make(chan error, 1)
 	if a.http != nil {
@@ -191,7 +199,7 @@ func (a *Agent) lead(ctx context.Context) error {
 		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
 		metrics: a.metrics, views: a.views,
 		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
-		provisioner: a.opts.Provisioner, hooks: a.opts.Hooks,
+		provisioner: a.plugins.Provisioner(), hooks: a.plugins,
 	}
 	c.effector = c
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},

@@ -14,10 +14,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -243,25 +245,6 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if w := h.sim.Writes(); w != 0 {
 		t.Fatalf("steady state made %d Nomad writes: %v", w, h.sim.Calls())
-	}
-}
-
-// UsePlugins with a nil provisioner, as its doc allows, keeps the built-in
-// one rather than leaving the agent none to create volumes with.
-func TestAgentUsePluginsWithoutAProvisioner(t *testing.T) {
-	sim := memory.NewNomad(fastSim())
-	t.Cleanup(sim.Close)
-	a, err := New(testOptions(t, sim, memory.NewStore()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	builtin := a.opts.Provisioner
-	a.UsePlugins(nil, &fakeHooks{})
-	if a.opts.Provisioner == nil || a.opts.Provisioner != builtin {
-		t.Fatalf("provisioner after UsePlugins(nil, …) = %v; want the built-in %v", a.opts.Provisioner, builtin)
-	}
-	if a.opts.Hooks == nil {
-		t.Fatal("UsePlugins dropped the hooks")
 	}
 }
 
@@ -492,21 +475,49 @@ func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
 	h.waitConverged("crash", 4, nil)
 }
 
-// fakeHooks holds pre_delete until released and records every call.
+// fakeHooks is a built-in lifecycle hook plugin that holds pre_delete until
+// released and records every call. It runs through the agent's own plugin
+// manager, as a configured hook block does.
 type fakeHooks struct {
 	mu       sync.Mutex
 	released bool
 	calls    []string
 }
 
-func (f *fakeHooks) RunHooks(_ context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult {
+func (f *fakeHooks) PluginInfo(context.Context) (*plugin.Info, error) {
+	return &plugin.Info{Name: "fake-hooks", Type: plugin.TypeLifecycleHook}, nil
+}
+func (f *fakeHooks) SetConfig(context.Context, map[string]string) error { return nil }
+func (f *fakeHooks) answer(event plugin.Event, pod plugin.Pod) (*plugin.HookResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, string(event)+" "+pod.Name)
 	if event == plugin.EventPreDelete && !f.released {
-		return plugin.HookResult{Proceed: false, RetryAfter: 20 * time.Millisecond, Hook: "drain", Reason: "draining"}
+		return plugin.Wait(20*time.Millisecond, "draining"), nil
 	}
-	return plugin.HookResult{Proceed: true}
+	return plugin.Done(), nil
+}
+func (f *fakeHooks) PreDelete(_ context.Context, p plugin.Pod) (*plugin.HookResponse, error) {
+	return f.answer(plugin.EventPreDelete, p)
+}
+func (f *fakeHooks) PostReady(_ context.Context, p plugin.Pod) (*plugin.HookResponse, error) {
+	return f.answer(plugin.EventPostReady, p)
+}
+func (f *fakeHooks) PreUpdate(_ context.Context, p plugin.Pod) (*plugin.HookResponse, error) {
+	return f.answer(plugin.EventPreUpdate, p)
+}
+
+// withHooks runs hooks as the built-in plugin of a hook block "drain" on
+// pre_delete and pre_update.
+func withHooks(hooks plugin.LifecycleHook) func(*Options) {
+	return func(o *Options) {
+		cfg := config.Default()
+		cfg.Plugins = append(cfg.Plugins, &config.PluginConfig{Name: "fake", Driver: "fake-hooks", Config: map[string]string{}})
+		cfg.Hooks = append(cfg.Hooks, &config.HookConfig{Name: "drain", Plugin: "fake",
+			Events: []plugin.Event{plugin.EventPreDelete, plugin.EventPreUpdate}, Timeout: 10 * time.Second, FailurePolicy: plugin.FailureBlock})
+		o.Plugins = manager.ConfigOf(cfg)
+		o.PluginBuiltins = map[string]plugin.Factory{"fake-hooks": func(hclog.Logger) plugin.Base { return hooks }}
+	}
 }
 
 func (f *fakeHooks) seen() []string {
@@ -517,7 +528,7 @@ func (f *fakeHooks) seen() []string {
 
 func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 	hooks := &fakeHooks{}
-	h := startAgentWith(t, fastSim(), func(o *Options) { o.Hooks = hooks })
+	h := startAgentWith(t, fastSim(), withHooks(hooks))
 	h.register(parentJob("hk", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.waitConverged("hk", 3, nil)
 	job := h.sim.Job("default", "hk")
@@ -537,7 +548,7 @@ func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 	}
 	h.waitFor("hk's view to say why it is held", 5*time.Second, func() (bool, string) {
 		c, ok := heldCondition(h.view("hk"))
-		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `"drain" holds hk-2: draining`), fmt.Sprintf("%+v", c)
+		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `hook "drain" (pre_delete) on pod hk-2 is waiting: draining`), fmt.Sprintf("%+v", c)
 	})
 	hooks.mu.Lock()
 	hooks.released = true

@@ -15,7 +15,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -90,21 +89,10 @@ func startWithReadyHook(t *testing.T, hook *readyHook, policy plugin.FailurePoli
 		Name: "caught-up", Plugin: "ready", Events: []plugin.Event{plugin.EventPostReady},
 		Timeout: 10 * time.Second, FailurePolicy: policy,
 	})
-	pm := manager.New(manager.Options{
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
-		Builtins: map[string]plugin.Factory{
-			// Declared by every config; the agent uses its own provisioner.
-			config.BuiltinHostVolume: hostvolume.Factory(nil),
-			"ready-hook":             func(hclog.Logger) plugin.Base { return hook },
-		},
+	return startAgentWith(t, fastSim(), func(o *Options) {
+		o.Plugins = manager.ConfigOf(cfg)
+		o.PluginBuiltins = map[string]plugin.Factory{"ready-hook": func(hclog.Logger) plugin.Base { return hook }}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := pm.Start(ctx, cfg); err != nil {
-		t.Fatalf("starting the plugin manager: %v", err)
-	}
-	t.Cleanup(pm.Close)
-	return startAgentWith(t, fastSim(), func(o *Options) { o.Hooks = pm })
 }
 
 // view returns the set's view as GET /v1/statefulset shows it.

@@ -20,8 +20,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/bolt"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 )
 
@@ -144,22 +142,11 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		Workers:        cfg.Workers,
 		ResyncInterval: cfg.ResyncInterval,
 		HTTPAddr:       cfg.HTTP.Address,
+		Plugins:        manager.ConfigOf(cfg),
 	})
 	if err != nil {
 		return err
 	}
-	// Volumes and hooks go through the plugin manager; the built-in
-	// nomad-host-volume provisioner uses the agent's instrumented Nomad API.
-	pm := manager.New(manager.Options{
-		Logger:   logger,
-		Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(a.NomadAPI())},
-	})
-	if err := pm.Start(ctx, cfg); err != nil {
-		return err
-	}
-	defer pm.Close()
-	a.UsePlugins(pm.Provisioner(), pm)
-
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -175,7 +162,7 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 					continue
 				}
 				logger.SetLevel(hclog.LevelFromString(next.LogLevel))
-				if err := pm.Reload(ctx, next); err != nil {
+				if err := a.ReloadPlugins(ctx, manager.ConfigOf(next)); err != nil {
 					logger.Error("reloading plugins; keeping the running ones", "error", err)
 				}
 				logger.Info("configuration reloaded", "log_level", next.LogLevel)

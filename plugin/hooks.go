@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// DefaultHookTimeout bounds one lifecycle-hook call when its hook block
+// sets no timeout.
+const DefaultHookTimeout = 30 * time.Second
+
 // FailurePolicy says what a failed or timed-out hook does to the pod's step
 // (a hook block's failure_policy).
 type FailurePolicy string

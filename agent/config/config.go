@@ -94,7 +94,7 @@ const (
 	MaxLockDelay = 60 * time.Second
 
 	// DefaultHookTimeout bounds one lifecycle-hook call.
-	DefaultHookTimeout = 30 * time.Second
+	DefaultHookTimeout = plugin.DefaultHookTimeout
 
 	// BuiltinHostVolume is the built-in volume provisioner: Nomad dynamic host
 	// volumes. It is always declared, as if the config said

@@ -65,7 +65,7 @@ func start(t *testing.T, m *Manager, cfg *config.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	if err := m.Start(ctx, cfg); err != nil {
+	if err := m.Start(ctx, ConfigOf(cfg)); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -73,7 +72,7 @@ func clampRetry(d, def time.Duration) time.Duration {
 // callHook makes one hook call under the hook's timeout. The call runs in a
 // goroutine so that the deadline holds even for a built-in that ignores its
 // context; the gRPC stub of an external plugin honours it anyway.
-func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event plugin.Event, pod plugin.Pod) (*plugin.HookResponse, error) {
+func (m *Manager) callHook(ctx context.Context, h *HookConfig, event plugin.Event, pod plugin.Pod) (*plugin.HookResponse, error) {
 	inst, err := m.instance(h.Plugin)
 	if err != nil {
 		return nil, err
@@ -88,7 +87,7 @@ func (m *Manager) callHook(ctx context.Context, h *config.HookConfig, event plug
 	}
 	timeout := h.Timeout
 	if timeout <= 0 {
-		timeout = config.DefaultHookTimeout
+		timeout = plugin.DefaultHookTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -304,7 +304,7 @@ plugin "cmd" {
   config = { retry_after = "soon" }
 }
 `, dir))
-	err := newManager(t, Options{}).Start(ctx, bad)
+	err := newManager(t, Options{}).Start(ctx, ConfigOf(bad))
 	if err == nil || !strings.Contains(err.Error(), "set exactly one of command and url") {
 		t.Fatalf("Start with a bad example config = %v; want its config error", err)
 	}
@@ -363,7 +363,7 @@ plugin "gate" {
   config = { command = "true", on_failure = "explode" }
 }
 `, dir))
-	err := newManager(t, Options{}).Start(ctx, bad)
+	err := newManager(t, Options{}).Start(ctx, ConfigOf(bad))
 	if err == nil || !strings.Contains(err.Error(), `on_failure "explode"`) {
 		t.Fatalf("Start with on_failure = explode: %v; want an error naming it", err)
 	}

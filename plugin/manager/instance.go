@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -31,7 +30,7 @@ type spec struct {
 	path   string // the binary; "" for a built-in
 	typ    plugin.Type
 	config map[string]string
-	decl   *config.PluginConfig
+	decl   *PluginConfig
 }
 
 func (s *spec) same(o *spec) bool {
@@ -47,7 +46,7 @@ func (s *spec) prefix() string {
 // the driver in plugin_dir, else a built-in of that name. The binary wins so
 // that a built-in can be replaced by a development build without a rebuild
 // of the agent, as in the nomad-autoscaler.
-func (m *Manager) resolve(pc *config.PluginConfig, dir string, typ plugin.Type) (*spec, error) {
+func (m *Manager) resolve(pc *PluginConfig, dir string, typ plugin.Type) (*spec, error) {
 	s := &spec{
 		name: pc.Name, driver: pc.Driver, args: slices.Clone(pc.Args), typ: typ,
 		config: map[string]string{}, decl: pc,

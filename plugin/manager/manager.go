@@ -30,7 +30,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -66,7 +65,7 @@ type Options struct {
 	// Logger is the parent logger; the manager logs as "plugin_manager".
 	Logger hclog.Logger
 	// Builtins are the compiled-in plugins by driver name, e.g.
-	// {config.BuiltinHostVolume: hostvolume.Factory(api)}.
+	// {hostvolume.Name: hostvolume.Factory(api)}.
 	Builtins map[string]plugin.Factory
 	// RestartMin and RestartMax bound the restart backoff of a crashed
 	// external plugin.
@@ -93,8 +92,8 @@ type Manager struct {
 
 	mu        sync.RWMutex
 	instances map[string]*instance // by plugin block name
-	hooks     []*config.HookConfig
-	vp        config.VolumeProvisionerConfig
+	hooks     []*HookConfig
+	vp        VolumeProvisionerConfig
 	closed    bool
 }
 
@@ -125,7 +124,7 @@ func New(opts Options) *Manager {
 // Start launches every plugin block of cfg and checks each. It returns every
 // problem at once, each naming its plugin block's file and line; on error
 // nothing is left running.
-func (m *Manager) Start(ctx context.Context, cfg *config.Config) error {
+func (m *Manager) Start(ctx context.Context, cfg Config) error {
 	if err := m.Reload(ctx, cfg); err != nil {
 		return fmt.Errorf("starting plugins: %w", err)
 	}
@@ -139,7 +138,7 @@ func (m *Manager) Start(ctx context.Context, cfg *config.Config) error {
 // stopped and the old set keeps running, so a bad edit never takes the
 // agent's plugins away. (A SetConfig already applied to a kept plugin is not
 // undone: its plugin accepted it.)
-func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
+func (m *Manager) Reload(ctx context.Context, cfg Config) error {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	m.mu.RLock()
@@ -148,7 +147,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 	if closed {
 		return errors.New("reloading plugins: the manager is closed")
 	}
-	types, err := pluginTypes(cfg)
+	types, err := pluginTypes(&cfg)
 	if err != nil {
 		return err
 	}
@@ -190,7 +189,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 		}
 		return errors.Join(errs...)
 	}
-	hooks := make([]*config.HookConfig, 0, len(cfg.Hooks))
+	hooks := make([]*HookConfig, 0, len(cfg.Hooks))
 	for _, h := range cfg.Hooks {
 		c := *h
 		c.Events = slices.Clone(h.Events)
@@ -207,7 +206,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	m.instances = next
 	m.hooks = hooks
-	m.vp = config.VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)}
+	m.vp = VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)}
 	m.mu.Unlock()
 	for name, old := range current {
 		if next[name] != old {
@@ -222,13 +221,13 @@ func (m *Manager) Reload(ctx context.Context, cfg *config.Config) error {
 // pluginTypes derives each plugin block's type from its uses. A block that
 // is used as both is an error; an unused block gets no type and is checked
 // only for being a known type.
-func pluginTypes(cfg *config.Config) (map[string]plugin.Type, error) {
+func pluginTypes(cfg *Config) (map[string]plugin.Type, error) {
 	types := map[string]plugin.Type{}
 	var errs []error
 	use := func(name string, t plugin.Type, by string) {
 		if old, ok := types[name]; ok && old != t {
 			pos := ""
-			if pc := cfg.Plugin(name); pc != nil {
+			if pc := cfg.plugin(name); pc != nil {
 				pos = where(pc)
 			}
 			errs = append(errs, fmt.Errorf("%splugin %q is used both as a %s and as a %s (%s); declare two plugin blocks",
@@ -243,7 +242,7 @@ func pluginTypes(cfg *config.Config) (map[string]plugin.Type, error) {
 	}
 	var unknown []error
 	for name := range types {
-		if cfg.Plugin(name) == nil {
+		if cfg.plugin(name) == nil {
 			unknown = append(unknown, fmt.Errorf("plugin %q is used but not declared by any plugin block", name))
 		}
 	}
@@ -264,11 +263,11 @@ func cmpString(a, b string) int {
 
 // where is the "file:line: " prefix of a plugin block's errors, or "" for a
 // block that no file declared (the implicit built-in).
-func where(pc *config.PluginConfig) string {
-	if pc.DeclRange.Filename == "" {
+func where(pc *PluginConfig) string {
+	if pc.Where == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s:%d: ", pc.DeclRange.Filename, pc.DeclRange.Start.Line)
+	return pc.Where + ": "
 }
 
 // Close stops every plugin. Calls made afterwards return

@@ -160,7 +160,7 @@ plugin "y" { driver = "not-exec" }`,
 			m := newManager(t, Options{Builtins: map[string]plugin.Factory{
 				config.BuiltinHostVolume: hostvolume.Factory(nil),
 			}})
-			err := m.Start(context.Background(), cfg)
+			err := m.Start(context.Background(), ConfigOf(cfg))
 			if err == nil {
 				t.Fatal("Start succeeded; want an error")
 			}
@@ -308,7 +308,7 @@ volume_provisioner {
   config = { plugin_id = "mkdir", capacity_mn = "1G" }
 }
 `, t.TempDir()))
-	err = newManager(t, Options{Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(sim)}}).Start(ctx, bad)
+	err = newManager(t, Options{Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(sim)}}).Start(ctx, ConfigOf(bad))
 	if err == nil || !strings.Contains(err.Error(), `unknown config key "capacity_mn"`) {
 		t.Fatalf("Start with a bad volume_provisioner config = %v; want the unknown key", err)
 	}
@@ -357,7 +357,7 @@ plugin "nomad-host-volume" {
   config = { capacity = "1GiB" }
 }
 `, dir))
-	err := newManager(t, Options{}).Start(context.Background(), bad)
+	err := newManager(t, Options{}).Start(context.Background(), ConfigOf(bad))
 	if err == nil || !strings.Contains(err.Error(), path+":3:") || !strings.Contains(err.Error(), `unknown config key "capacity"`) {
 		t.Fatalf("Start = %v; want the binary's config error at %s:3", err, path)
 	}
@@ -394,7 +394,7 @@ hook "h" {
 	pid := readPID(t, pidFile)
 
 	cfg, _ = loadConfig(t, cfgText("done", "", "hook-a"))
-	if err := m.Reload(ctx, cfg); err != nil {
+	if err := m.Reload(ctx, ConfigOf(cfg)); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
 	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
@@ -405,7 +405,7 @@ hook "h" {
 	}
 
 	bad, _ := loadConfig(t, cfgText("wait", "", "nope"))
-	if err := m.Reload(ctx, bad); err == nil || !strings.Contains(err.Error(), "unknown driver") {
+	if err := m.Reload(ctx, ConfigOf(bad)); err == nil || !strings.Contains(err.Error(), "unknown driver") {
 		t.Fatalf("Reload with an unknown driver = %v; want an error", err)
 	}
 	if r := m.RunHooks(ctx, plugin.EventPreDelete, testPod); !r.Proceed {
@@ -413,7 +413,7 @@ hook "h" {
 	}
 
 	cfg, _ = loadConfig(t, cfgText("done", `"-name", "hook-a"`, "hook-a"))
-	if err := m.Reload(ctx, cfg); err != nil {
+	if err := m.Reload(ctx, ConfigOf(cfg)); err != nil {
 		t.Fatalf("Reload with new args: %v", err)
 	}
 	if p := readPID(t, pidFile); p == pid {
@@ -421,7 +421,7 @@ hook "h" {
 	}
 
 	cfg, _ = loadConfig(t, fmt.Sprintf("plugin_dir = %q\n", dir))
-	if err := m.Reload(ctx, cfg); err != nil {
+	if err := m.Reload(ctx, ConfigOf(cfg)); err != nil {
 		t.Fatalf("Reload without the hook: %v", err)
 	}
 	for _, s := range m.Status() {
@@ -451,7 +451,7 @@ volume_provisioner { plugin = "prov" }
 	if !errors.Is(err, plugin.ErrPluginUnavailable) {
 		t.Fatalf("GetVolume after Close = %v; want plugin.ErrPluginUnavailable", err)
 	}
-	if err := m.Reload(context.Background(), cfg); err == nil {
+	if err := m.Reload(context.Background(), ConfigOf(cfg)); err == nil {
 		t.Fatal("Reload after Close succeeded")
 	}
 }
