@@ -19,6 +19,7 @@ func baseInput() Input {
 		in.Pods = append(in.Pods, Pod{Ordinal: o, Revision: v1.Name, Phase: PhaseRunning, Ready: true,
 			Created: epoch, ReadySince: epoch})
 		in.Volumes = append(in.Volumes, Volume{Claim: "data", Ordinal: o, Name: VolumeName("data", "web", o)})
+		in.Previous.Ordinals = append(in.Previous.Ordinals, OrdinalRecord{Ordinal: o, Revision: v1.Name, RevisionNumber: 1})
 	}
 	return in
 }

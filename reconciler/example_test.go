@@ -24,11 +24,14 @@ func ExampleReconcile() {
 		Now:          time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 	})
 	for _, a := range out.Actions {
-		name := a.Revision.Name
-		if a.Type == reconciler.ActionCreateVolume {
-			name = a.Volume.Name
+		switch a.Type {
+		case reconciler.ActionRecordOrdinals:
+			fmt.Println(a.Type, len(a.Ordinals), "members")
+		case reconciler.ActionCreateVolume:
+			fmt.Println(a.Type, a.Ordinal, a.Volume.Name)
+		default:
+			fmt.Println(a.Type, a.Ordinal, a.Revision.Name)
 		}
-		fmt.Println(a.Type, a.Ordinal, name)
 	}
 	fmt.Println(out.Status.UpdateRevision, out.Requeue)
 	// The revision name is pinned on purpose: revision names are visible to
@@ -36,6 +39,7 @@ func ExampleReconcile() {
 	// and must not change from one release to the next.
 
 	// Output:
+	// RecordOrdinals 2 members
 	// CreateRevision 0 web-555694f64b
 	// CreateVolume 0 data-web-0
 	// CreatePod 0 web-555694f64b

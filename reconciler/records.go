@@ -209,12 +209,14 @@ func (r *reconciler) outsideOrdinals(setDeleted bool) []int {
 }
 
 // recordMembership puts a RecordOrdinals action first when the decision acts
-// and a member was condemned, or a condemned ordinal's volumes' fate changed:
-// that judgement must be durable before the condemned pods or volumes are
-// touched. New members, and a decision without actions, wait for the status
-// write: until then an ordinal that leaves again counts as never having been
-// a member, and its volumes are kept. Revision changes wait for the status
-// write too: a lost one is observed again from the pod itself.
+// and the membership changed: an ordinal joined, a member was condemned, or a
+// condemned ordinal's volumes' fate changed. That must be durable before the
+// decision touches the pods or volumes concerned: a volume made for a new
+// member whose membership was never stored would be kept for ever if the
+// ordinal left again under Delete, and a condemnation must be stored before
+// what it allows is done. A decision without actions leaves it to the status
+// write. Revision changes wait for the status write too: a lost one is
+// observed again from the pod itself.
 func (r *reconciler) recordMembership() {
 	next, prev := r.status.Ordinals, r.in.Previous.Ordinals
 	if len(r.actions) == 0 || (len(next) == len(prev) && (len(next) == 0 || &next[0] == &prev[0])) {
@@ -222,7 +224,8 @@ func (r *reconciler) recordMembership() {
 	}
 	changed := false
 	for _, rec := range next {
-		if p, ok := findRecord(prev, rec.Ordinal); ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes) {
+		p, ok := findRecord(prev, rec.Ordinal)
+		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes)) {
 			changed = true
 			break
 		}

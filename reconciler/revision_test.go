@@ -55,7 +55,7 @@ func TestRevisionCollision(t *testing.T) {
 		})
 	}
 	out := Reconcile(in)
-	a := out.Actions[0]
+	a := out.Actions[1] // after RecordOrdinals: ordinal 0 joins
 	if a.Type != ActionCreateRevision || a.Revision.Name != RevisionName("web", HashRevision([]byte("v2"), 2)) {
 		t.Fatalf("first action %+v", a)
 	}

@@ -333,6 +333,15 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		if i < 0 {
 			return fmt.Errorf("deleting missing revision %s", a.Revision.Name)
 		}
+		// An ordinal that last ran the trimmed revision keeps the number
+		// it had last (a rollback may have renumbered it since its pod was
+		// created).
+		for o, last := range w.lastRan {
+			if last.Name == a.Revision.Name {
+				last.Number = w.revisions[i].Number
+				w.lastRan[o] = last
+			}
+		}
 		w.revisions = slices.Delete(w.revisions, i, i+1)
 	case ActionCreateVolume:
 		if w.hasVolume(a.Volume.Claim, a.Volume.Ordinal) {
