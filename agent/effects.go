@@ -161,15 +161,16 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. An
 // update and a drift repair both take a member down to recreate it, so both
-// run pre_update; a scale-down, the set's deletion and a drain take it away
-// (for good, or until its node is back), so they run pre_delete. A pod that
+// run pre_update; a scale-down, the set's deletion, a drain and a pod replace
+// take it away (for good, until its node is back, or onto a fresh volume),
+// so they run pre_delete. A pod that
 // already ended, or a duplicate, runs none.
 func hookEvent(act reconciler.Action) (plugin.Event, bool) {
 	if act.Type != reconciler.ActionDeletePod {
 		return "", false
 	}
 	switch act.Cause {
-	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted, reconciler.CauseDrain:
+	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted, reconciler.CauseDrain, reconciler.CauseReplace:
 		return plugin.EventPreDelete, true
 	case reconciler.CauseUpdate, reconciler.CauseRepair:
 		return plugin.EventPreUpdate, true

@@ -417,6 +417,7 @@ func TestHookEventByCause(t *testing.T) {
 		{reconciler.CauseUpdate, plugin.EventPreUpdate, true},
 		{reconciler.CauseRepair, plugin.EventPreUpdate, true},
 		{reconciler.CauseDrain, plugin.EventPreDelete, true},
+		{reconciler.CauseReplace, plugin.EventPreDelete, true},
 		{reconciler.CauseEnded, "", false},
 		{reconciler.CauseDuplicate, "", false},
 	} {

@@ -428,3 +428,57 @@ func TestApplyRevisionKeepsExplicitZeros(t *testing.T) {
 		t.Error("bad data accepted")
 	}
 }
+
+func podReplaceCmd(m Meta) cli.Command { return &PodReplaceCommand{Meta: m} }
+
+// TestPodReplaceWritesARequestTheDaemonCarriesOut: pod replace sets the
+// parent's meta statefulset_pod_replace_<ordinal> to a fresh token (with
+// ",new-volume" for -new-volume) by check-and-set, which the parser reads
+// back as a Replacement; without -yes it asks, and anything but "yes"
+// writes nothing.
+func TestPodReplaceWritesARequestTheDaemonCarriesOut(t *testing.T) {
+	nomad := newFakeNomad(t)
+	nomad.put(parentJob("web"), 7)
+	code, out, errOut := runWrite(t, podReplaceCmd, nomad, "-yes", "-new-volume", "web", "1")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	regs := nomad.registers()
+	if len(regs) != 1 || !regs[0].EnforceIndex || regs[0].JobModifyIndex != 7 {
+		t.Fatalf("registers %+v, want one check-and-set on 7", regs)
+	}
+	job := nomad.get("default", "web")
+	if got := job.Meta["statefulset_pod_replace_1"]; got != "2026-11-21T12:00:00Z,new-volume" {
+		t.Fatalf("request %q", got)
+	}
+	spec, err := jobs.Parse(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Replacements) != 1 || !spec.Replacements[0].NewVolume || spec.Replacements[0].Ordinal != 1 {
+		t.Fatalf("parsed back as %+v", spec.Replacements)
+	}
+	if !strings.Contains(out, "Replacing pod web-1") {
+		t.Errorf("output %q", out)
+	}
+	// A second request in the same clock tick still gets a new token.
+	if code, _, errOut := runWrite(t, podReplaceCmd, nomad, "-yes", "web", "1"); code != ExitOK {
+		t.Fatalf("second request: exit %d, %q", code, errOut)
+	}
+	if got := nomad.get("default", "web").Meta["statefulset_pod_replace_1"]; got == "2026-11-21T12:00:00Z" || strings.HasSuffix(got, ",new-volume") {
+		t.Errorf("second request wrote %q", got)
+	}
+
+	// Asked, and not confirmed: nothing is written.
+	m, ui := newTestMeta()
+	ui.InputReader = strings.NewReader("no\n")
+	if code := podReplaceCmd(m).Run([]string{"-nomad-address", nomad.srv.URL, "web", "2"}); code != ExitError {
+		t.Fatalf("unconfirmed: exit %d, want %d", code, ExitError)
+	}
+	if len(nomad.registers()) != 2 {
+		t.Fatalf("an unconfirmed replace wrote to Nomad")
+	}
+	if code, _, _ := runWrite(t, podReplaceCmd, nomad, "-yes", "web", "x"); code != ExitUsage {
+		t.Errorf("a bad ordinal: exit %d, want %d", code, ExitUsage)
+	}
+}

@@ -33,6 +33,12 @@ const (
 	KeyVolumeRetentionScaled  = "statefulset_volume_retention_when_scaled"
 	KeyPaused                 = "statefulset_paused"
 	KeyProgressDeadline       = "statefulset_progress_deadline"
+	// KeyPodReplacePrefix starts the keys `pod replace` writes, one per
+	// ordinal: statefulset_pod_replace_<ordinal> = "<token>" or
+	// "<token>,new-volume". The daemon carries each token out once.
+	KeyPodReplacePrefix = "statefulset_pod_replace_"
+	// PodReplaceNewVolume is the value suffix of a -new-volume request.
+	PodReplaceNewVolume = ",new-volume"
 )
 
 // isSetKey reports whether a meta key belongs to managing the set (the
@@ -267,9 +273,36 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 		case KeyVolumeClaims:
 			spec.VolumeClaims = parseClaims(k, raw, ps)
 		default:
+			if strings.HasPrefix(k, KeyPodReplacePrefix) {
+				if req, ok := parsePodReplace(k, raw, v, ps); ok {
+					spec.Replacements = append(spec.Replacements, req)
+				}
+				continue
+			}
 			ps.add(k, raw, unknownKeyRule(k))
 		}
 	}
+}
+
+// parsePodReplace reads a `pod replace` request key.
+func parsePodReplace(k, raw, v string, ps *problems) (reconciler.Replacement, bool) {
+	ord := strings.TrimPrefix(k, KeyPodReplacePrefix)
+	if !digits.MatchString(ord) {
+		ps.add(k, raw, "names no ordinal: the key is statefulset_pod_replace_<ordinal>, written by 'nomad-statefulset pod replace'")
+		return reconciler.Replacement{}, false
+	}
+	n, err := strconv.ParseInt(ord, 10, 0)
+	if err != nil || n > math.MaxInt32 {
+		ps.add(k, raw, fmt.Sprintf("names an ordinal beyond %d", math.MaxInt32))
+		return reconciler.Replacement{}, false
+	}
+	token, newVolume := strings.CutSuffix(v, PodReplaceNewVolume)
+	token = strings.TrimSpace(token)
+	if token == "" || strings.ContainsAny(token, ", ") {
+		ps.add(k, raw, `is not "<token>" or "<token>,new-volume" (as 'nomad-statefulset pod replace' writes it)`)
+		return reconciler.Replacement{}, false
+	}
+	return reconciler.Replacement{Ordinal: int(n), Token: token, NewVolume: newVolume}, true
 }
 
 // parseNonNegative parses a plain decimal integer ≥ 0. It refuses signs,

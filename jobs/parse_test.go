@@ -112,6 +112,15 @@ func TestParseKeys(t *testing.T) {
 		volume     bool                       // add a host volume named like the value
 	}{
 		{key: KeyReplicas, value: "3", check: func(s reconciler.Spec) bool { return s.Replicas == 3 }},
+		{key: KeyPodReplacePrefix + "2", value: "2026-11-24T10:00:00Z", check: func(s reconciler.Spec) bool {
+			return len(s.Replacements) == 1 && s.Replacements[0] == reconciler.Replacement{Ordinal: 2, Token: "2026-11-24T10:00:00Z"}
+		}},
+		{key: KeyPodReplacePrefix + "0", value: "t1,new-volume", check: func(s reconciler.Spec) bool {
+			return len(s.Replacements) == 1 && s.Replacements[0] == reconciler.Replacement{Ordinal: 0, Token: "t1", NewVolume: true}
+		}},
+		{key: KeyPodReplacePrefix + "x", value: "t1", rule: "names no ordinal"},
+		{key: KeyPodReplacePrefix + "1", value: ",new-volume", rule: `is not "<token>" or "<token>,new-volume"`},
+		{key: KeyPodReplacePrefix + "1", value: "a,b", rule: `is not "<token>" or "<token>,new-volume"`},
 		{key: KeyReplicas, value: "0", check: func(s reconciler.Spec) bool { return s.Replicas == 0 }},
 		{key: KeyReplicas, value: " 5 ", check: func(s reconciler.Spec) bool { return s.Replicas == 5 }},
 		{key: KeyReplicas, value: "-1", rule: "is not an integer ≥ 0"},

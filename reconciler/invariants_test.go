@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -86,6 +87,14 @@ func checkDecision(w *world, in Input, out Output) error {
 			ps := byOrd[a.Ordinal]
 			if len(ps) != 1 || finishedPod(ps[0]) {
 				continue // a duplicate, or a pod that ended: replaced
+			}
+			if a.Cause == CauseReplace {
+				// The user's explicit delete (pod replace), like `kubectl
+				// delete pod`: only for a requested ordinal.
+				if !slices.ContainsFunc(spec.Replacements, func(r Replacement) bool { return r.Ordinal == a.Ordinal }) {
+					return fmt.Errorf("pod %d deleted for a replace nobody asked for", a.Ordinal)
+				}
+				continue
 			}
 			if err := checkReplacement(w, in, out, ps[0], byOrd); err != nil {
 				return err
@@ -189,8 +198,8 @@ func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 	}
 	deleted := 0
 	for _, a := range out.Actions {
-		if a.Type != ActionDeletePod || a.Ordinal < start || a.Ordinal >= start+spec.Replicas {
-			continue
+		if a.Type != ActionDeletePod || a.Ordinal < start || a.Ordinal >= start+spec.Replicas || a.Cause == CauseReplace {
+			continue // the user's own deletes (pod replace) are not the daemon's
 		}
 		if ps := byOrd[a.Ordinal]; len(ps) == 1 && w.healthy(ps[0]) {
 			deleted++

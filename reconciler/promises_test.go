@@ -376,3 +376,46 @@ func TestDrainWithinTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestPodReplace: `pod replace` deletes the ordinal's pod (an explicit
+// delete: the pre_delete cause, no budget) and recreates it on its own
+// volume; with -new-volume the volume is deleted once the pod is gone and a
+// fresh one is created before the pod. Each request is carried out once: a
+// new leader (the stored records are all it has) does not do it again.
+func TestPodReplace(t *testing.T) {
+	for _, newVolume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("new-volume=%v", newVolume), func(t *testing.T) {
+			w := newWorld(Spec{Replicas: 3, VolumeClaims: []string{"data"}}, "v1")
+			converge(t, w)
+			before := w.volumesEverCreated
+			w.spec.Replacements = []Replacement{{Ordinal: 1, Token: "t1", NewVolume: newVolume}}
+			out := mustStep(t, w)
+			if n := countActions(out, ActionDeletePod); n != 1 || out.Actions[len(out.Actions)-1].Cause != CauseReplace {
+				t.Fatalf("first step: %+v", out.Actions)
+			}
+			converge(t, w)
+			wantVolumes := 0
+			if newVolume {
+				wantVolumes = 1
+			}
+			if got := w.volumesEverCreated - before; got != wantVolumes || w.volumesDeleted != wantVolumes {
+				t.Fatalf("volumes created %d, deleted %d; want %d of each", got, w.volumesDeleted, wantVolumes)
+			}
+			if w.podsDeleted != 1 {
+				t.Fatalf("%d pods deleted, want 1", w.podsDeleted)
+			}
+			// Done once: more passes (any leader) change nothing.
+			for k := 0; k < 5; k++ {
+				if out := mustStep(t, w); len(out.Actions) != 0 {
+					t.Fatalf("a carried-out request acted again: %+v", out.Actions)
+				}
+			}
+			// A new request (new token) is carried out again.
+			w.spec.Replacements[0].Token = "t2"
+			converge(t, w)
+			if w.podsDeleted != 2 {
+				t.Fatalf("%d pods deleted after the second request, want 2", w.podsDeleted)
+			}
+		})
+	}
+}

@@ -177,6 +177,14 @@ func randomRun(seed uint64) (err error) {
 				w.liftDrains()
 				w.logf("drain: lifted")
 			}
+		case 12:
+			// An operator's pod replace, sometimes on a fresh volume.
+			if w.spec.Replicas > 0 {
+				req := Replacement{Ordinal: w.spec.OrdinalsStart + rng.IntN(w.spec.Replicas),
+					Token: fmt.Sprint("r", w.steps), NewVolume: rng.IntN(2) == 0}
+				w.spec.Replacements = []Replacement{req}
+				w.logf("user: pod replace %d new-volume=%v", req.Ordinal, req.NewVolume)
+			}
 		case 10:
 			// The retention policies may be switched at any time; only
 			// ordinals condemned while a policy said Delete lose data.

@@ -35,6 +35,9 @@ type slot struct {
 	created    bool
 	createdRev string
 	createdNum int64
+	// replaced is the token of a `pod replace` request this reconcile
+	// found carried out (the pod and, if asked, its volumes gone).
+	replaced string
 	// healthy caches r.healthy of the kept pod: it is asked many times.
 	healthy bool
 }
@@ -439,6 +442,9 @@ func (r *reconciler) processReplica(i int) bool {
 	s := &r.slots[i]
 	if s.extra > 0 {
 		r.wait(i, "to have a single pod")
+		return true
+	}
+	if wait := r.podReplace(i); wait {
 		return true
 	}
 	if s.pod == noPod {

@@ -140,6 +140,11 @@ func (r *reconciler) record(rec OrdinalRecord, had, setDeleted, withCreates bool
 	if name, num, ok := r.ranRevision(ord, member, withCreates); ok {
 		rec.Revision, rec.RevisionNumber = name, num
 	}
+	if member {
+		if t := r.slots[ord-r.spec.OrdinalsStart].replaced; t != "" {
+			rec.Replaced = t
+		}
+	}
 	// A condemned ordinal with nothing left is forgotten, unless it ran a
 	// revision: that is kept for the no-downgrade promise, should the
 	// ordinal come back (the records of one revision compress to a run).
@@ -209,8 +214,9 @@ func (r *reconciler) outsideOrdinals(setDeleted bool) []int {
 }
 
 // recordMembership puts a RecordOrdinals action first when the decision acts
-// and the membership changed: an ordinal joined, a member was condemned, or a
-// condemned ordinal's volumes' fate changed. That must be durable before the
+// and the membership changed: an ordinal joined, a member was condemned, a
+// condemned ordinal's volumes' fate changed, or a `pod replace` request was
+// carried out (so that it is not carried out twice). That must be durable before the
 // decision touches the pods or volumes concerned: a volume made for a new
 // member whose membership was never stored would be kept for ever if the
 // ordinal left again under Delete, and a condemnation must be stored before
@@ -225,7 +231,7 @@ func (r *reconciler) recordMembership() {
 	changed := false
 	for _, rec := range next {
 		p, ok := findRecord(prev, rec.Ordinal)
-		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes)) {
+		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes || p.Replaced != rec.Replaced)) {
 			changed = true
 			break
 		}

@@ -93,16 +93,20 @@ func checkSafety(in Input) (Output, error) {
 				return out, fmt.Errorf("DeletePod of a pod not observed or terminating: %+v", a.Pod)
 			}
 		case ActionDeleteVolume:
+			prev, had := findRecord(in.Previous.Ordinals, a.Volume.Ordinal)
+			// pod replace -new-volume: the user asked to discard it.
+			asked := slices.ContainsFunc(spec.Replacements, func(r Replacement) bool {
+				return r.Ordinal == a.Volume.Ordinal && r.NewVolume && r.Token != prev.Replaced
+			})
 			switch {
 			case hasPod[a.Volume.Ordinal]:
 				return out, fmt.Errorf("DeleteVolume %s while its pod exists", a.Volume.Name)
+			case asked:
 			case !spec.Deleted && (spec.WhenScaled != Delete || inRange(a.Volume.Ordinal)):
 				return out, fmt.Errorf("DeleteVolume %s against whenScaled=%s", a.Volume.Name, spec.WhenScaled)
-			}
-			// Only an ordinal condemned while the policy said Delete: one
-			// recorded so before, or a member until this decision.
-			prev, had := findRecord(in.Previous.Ordinals, a.Volume.Ordinal)
-			if !had || (prev.Condemned && !prev.DeleteVolumes) {
+			case !had || (prev.Condemned && !prev.DeleteVolumes):
+				// Only an ordinal condemned while the policy said Delete:
+				// one recorded so before, or a member until this decision.
 				return out, fmt.Errorf("DeleteVolume %s of an ordinal not condemned under Delete (record %+v, found %v)", a.Volume.Name, prev, had)
 			}
 		case ActionDeleteRevision:

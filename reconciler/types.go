@@ -90,6 +90,24 @@ type Spec struct {
 	// Deleted is true once the parent job is stopped or purged: the set is
 	// then torn down (cascading delete).
 	Deleted bool
+	// Replacements are the `pod replace` requests in the parent job, one per
+	// ordinal at most. Each is carried out once (its Token is recorded).
+	Replacements []Replacement
+}
+
+// Replacement is a `nomad-statefulset pod replace` request: recreate one
+// ordinal's pod, on its own volumes or, with NewVolume, on fresh ones (the
+// way out when the node holding its volumes is gone for good).
+type Replacement struct {
+	// Ordinal is the ordinal to replace.
+	Ordinal int
+	// Token tells one request from the next; a request whose token the
+	// ordinal's record holds was carried out already.
+	Token string
+	// NewVolume discards the ordinal's volumes: they are deleted once its
+	// pod is gone, and fresh ones are created. The user asked for it, with
+	// confirmation; it is the one way data goes without a Delete policy.
+	NewVolume bool
 }
 
 // Revision is one immutable snapshot of the revisioned part of the parent job.
@@ -244,8 +262,12 @@ type OrdinalRecord struct {
 	Condemned bool
 	// DeleteVolumes is set when the ordinal was condemned while the
 	// retention policy in force (WhenScaled, or WhenDeleted for the set's
-	// deletion) said Delete. Only then are its volumes ever deleted.
+	// deletion) said Delete. Only then, or for a `pod replace -new-volume`,
+	// are its volumes ever deleted.
 	DeleteVolumes bool
+	// Replaced is the token of the last `pod replace` request carried out
+	// for the ordinal.
+	Replaced string
 }
 
 // Input is everything a reconcile needs. It is a value: the reconciler reads
@@ -319,6 +341,10 @@ const (
 	// revision. It disrupts a healthy member like an update does, so it runs
 	// the same lifecycle hooks (pre_update).
 	CauseRepair DeleteCause = "Repair"
+	// CauseReplace deletes a pod for a `pod replace` request: an operator's
+	// explicit delete, like `kubectl delete pod`, which no budget holds. It
+	// runs pre_delete hooks.
+	CauseReplace DeleteCause = "Replace"
 	// CauseDrain deletes a pod whose node is being drained, so that it is
 	// recreated elsewhere (or on its volume's node once that is eligible
 	// again). The member leaves for a while, so it runs pre_delete hooks.

@@ -174,6 +174,22 @@ func (w *world) input() Input {
 	return in
 }
 
+// replaceNewVolume reports whether a `pod replace -new-volume` request is
+// pending for ord: its token not yet recorded as carried out.
+func (w *world) replaceNewVolume(ord int) bool {
+	for _, req := range w.spec.Replacements {
+		if req.Ordinal == ord && req.NewVolume {
+			for _, rec := range w.status.Ordinals {
+				if rec.Ordinal == ord && rec.Replaced == req.Token {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // drain starts draining the node of ordinal ord's pod.
 func (w *world) drain(ord int) {
 	w.draining[ord] = true
@@ -357,8 +373,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 			return fmt.Errorf("volume %s deleted while its pod exists", a.Volume.Name)
 		}
 		// DESIGN §3, kept data stays kept: only the volume of an ordinal
-		// condemned while its policy said Delete may go.
-		if !w.condemnedDelete[a.Volume.Ordinal] {
+		// condemned while its policy said Delete may go, or one the user
+		// asked to discard (pod replace -new-volume).
+		if !w.condemnedDelete[a.Volume.Ordinal] && !w.replaceNewVolume(a.Volume.Ordinal) {
 			return fmt.Errorf("volume %s deleted, but ordinal %d was not condemned under a Delete policy (whenScaled=%s whenDeleted=%s deleted=%v in range=%v)",
 				a.Volume.Name, a.Volume.Ordinal, w.spec.WhenScaled, w.spec.WhenDeleted, w.spec.Deleted, w.inRange(a.Volume.Ordinal))
 		}

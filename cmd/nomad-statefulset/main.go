@@ -130,6 +130,12 @@ func commands(meta command.Meta, stdin io.Reader) map[string]cli.CommandFactory 
 		"rollout resume": func() (cli.Command, error) {
 			return &command.RolloutPauseCommand{Meta: meta, Resume: true}, nil
 		},
+		"pod": func() (cli.Command, error) {
+			return &command.PodCommand{Meta: meta}, nil
+		},
+		"pod replace": func() (cli.Command, error) {
+			return &command.PodReplaceCommand{Meta: meta}, nil
+		},
 		"scale": func() (cli.Command, error) {
 			return &command.ScaleCommand{Meta: meta}, nil
 		},

@@ -68,6 +68,7 @@ type ordinalRunV1 struct {
 	RevisionNumber int64  `json:"revision_number,omitempty"`
 	Condemned      bool   `json:"condemned,omitempty"`
 	DeleteVolumes  bool   `json:"delete_volumes,omitempty"`
+	Replaced       string `json:"replaced,omitempty"`
 }
 
 // maxStoredOrdinals bounds how many ordinals a stored status may expand to,
@@ -80,13 +81,13 @@ func encodeOrdinals(recs []reconciler.OrdinalRecord) []ordinalRunV1 {
 		if n := len(runs); n > 0 {
 			last := &runs[n-1]
 			if last.To+1 == r.Ordinal && last.Revision == r.Revision && last.RevisionNumber == r.RevisionNumber &&
-				last.Condemned == r.Condemned && last.DeleteVolumes == r.DeleteVolumes {
+				last.Condemned == r.Condemned && last.DeleteVolumes == r.DeleteVolumes && last.Replaced == r.Replaced {
 				last.To = r.Ordinal
 				continue
 			}
 		}
 		runs = append(runs, ordinalRunV1{From: r.Ordinal, To: r.Ordinal, Revision: r.Revision,
-			RevisionNumber: r.RevisionNumber, Condemned: r.Condemned, DeleteVolumes: r.DeleteVolumes})
+			RevisionNumber: r.RevisionNumber, Condemned: r.Condemned, DeleteVolumes: r.DeleteVolumes, Replaced: r.Replaced})
 	}
 	return runs
 }
@@ -103,7 +104,7 @@ func decodeOrdinals(runs []ordinalRunV1) ([]reconciler.OrdinalRecord, error) {
 		}
 		for o := run.From; o <= run.To; o++ {
 			recs = append(recs, reconciler.OrdinalRecord{Ordinal: o, Revision: run.Revision, RevisionNumber: run.RevisionNumber,
-				Condemned: run.Condemned, DeleteVolumes: run.DeleteVolumes})
+				Condemned: run.Condemned, DeleteVolumes: run.DeleteVolumes, Replaced: run.Replaced})
 		}
 		next = run.To
 	}

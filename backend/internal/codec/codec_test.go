@@ -19,13 +19,14 @@ func TestOrdinalRecordsRoundTrip(t *testing.T) {
 	}
 	recs = append(recs,
 		reconciler.OrdinalRecord{Ordinal: 10000, Revision: "web-abc", RevisionNumber: 3, Condemned: true, DeleteVolumes: true},
-		reconciler.OrdinalRecord{Ordinal: 10002, Condemned: true})
+		reconciler.OrdinalRecord{Ordinal: 10002, Condemned: true},
+		reconciler.OrdinalRecord{Ordinal: 10003, Revision: "web-abc", RevisionNumber: 3, Replaced: "2026-11-24T10:00:00Z"})
 	raw, err := EncodeStatus(reconciler.Status{Replicas: 10000, Ordinals: recs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(raw) > 1024 {
-		t.Fatalf("status of 10,003 records is %d bytes, want runs (< 1 KiB)", len(raw))
+		t.Fatalf("status of 10,004 records is %d bytes, want runs (< 1 KiB)", len(raw))
 	}
 	st, err := DecodeStatus(raw)
 	if err != nil {
