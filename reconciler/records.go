@@ -139,6 +139,13 @@ func (r *reconciler) record(rec OrdinalRecord, had, setDeleted, withCreates bool
 	}
 	if name, num, ok := r.ranRevision(ord, member, withCreates); ok {
 		rec.Revision, rec.RevisionNumber = name, num
+	} else if rec.Revision != "" {
+		// Keep the number current while the revision exists (a rollback
+		// renumbers it), so that the number kept once it is trimmed is its
+		// last one.
+		if num, ok := r.revisionNumber(rec.Revision); ok {
+			rec.RevisionNumber = num
+		}
 	}
 	if member {
 		if t := r.slots[ord-r.spec.OrdinalsStart].replaced; t != "" {
@@ -176,11 +183,27 @@ func (r *reconciler) ranRevision(ord int, member, withCreates bool) (string, int
 	if p == nil || p.Revision == "" {
 		return "", 0, false
 	}
-	rev, ok := r.revisionByName(p.Revision)
+	num, ok := r.revisionNumber(p.Revision)
 	if !ok {
 		return "", 0, false
 	}
-	return rev.Name, rev.Number, true
+	return p.Revision, num, true
+}
+
+// revisionNumber is the number revision name has in this decision (after a
+// rollback's renumbering). The update and current revisions, which nearly
+// every record names, are looked up without a scan.
+func (r *reconciler) revisionNumber(name string) (int64, bool) {
+	switch name {
+	case r.update.Name:
+		return r.update.Number, true
+	case r.current.Name:
+		return r.current.Number, true
+	}
+	if rev := r.findRevision(name); rev != nil {
+		return rev.Number, true
+	}
+	return 0, false
 }
 
 // volumeExists reports whether any observed volume has the ordinal.
