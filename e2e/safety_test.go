@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -68,5 +71,71 @@ func TestScenarioClaimsChangeWithinBudget(t *testing.T) {
 	}
 	if got := strings.Join(deletedPods(st), ","); got != "cl-2,cl-1,cl-0" {
 		t.Fatalf("drift replacements %q, want cl-2,cl-1,cl-0 in that order", got)
+	}
+}
+
+// TestPodReplaceOnRealNomad: `pod replace` restarts one member through the
+// leader, on its own volume (the data written by the first run is still
+// there), and with -new-volume on a fresh volume (the data is gone). Each
+// request is carried out once, and no ordinal ever runs twice (watchdog).
+func TestPodReplaceOnRealNomad(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "pr", meta: map[string]string{
+		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
+	waitConverged(t, c, d, "pr", 2, nil)
+	identity := func() (string, string) {
+		vols := HostVolumes(t, c.Nomad.Client, "default", "data-pr-1")
+		if len(vols) != 1 {
+			return "", fmt.Sprintf("%d data-pr-1 volumes", len(vols))
+		}
+		b, err := os.ReadFile(filepath.Join(c.Nomad.HostVolumesDir, vols[0].ID, "identity"))
+		if err != nil {
+			return "", err.Error()
+		}
+		return vols[0].ID, string(b)
+	}
+	var volID string
+	Eventually(t, time.Minute, "pr-1 to write its identity", func() error {
+		id, b := identity()
+		if strings.Count(b, "pr-1") != 1 {
+			return fmt.Errorf("identity %q", b)
+		}
+		volID = id
+		return nil
+	})
+
+	if out, err := d.CLI("pod", "replace", "-yes", "pr", "1"); err != nil {
+		t.Fatalf("pod replace: %v\n%s", err, out)
+	}
+	Eventually(t, convergeTimeout, "pr-1 to come back on its own volume and append to it", func() error {
+		id, b := identity()
+		if id != volID || strings.Count(b, "pr-1") != 2 {
+			return fmt.Errorf("volume %s (was %s), identity %q", id, volID, b)
+		}
+		return nil
+	})
+	waitConverged(t, c, d, "pr", 2, nil)
+
+	if out, err := d.CLI("pod", "replace", "-yes", "-new-volume", "pr", "1"); err != nil {
+		t.Fatalf("pod replace -new-volume: %v\n%s", err, out)
+	}
+	Eventually(t, convergeTimeout, "pr-1 to come back on a new, empty volume", func() error {
+		id, b := identity()
+		if id == "" || id == volID || strings.Count(b, "pr-1") != 1 {
+			return fmt.Errorf("volume %s (was %s), identity %q", id, volID, b)
+		}
+		return nil
+	})
+	waitConverged(t, c, d, "pr", 2, nil)
+	st, err := setStatus(d, "pr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := deletedPods(st); strings.Join(got, ",") != "pr-1,pr-1" {
+		t.Fatalf("deletions %v, want pr-1 twice (once per request)", got)
+	}
+	if r, ok := c.Watchdog.Child("default", "pr-0"); !ok || r.Registrations != 1 {
+		t.Fatalf("pr-0 was touched: %+v", r)
 	}
 }
