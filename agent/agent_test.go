@@ -18,6 +18,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -51,20 +52,20 @@ func parentJob(name string, meta map[string]string, image string) *api.Job {
 
 type harness struct {
 	t     *testing.T
-	sim   *memory.Nomad
+	sim   *nomadsim.Nomad
 	store backend.Store
 	agent *Agent
 	stop  func()
 }
 
-func startAgent(t *testing.T, cfg memory.NomadConfig) *harness {
+func startAgent(t *testing.T, cfg nomadsim.NomadConfig) *harness {
 	t.Helper()
 	return startAgentWith(t, cfg, nil)
 }
 
-func startAgentWith(t *testing.T, cfg memory.NomadConfig, opt func(*Options)) *harness {
+func startAgentWith(t *testing.T, cfg nomadsim.NomadConfig, opt func(*Options)) *harness {
 	t.Helper()
-	sim := memory.NewNomad(cfg)
+	sim := nomadsim.NewNomad(cfg)
 	store := memory.NewStore()
 	opts := testOptions(t, sim, store)
 	if opt != nil {
@@ -187,8 +188,8 @@ func (h *harness) waitConverged(set string, replicas int, revision func(string) 
 	})
 }
 
-func fastSim() memory.NomadConfig {
-	return memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
+func fastSim() nomadsim.NomadConfig {
+	return nomadsim.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond, HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond}
 }
 
 func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
@@ -384,7 +385,7 @@ func startSyncedAgent(t *testing.T) *harness {
 	h := startAgent(t, fastSim())
 	h.waitFor("the agent to list Nomad and watch its events", 5*time.Second, func() (bool, string) {
 		c := h.agent.current.Load()
-		return c != nil && c.cache.Synced() && h.sim.Calls()[memory.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
+		return c != nil && c.cache.Synced() && h.sim.Calls()[nomadsim.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
 	})
 	return h
 }
@@ -412,7 +413,7 @@ func TestAgentConvergesDespiteAFailureAtEveryCall(t *testing.T) {
 			// after the register raced with the agent's first call). Nothing
 			// here calls the simulator until the agent has met the fault:
 			// the polling of waitConverged would otherwise take it instead.
-			h.sim.FailCall(n+1, memory.ServerError())
+			h.sim.FailCall(n+1, nomadsim.ServerError())
 			h.register(parentJob("f", map[string]string{"statefulset_replicas": "3"}, "v1"))
 			h.waitFor("the agent to meet the fault", 10*time.Second, func() (bool, string) {
 				return counterTotal(t, h.agent, "nomad_statefulset_nomad_api_errors_total") > 0, fmt.Sprint(h.sim.Calls(), counterTotal(t, h.agent, callsTotal))
@@ -455,8 +456,8 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
 	h := startAgent(t, fastSim())
 	var fixed atomic.Bool
-	h.sim.SetBehavior(func(job *api.Job, group string) memory.AllocBehavior {
-		return memory.AllocBehavior{FailOnStart: *job.ID == "crash-2" && !fixed.Load()}
+	h.sim.SetBehavior(func(job *api.Job, group string) nomadsim.AllocBehavior {
+		return nomadsim.AllocBehavior{FailOnStart: *job.ID == "crash-2" && !fixed.Load()}
 	})
 	h.register(parentJob("crash", map[string]string{"statefulset_replicas": "4"}, "v1"))
 	h.waitFor("crash-2 to fail a few times", 10*time.Second, func() (bool, string) {

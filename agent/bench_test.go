@@ -44,6 +44,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -393,8 +394,8 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 // benchSimConfig is the simulated Nomad of the scale benchmark. Sub-10ms
 // lifecycle delays keep the scheduler's own latency small, so convergence
 // time is dominated by the agent's work, not by waiting.
-func benchSimConfig() memory.NomadConfig {
-	return memory.NomadConfig{
+func benchSimConfig() nomadsim.NomadConfig {
+	return nomadsim.NomadConfig{
 		JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond,
 		HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond,
 	}
@@ -402,12 +403,12 @@ func benchSimConfig() memory.NomadConfig {
 
 // benchSim is the simulated Nomad the scale scenario runs on: in this
 // process (the default), or with NSS_BENCH_SIM=process in a child process
-// that serves it over Nomad's HTTP API (memory.Nomad.Handler), the agent
+// that serves it over Nomad's HTTP API (nomadsim.Nomad.Handler), the agent
 // then talking to it through the daemon's real nomad.Client. Only the second
 // measures the agent's own RSS: in-process, the simulator's state and the
 // event backlog it holds for a lagging reader share the heap.
 type benchSim struct {
-	local  *memory.Nomad
+	local  *nomadsim.Nomad
 	client *nomad.Client
 	base   string
 	cmd    *exec.Cmd
@@ -418,7 +419,7 @@ func startBenchSim(b *testing.B) *benchSim {
 	b.Helper()
 	switch os.Getenv("NSS_BENCH_SIM") {
 	case "", "inprocess":
-		return &benchSim{local: memory.NewNomad(benchSimConfig())}
+		return &benchSim{local: nomadsim.NewNomad(benchSimConfig())}
 	case "process":
 	default:
 		b.Fatalf("NSS_BENCH_SIM=%q: want inprocess or process", os.Getenv("NSS_BENCH_SIM"))
@@ -537,7 +538,7 @@ func (s *benchSim) Close() {
 // serveBenchSim is the simulator process: it serves a simulated Nomad on a
 // free port, says where on stdout, and exits when its stdin closes.
 func serveBenchSim() {
-	sim := memory.NewNomad(benchSimConfig())
+	sim := nomadsim.NewNomad(benchSimConfig())
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", sim.Handler())
 	answer := func(w http.ResponseWriter, st simStats) {
@@ -644,7 +645,7 @@ func BenchmarkAgentScale(b *testing.B) {
 // subscription returns the benchmark's channel, later ones a stream that
 // stays silent, so the benchmark alone decides what the watcher consumes.
 type burstAPI struct {
-	*memory.Nomad
+	*nomadsim.Nomad
 	ch         chan *api.Events
 	subscribed chan struct{}
 	once       sync.Once
@@ -662,7 +663,7 @@ func (f *burstAPI) Events(ctx context.Context, _ uint64) (<-chan *api.Events, er
 // eventWorld is a simulated Nomad holding sets × 10 healthy child jobs,
 // built once per process because building it dwarfs the benchmark.
 type eventWorld struct {
-	sim      *memory.Nomad
+	sim      *nomadsim.Nomad
 	children []*api.Job
 	allocs   []*api.Allocation
 }
@@ -678,7 +679,7 @@ const eventWorldSets = 1000
 
 func buildEventWorld(b *testing.B) *eventWorld {
 	eventWorldOnce.Do(func() {
-		sim := memory.NewNomad(memory.NomadConfig{Manual: true, JSONPayloads: true})
+		sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
 		w := &eventWorld{sim: sim}
 		ctx := context.Background()
 		for s := 0; s < eventWorldSets; s++ {
@@ -894,7 +895,7 @@ func BenchmarkDecodeAllocPayload(b *testing.B) {
 func BenchmarkSteadySync(b *testing.B) {
 	for _, replicas := range []int{10, 300} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
-			sim := memory.NewNomad(fastSim())
+			sim := nomadsim.NewNomad(fastSim())
 			b.Cleanup(sim.Close)
 			a, err := New(Options{
 				Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(),

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
 // fakeElection is an elector with the Consul elector's extra state, set by
@@ -44,7 +45,7 @@ func TestHealthShowsLeaderElection(t *testing.T) {
 		{"denied", &fakeElection{err: denied}, "degraded", false, denied.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim := memory.NewNomad(memory.NomadConfig{})
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 			t.Cleanup(sim.Close)
 			a, err := New(Options{Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(), Elector: tc.el})
 			if err != nil {
@@ -60,7 +61,7 @@ func TestHealthShowsLeaderElection(t *testing.T) {
 		})
 	}
 	// Without an election (AlwaysLeader) there is nothing to report.
-	sim := memory.NewNomad(memory.NomadConfig{})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 	t.Cleanup(sim.Close)
 	a, err := New(Options{Nomad: sim, Store: memory.NewStore()})
 	if err != nil {

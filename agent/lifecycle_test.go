@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -19,7 +20,7 @@ import (
 // revision and status and makes no Nomad write at all. Recreating or
 // re-registering the children would restart every pod of a healthy set.
 func TestAgentAdoptsExistingChildrenWithoutTouchingThem(t *testing.T) {
-	sim := memory.NewNomad(fastSim())
+	sim := nomadsim.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
 	_, stopFirst := runAgent(t, testOptions(t, sim, memory.NewStore()))
 	h := &harness{t: t, sim: sim}
@@ -65,7 +66,7 @@ func TestAgentAdoptsExistingChildrenWithoutTouchingThem(t *testing.T) {
 // Here a pod went missing while no agent ran: the new leader recreates it on
 // its existing volume and does not ask for the volume again.
 func TestAgentNewLeaderRecreatesAMissingPodOnItsVolume(t *testing.T) {
-	sim := memory.NewNomad(fastSim())
+	sim := nomadsim.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
 	store := memory.NewStore()
 	_, stopFirst := runAgent(t, testOptions(t, sim, store))
@@ -91,7 +92,7 @@ func TestAgentNewLeaderRecreatesAMissingPodOnItsVolume(t *testing.T) {
 // blockingNomad holds the first child registration until released, to catch
 // the agent with a write in flight.
 type blockingNomad struct {
-	*memory.Nomad
+	*nomadsim.Nomad
 	entered  chan struct{}
 	release  chan struct{}
 	once     atomic.Bool
@@ -111,7 +112,7 @@ func (b *blockingNomad) RegisterJob(ctx context.Context, job *api.Job, enforce b
 // the shutdown does not cancel, then stops before its next action: nothing
 // is left half-done and nothing more is written.
 func TestAgentShutdownFinishesTheEffectInFlight(t *testing.T) {
-	sim := memory.NewNomad(fastSim())
+	sim := nomadsim.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
 	b := &blockingNomad{Nomad: sim, entered: make(chan struct{}), release: make(chan struct{})}
 	_, stop := runAgent(t, testOptions(t, b, memory.NewStore()))

@@ -13,21 +13,21 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
 // refusingNomad answers 500 to child registrations while refuse is set;
 // everything else, the event stream included, works.
 type refusingNomad struct {
-	*memory.Nomad
+	*nomadsim.Nomad
 	refuse atomic.Bool
 }
 
 func (r *refusingNomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, idx uint64) (*api.JobRegisterResponse, error) {
 	if r.refuse.Load() && job.Meta["statefulset_parent"] != "" {
-		return nil, memory.ServerError()
+		return nil, nomadsim.ServerError()
 	}
 	return r.Nomad.RegisterJob(ctx, job, enforce, idx)
 }
@@ -52,7 +52,7 @@ func getHealth(t *testing.T, a *Agent) (client.Health, int) {
 func TestAgentHealthReportsFailingNomadWritesAndRecovers(t *testing.T) {
 	refusing := &refusingNomad{}
 	h := startAgentWith(t, fastSim(), func(o *Options) {
-		refusing.Nomad = o.Nomad.(*memory.Nomad)
+		refusing.Nomad = o.Nomad.(*nomadsim.Nomad)
 		o.Nomad = refusing
 	})
 	refusing.refuse.Store(true)

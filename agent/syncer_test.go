@@ -15,6 +15,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -243,7 +244,7 @@ func (e *oneTermElector) IsLeader() bool { return e.leader.Load() }
 // term, so a former leader kept serving a status frozen at the moment it
 // lost the lock. Once the term ends, the agent shows no set.
 func TestFormerLeaderServesNoStatus(t *testing.T) {
-	sim := memory.NewNomad(fastSim())
+	sim := nomadsim.NewNomad(fastSim())
 	defer sim.Close()
 	el := &oneTermElector{end: make(chan struct{}), ended: make(chan struct{})}
 	opts := testOptions(t, sim, memory.NewStore())

@@ -1,8 +1,10 @@
 // Package backend holds the small interfaces through which nomad-statefulset
 // reaches the outside world: the state store for revisions and status, and
 // leader election. The implementations live in the sub-packages:
-// backend/consul (Consul KV and locks), backend/memory (in-memory and
-// embedded stores, and a simulated Nomad) and backend/nomad (the real Nomad).
+// backend/consul (Consul KV and locks), backend/memory (the in-memory
+// store), backend/bolt (the embedded store) and backend/nomad (the real
+// Nomad). The simulated Nomad of the tests and benchmarks is test tooling,
+// in internal/nomadsim.
 //
 // backend never imports agent.
 package backend

@@ -16,6 +16,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/agent"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
 // stack is the real agent, its real HTTP API, and the simulated Nomad
@@ -24,7 +25,7 @@ import (
 // really serves and writes what the agent really reacts to.
 type stack struct {
 	t         *testing.T
-	sim       *memory.Nomad
+	sim       *nomadsim.Nomad
 	agentAddr string
 	nomadAddr string
 	// beforeRegister, if set, runs once before the facade's next register:
@@ -35,7 +36,7 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	sim := memory.NewNomad(memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 5 * time.Millisecond, HealthyDelay: 10 * time.Millisecond, StopDelay: 5 * time.Millisecond})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 5 * time.Millisecond, HealthyDelay: 10 * time.Millisecond, StopDelay: 5 * time.Millisecond})
 	a, err := agent.New(agent.Options{
 		Logger: hclog.NewNullLogger(),
 		Nomad:  sim, Store: memory.NewStore(), HTTPAddr: "127.0.0.1:0", Workers: 2,
@@ -53,7 +54,7 @@ func startStack(t *testing.T) *stack {
 	}()
 	t.Cleanup(func() { cancel(); <-done; sim.Close() })
 
-	// The facade is the simulator's own Nomad HTTP API (memory.Nomad's
+	// The facade is the simulator's own Nomad HTTP API (nomadsim.Nomad's
 	// Handler), so errors come back as Nomad sends them: the enforce-index
 	// conflict is Nomad's own 500 and text. Only register is wrapped, to
 	// let a test land someone else's write between the CLI's read and write.

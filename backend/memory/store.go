@@ -1,3 +1,5 @@
+// Package memory is the in-memory state store: the backend.Store of tests
+// and of anything that needs no persistence.
 package memory
 
 import (

@@ -14,7 +14,7 @@ import (
 var ErrNotFound = errors.New("not found")
 
 // API is the slice of the Nomad HTTP API that nomad-statefulset uses. NewAPI
-// wraps a real *api.Client; backend/memory.Nomad simulates it for fast tests,
+// wraps a real *api.Client; internal/nomadsim.Nomad simulates it for fast tests,
 // fault injection and scale benchmarks. Keeping it narrow keeps the simulator
 // honest.
 type API interface {

@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -50,7 +50,7 @@ func waitPod(t *testing.T, c *nomad.Cache, what string, ok func(nomad.Observatio
 // the cycle a rolling update makes, on the simulated Nomad, and checks what
 // the cache shows at each step.
 func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
-	sim := memory.NewNomad(memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
 	defer sim.Close()
 	cache := nomad.NewCache()
 	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{}, hclog.NewNullLogger(), func(backend.SetKey) {})
@@ -117,9 +117,9 @@ func parentOf(set string) *api.Job {
 
 // watchWorld starts a watcher over a simulated Nomad holding sets × 3
 // healthy children, and waits until the cache shows them all ready.
-func watchWorld(t *testing.T, sets int) (*memory.Nomad, *nomad.Cache, *nomad.Watcher) {
+func watchWorld(t *testing.T, sets int) (*nomadsim.Nomad, *nomad.Cache, *nomad.Watcher) {
 	t.Helper()
-	sim := memory.NewNomad(memory.NomadConfig{Manual: true, JSONPayloads: true})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
 	t.Cleanup(sim.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -171,14 +171,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // watcher's current subscription: the cache is filled before the watcher
 // subscribes, so an Events call still to come would otherwise be counted
 // with the re-list's and the count of one would never be seen.
-func resync(t *testing.T, sim *memory.Nomad, w *nomad.Watcher) map[string]int {
+func resync(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher) map[string]int {
 	t.Helper()
-	waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[memory.VerbEvents] > 0 })
+	waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomadsim.VerbEvents] > 0 })
 	sim.ResetCalls()
 	before := w.Relists()
 	w.RequestResync()
 	waitFor(t, "the re-list and the new subscription", func() bool {
-		return w.Relists() > before && sim.Calls()[memory.VerbEvents] == 1
+		return w.Relists() > before && sim.Calls()[nomadsim.VerbEvents] == 1
 	})
 	return sim.Calls()
 }
@@ -192,7 +192,7 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	for _, sets := range []int{2, 40} {
 		sim, _, w := watchWorld(t, sets)
 		calls := resync(t, sim, w)
-		want := map[string]int{memory.VerbListJobs: 1, memory.VerbListAllocations: 1, memory.VerbListHostVolumes: 1, memory.VerbEvents: 1}
+		want := map[string]int{nomadsim.VerbListJobs: 1, nomadsim.VerbListAllocations: 1, nomadsim.VerbListHostVolumes: 1, nomadsim.VerbEvents: 1}
 		for verb, n := range calls {
 			if want[verb] != n {
 				t.Errorf("%d sets: a steady-state re-list made %d %s calls, want %d (all calls: %v)", sets, n, verb, want[verb], calls)
@@ -211,7 +211,7 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
 	waitFor(t, "the first list", func() bool { return cache.Synced() })
-	if n := sim.Calls()[memory.VerbGetJob]; n != 8 {
+	if n := sim.Calls()[nomadsim.VerbGetJob]; n != 8 {
 		t.Fatalf("a cold list read %d jobs, want 8", n)
 	}
 }
@@ -228,8 +228,8 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 	}
 	sim.Settle()
 	calls := resync(t, sim, w)
-	if calls[memory.VerbGetJob] != 1 {
-		t.Fatalf("the re-list read %d jobs, want only the changed one (calls %v)", calls[memory.VerbGetJob], calls)
+	if calls[nomadsim.VerbGetJob] != 1 {
+		t.Fatalf("the re-list read %d jobs, want only the changed one (calls %v)", calls[nomadsim.VerbGetJob], calls)
 	}
 	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "set002"}, nil, sim.Now())
 	revs := map[int]string{}
@@ -251,7 +251,7 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 // keeps a parent whole (the agent renders children from it) and a child in
 // its compact form.
 func TestJobEventsKeepParentsWhole(t *testing.T) {
-	sim := memory.NewNomad(memory.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
 	defer sim.Close()
 	cache := nomad.NewCache()
 	w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})

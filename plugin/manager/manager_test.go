@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 )
@@ -274,7 +274,7 @@ hook "h" {
 // nomad-host-volume, against the simulated Nomad.
 func TestBuiltinHostVolume(t *testing.T) {
 	ctx := context.Background()
-	sim := memory.NewNomad(memory.NomadConfig{})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 	t.Cleanup(sim.Close)
 	cfg, _ := loadConfig(t, fmt.Sprintf("plugin_dir = %q\n", t.TempDir()))
 	m := newManager(t, Options{Builtins: map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(sim)}})

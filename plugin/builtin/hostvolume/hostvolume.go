@@ -44,7 +44,7 @@ const Name = "nomad-host-volume"
 const DefaultPluginID = "mkdir"
 
 // API is the part of the Nomad API the provisioner needs. It is a subset of
-// backend/nomad.API, which *nomad.Client and backend/memory.Nomad implement.
+// backend/nomad.API, which *nomad.Client and internal/nomadsim.Nomad implement.
 type API interface {
 	// CreateHostVolume creates a dynamic host volume.
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)

@@ -7,13 +7,13 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
-func newSim(t *testing.T) *memory.Nomad {
+func newSim(t *testing.T) *nomadsim.Nomad {
 	t.Helper()
-	sim := memory.NewNomad(memory.NomadConfig{})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 	t.Cleanup(sim.Close)
 	return sim
 }
@@ -22,7 +22,7 @@ func request(name string) *plugin.VolumeRequest {
 	return &plugin.VolumeRequest{Namespace: "default", Set: "web", Claim: "data", Name: name}
 }
 
-func count(t *testing.T, sim *memory.Nomad, name string) int {
+func count(t *testing.T, sim *nomadsim.Nomad, name string) int {
 	t.Helper()
 	stubs, err := sim.ListHostVolumes(context.Background(), "default", name)
 	if err != nil {
@@ -72,7 +72,7 @@ func TestCreateVolume_settingsAndIdempotence(t *testing.T) {
 // recorder wraps the simulator to see the create request the provisioner
 // sends.
 type recorder struct {
-	*memory.Nomad
+	*nomadsim.Nomad
 	created []*api.HostVolume
 }
 
@@ -180,10 +180,10 @@ func TestDeleteVolume_duplicatesAndAbsent(t *testing.T) {
 
 // goneAPI answers every delete as Nomad does for an unknown volume, as
 // happens when another agent deleted it between the list and the delete.
-type goneAPI struct{ *memory.Nomad }
+type goneAPI struct{ *nomadsim.Nomad }
 
 func (goneAPI) DeleteHostVolume(context.Context, string, string) error {
-	return memory.ResponseError(500, "no such volume: abc")
+	return nomadsim.ResponseError(500, "no such volume: abc")
 }
 
 func TestDeleteVolume_raceWithAnotherDelete(t *testing.T) {

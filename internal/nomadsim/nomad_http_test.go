@@ -1,4 +1,4 @@
-package memory_test
+package nomadsim_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -32,7 +32,7 @@ func httpChild(rev string) *api.Job {
 // errors as the client classifies them, and a watcher following the event
 // stream until the child is ready.
 func TestHandlerServesTheDaemonsClient(t *testing.T) {
-	sim := memory.NewNomad(memory.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
 	defer sim.Close()
 	srv := httptest.NewServer(sim.Handler())
 	defer srv.Close()

@@ -1,7 +1,7 @@
-// Package memory holds in-memory implementations of the backend interfaces:
-// an in-memory store and a simulated Nomad (Nomad) for fast tests, fault
-// injection and scale benchmarks.
-package memory
+// Package nomadsim is a simulated Nomad (Nomad) behind the nomad.API
+// interface, for the agent's fast tests, fault injection and scale
+// benchmarks. It is test tooling: nothing in the product imports it.
+package nomadsim
 
 import (
 	"context"
@@ -34,9 +34,9 @@ import (
 //
 // A typical agent test:
 //
-//	sim := memory.NewNomad(memory.NomadConfig{Manual: true, StopDelay: 5 * time.Second})
+//	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, StopDelay: 5 * time.Second})
 //	defer sim.Close()
-//	sim.FailCall(3, memory.ServerError()) // the third call answers 500
+//	sim.FailCall(3, nomadsim.ServerError()) // the third call answers 500
 //	// ... run the agent against sim (a nomad.API) ...
 //	sim.Settle()                          // let every allocation come to rest
 //	if sim.MaxConcurrentAllocsPerJob() > 1 { /* two allocations of a pod ran at once */ }

@@ -1,4 +1,4 @@
-package memory
+package nomadsim
 
 import (
 	"container/heap"
@@ -222,7 +222,7 @@ func (s *Nomad) runClock() {
 
 func (s *Nomad) mustManual(op string) {
 	if !s.cfg.Manual {
-		panic("memory.Nomad." + op + " needs NomadConfig.Manual: in real-time mode the clock moves by itself")
+		panic("nomadsim.Nomad." + op + " needs NomadConfig.Manual: in real-time mode the clock moves by itself")
 	}
 }
 
