@@ -235,6 +235,13 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating && !jobs.ChildMatches(*spec, r, pod.Ordinal, d.Job) {
 			pod.Drifted = true
 		}
+		if d.NodeID != "" && !pod.Terminating {
+			// A pod on a draining node is the daemon's to move, within the
+			// budget: its child's migrate block leaves it to us.
+			if n, ok := c.cache.NodeState(d.NodeID); ok && n.Draining {
+				pod.NodeDraining = true
+			}
+		}
 		p.in.Pods = append(p.in.Pods, pod)
 	}
 	for _, v := range obs.Volumes {

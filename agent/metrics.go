@@ -148,6 +148,12 @@ func (i instrumented) DeleteHostVolume(ctx context.Context, ns, id string) error
 	return err
 }
 
+func (i instrumented) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	a, err := i.inner.ListNodes(ctx)
+	i.count("ListNodes", err)
+	return a, err
+}
+
 func (i instrumented) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
 	a, err := i.inner.Events(ctx, index)
 	i.count("Events", err)

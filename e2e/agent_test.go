@@ -25,6 +25,9 @@ namespace "default" {
 host_volume "*" {
   policy = "write"
 }
+node {
+  policy = "read"
+}
 `
 
 func createToken(t *testing.T, c *Cluster, name, rules string) string {

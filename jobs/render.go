@@ -222,6 +222,18 @@ func setSafety(g *api.TaskGroup) {
 		// back, keep the allocation that owns the ordinal's data.
 		Reconcile: ptr(api.ReconcileOptionKeepOriginal),
 	}
+	// Migrate max_parallel 0: Nomad's drainer lets a count = 1 job lose its
+	// one allocation at once (count - max_parallel healthy are kept, so 0).
+	// With 0 the drainer leaves the allocation alone until the drain's
+	// deadline, and the controller moves the set's pods off the draining
+	// node itself, within the set's maxUnavailable. At the deadline Nomad
+	// stops what is left, as it does for any job.
+	migrate := &api.MigrateStrategy{}
+	if g.Migrate != nil {
+		*migrate = *g.Migrate
+	}
+	migrate.MaxParallel = ptr(0)
+	g.Migrate = migrate
 	// Reschedule off (attempts 0, not unlimited): a reschedule is a new
 	// allocation Nomad places on its own. The controller must see the pod
 	// fail and replace it itself, in ordinal order and only after the old

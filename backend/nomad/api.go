@@ -42,6 +42,10 @@ type API interface {
 	ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error)
 	// DeleteHostVolume deletes a host volume by ID.
 	DeleteHostVolume(ctx context.Context, namespace, id string) error
+	// ListNodes lists the client nodes with their status, drain and
+	// scheduling eligibility: a pod on a draining node is the daemon's to
+	// move, within the set's budget.
+	ListNodes(ctx context.Context) ([]*api.NodeListStub, error)
 	// Events subscribes to the event stream from index for the Job,
 	// Allocation, Deployment and HostVolume topics. The channel closes when
 	// the stream ends; the caller then re-lists and subscribes again.

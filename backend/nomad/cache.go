@@ -103,6 +103,8 @@ type Cache struct {
 	volumes map[string]map[int]*api.HostVolumeStub
 	// nodes interns the node IDs of cached allocations.
 	nodes map[string]string
+	// nodeStates are the client nodes' drain, eligibility and status.
+	nodeStates map[string]NodeState
 }
 
 // NewCache returns an empty, unsynced cache.
@@ -119,6 +121,7 @@ func (c *Cache) reset() {
 	c.owner = map[string]backend.SetKey{}
 	c.volumes = map[string]map[int]*api.HostVolumeStub{}
 	c.nodes = map[string]string{}
+	c.nodeStates = map[string]NodeState{}
 }
 
 // Index returns the highest Nomad index the cache reflects.
@@ -175,6 +178,8 @@ type Snapshot struct {
 	Jobs    []*api.Job
 	Allocs  []*api.AllocationListStub
 	Volumes []*api.HostVolumeStub
+	// Nodes are the client nodes.
+	Nodes []*api.NodeListStub
 	// kept are children the re-list found unchanged, carried over from
 	// the cache as they are rather than rebuilt from a job.
 	kept []*jobs.ChildRecord
@@ -206,6 +211,7 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	for _, v := range s.Volumes {
 		c.putVolumeLocked(v)
 	}
+	c.replaceNodesLocked(s.Nodes)
 	// A purged parent is remembered until its children are gone.
 	for k, j := range purged {
 		if _, back := c.parents[k]; !back && len(c.children[k]) > 0 {

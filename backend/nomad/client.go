@@ -51,6 +51,7 @@ var capabilityFor = map[string]string{
 	"DeregisterJob": "submit-job", "ListAllocations": "read-job",
 	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
 	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
+	"ListNodes": "node:read",
 }
 
 // PermissionError is Nomad refusing a call for lack of an ACL capability.
@@ -173,6 +174,15 @@ func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*ap
 	return resp.Volume, nil
 }
 
+// ListNodes implements API.
+func (n *Client) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	nodes, _, err := n.c.Nodes().List(query(ctx, ""))
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", denied("ListNodes", "", err))
+	}
+	return nodes, nil
+}
+
 // ListHostVolumes implements API.
 func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
 	q := query(ctx, namespace)
@@ -227,7 +237,7 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.
 }
 
 // eventTopics are the topics the watcher follows.
-var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment}
+var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode}
 
 // rawEvents is one message of Nomad's event stream, read with each payload
 // object kept as the JSON Nomad sent. The api package's own stream decodes

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestClientEventsKeepsRawPayloads(t *testing.T) {
 	gotQuery := <-queries
 	topics := gotQuery["topic"]
 	sort.Strings(topics)
-	if gotQuery.Get("index") != "5" || len(topics) != 3 || topics[0] != "Allocation:*" || topics[1] != "Deployment:*" || topics[2] != "Job:*" {
+	if gotQuery.Get("index") != "5" || strings.Join(topics, ",") != "Allocation:*,Deployment:*,Job:*,Node:*" {
 		t.Fatalf("subscribed with %v", gotQuery)
 	}
 	if len(got) != 3 || got[0].Index != 7 || got[1].Index != 8 || got[2].Err == nil {

@@ -207,3 +207,30 @@ func TestPermissionErrorNamesTheCapability(t *testing.T) {
 		t.Errorf("a 500 was taken for a permission error: %v", err)
 	}
 }
+
+// TestCacheFollowsNodeDrains: a listing fills the nodes' states, a Node
+// event with a drain strategy marks the node draining and touches every set
+// so that its pods are looked at, an event that changes nothing touches
+// none, and a deregistered node is forgotten.
+func TestCacheFollowsNodeDrains(t *testing.T) {
+	c := NewCache()
+	c.Replace(Snapshot{Index: 5, Jobs: []*api.Job{childJob("web", "0", "web-r1", false, 3)},
+		Nodes: []*api.NodeListStub{{ID: "n1", Status: "ready", SchedulingEligibility: api.NodeSchedulingEligible}}})
+	if st, ok := c.NodeState("n1"); !ok || st.Draining || !st.Eligible {
+		t.Fatalf("listed node: %+v %v", st, ok)
+	}
+	drain := &nodePayload{ID: "n1", Status: "ready", SchedulingEligibility: api.NodeSchedulingIneligible, DrainStrategy: &api.DrainStrategy{}}
+	if touched := c.upsertNode(drain, false, 6); len(touched) != 1 || touched[0].Name != "web" {
+		t.Fatalf("a drain touched %v, want the set web", touched)
+	}
+	if st, _ := c.NodeState("n1"); !st.Draining || st.Eligible {
+		t.Fatalf("draining node: %+v", st)
+	}
+	if touched := c.upsertNode(drain, false, 7); len(touched) != 0 {
+		t.Fatalf("an unchanged node touched %v", touched)
+	}
+	c.upsertNode(drain, true, 8)
+	if _, ok := c.NodeState("n1"); ok {
+		t.Fatal("a deregistered node is still known")
+	}
+}

@@ -226,6 +226,12 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		}
 		snap.Volumes = append(snap.Volumes, vols...)
 	}
+	if len(children) > 0 {
+		// Drains and node states concern only sets with pods.
+		if snap.Nodes, err = w.api.ListNodes(ctx); err != nil {
+			return Snapshot{}, err
+		}
+	}
 	return snap, nil
 }
 
@@ -271,6 +277,15 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				}
 			}
 			if k, ok := w.cache.upsertAllocPayload(alloc, e.Index); ok {
+				touched[k] = struct{}{}
+			}
+		case api.TopicNode:
+			var n *nodePayload
+			if err := DecodePayload(e, "Node", &n); err != nil || n == nil || n.ID == "" {
+				w.log.Warn("ignoring a node event that does not decode", "type", e.Type, "key", e.Key, "error", err)
+				continue
+			}
+			for _, k := range w.cache.upsertNode(n, e.Type == "NodeDeregistration", e.Index) {
 				touched[k] = struct{}{}
 			}
 		case api.TopicDeployment:

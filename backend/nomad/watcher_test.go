@@ -192,7 +192,7 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	for _, sets := range []int{2, 40} {
 		sim, _, w := watchWorld(t, sets)
 		calls := resync(t, sim, w)
-		want := map[string]int{nomadsim.VerbListJobs: 1, nomadsim.VerbListAllocations: 1, nomadsim.VerbListHostVolumes: 1, nomadsim.VerbEvents: 1}
+		want := map[string]int{nomadsim.VerbListJobs: 1, nomadsim.VerbListAllocations: 1, nomadsim.VerbListHostVolumes: 1, nomadsim.VerbListNodes: 1, nomadsim.VerbEvents: 1}
 		for verb, n := range calls {
 			if want[verb] != n {
 				t.Errorf("%d sets: a steady-state re-list made %d %s calls, want %d (all calls: %v)", sets, n, verb, want[verb], calls)

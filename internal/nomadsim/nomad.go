@@ -576,6 +576,20 @@ func (s *Nomad) placeVolume(v *api.HostVolume) error {
 		v.Name, len(taken)))
 }
 
+// ListNodes implements nomad.API: the configured nodes, all ready, eligible
+// and not draining (the simulation has no drains).
+func (s *Nomad) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
+	if err := s.enterRead(ctx, VerbListNodes); err != nil {
+		return nil, err
+	}
+	out := make([]*api.NodeListStub, 0, len(s.cfg.Nodes))
+	for _, id := range s.cfg.Nodes {
+		out = append(out, &api.NodeListStub{ID: id, Name: id, Status: api.NodeStatusReady,
+			SchedulingEligibility: api.NodeSchedulingEligible})
+	}
+	return out, nil
+}
+
 // ListHostVolumes implements nomad.API: volumes of the namespace ("*" for
 // all) whose name or ID starts with prefix, as Nomad's list filters, in
 // namespace and ID order.

@@ -26,6 +26,7 @@ const (
 	VerbCreateHostVolume = "CreateHostVolume"
 	VerbListHostVolumes  = "ListHostVolumes"
 	VerbDeleteHostVolume = "DeleteHostVolume"
+	VerbListNodes        = "ListNodes"
 	VerbEvents           = "Events"
 )
 
@@ -48,6 +49,7 @@ var verbRoutes = map[string][2]string{
 	VerbCreateHostVolume: {"PUT", "/v1/volume/host/create"},
 	VerbListHostVolumes:  {"GET", "/v1/volumes"},
 	VerbDeleteHostVolume: {"DELETE", "/v1/volume/host/"},
+	VerbListNodes:        {"GET", "/v1/nodes"},
 	VerbEvents:           {"GET", "/v1/event/stream"},
 }
 

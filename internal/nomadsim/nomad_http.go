@@ -34,6 +34,14 @@ func (s *Nomad) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/volumes", s.httpListVolumes)
 	mux.HandleFunc("DELETE /v1/volume/host/{id}", s.httpDeleteVolume)
 	mux.HandleFunc("GET /v1/event/stream", s.httpEvents)
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		nodes, err := s.ListNodes(r.Context())
+		if err != nil {
+			fail(w, err, "")
+			return
+		}
+		s.reply(w, nodes)
+	})
 	return mux
 }
 

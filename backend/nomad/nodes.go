@@ -1,0 +1,81 @@
+package nomad
+
+import (
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// NodeState is what the daemon needs to know of a client node: whether pods
+// on it must leave (a drain), whether pods may be placed on it, and whether
+// it is up.
+type NodeState struct {
+	// Draining is set while a drain is in progress on the node.
+	Draining bool
+	// Eligible is false while the node takes no new allocations (a drain,
+	// or an operator marking it ineligible).
+	Eligible bool
+	// Status is Nomad's node status: ready, down, disconnected, initializing.
+	Status string
+}
+
+// nodeStateOfStub reads a node list stub.
+func nodeStateOfStub(n *api.NodeListStub) NodeState {
+	return NodeState{Draining: n.Drain, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
+}
+
+// nodePayload is the part of a Node event's payload the cache keeps, with
+// api.Node's field names so that it decodes from the same JSON.
+type nodePayload struct {
+	ID                    string
+	Status                string
+	SchedulingEligibility string
+	DrainStrategy         *api.DrainStrategy
+}
+
+func (n *nodePayload) state() NodeState {
+	return NodeState{Draining: n.DrainStrategy != nil, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
+}
+
+// NodeState returns what the cache knows of a node; ok is false for a node it
+// has not seen.
+func (c *Cache) NodeState(id string) (NodeState, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodeStates[id]
+	return n, ok
+}
+
+// replaceNodesLocked swaps the node states for a listing. c.mu is held.
+func (c *Cache) replaceNodesLocked(nodes []*api.NodeListStub) {
+	c.nodeStates = make(map[string]NodeState, len(nodes))
+	for _, n := range nodes {
+		c.nodeStates[n.ID] = nodeStateOfStub(n)
+	}
+}
+
+// upsertNode records a node event and returns the sets to look at again:
+// every set, when the node's state changed. A node's drain, eligibility or
+// status concerns the sets with pods or volumes on it, and node events are
+// rare (a drain, an operator's eligibility change, a node going up or
+// down), so looking at every set is simpler than tracking which are there.
+// A deregistered node is forgotten.
+func (c *Cache) upsertNode(n *nodePayload, deregistered bool, index uint64) []backend.SetKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	old, known := c.nodeStates[n.ID]
+	if deregistered {
+		if !known {
+			return nil
+		}
+		delete(c.nodeStates, n.ID)
+	} else {
+		st := n.state()
+		if known && st == old {
+			return nil
+		}
+		c.nodeStates[n.ID] = st
+	}
+	return sortedKeys(c.setsLocked())
+}
