@@ -55,6 +55,9 @@ type controller struct {
 	hooks HookRunner
 	// postReady remembers, per allocation, what the post_ready hooks said.
 	postReady postReadyGate
+	// checks is the Consul health of the sets' services; nil without
+	// Consul (-dev), when task states alone decide readiness.
+	checks checkSource
 
 	// lastSpec remembers each set's last valid spec, so that a parent purged
 	// from Nomad is still torn down by its own retention policy.
@@ -158,6 +161,9 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	for _, r := range revs {
 		revByName[r.Name] = r
 	}
+	// Consul checks first: a pod they make not Ready is not one whose
+	// post_ready hooks should be asked.
+	c.gateChecks(key, obs, spec.Deleted)
 	holdReady := c.gatePostReady(ctx, key, obs, now)
 	for _, d := range obs.Pods {
 		p := d.Pod
@@ -218,6 +224,9 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		delete(c.revData, key)
 		c.mu.Unlock()
 		c.views.remove(key)
+		if c.checks != nil {
+			c.checks.Watch(key, nil)
+		}
 	} else {
 		// After acting, the view shows what the actions changed; without
 		// actions, obs (already gated by the post_ready hooks) is current.
@@ -226,7 +235,9 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 			if r, err := c.store.ListRevisions(ctx, key); err == nil {
 				finalRevs = r
 			}
-			finalObs = c.postReadyView(key, c.cache.Observe(key, spec.VolumeClaims, now))
+			finalObs = c.cache.Observe(key, spec.VolumeClaims, now)
+			c.gateChecks(key, finalObs, spec.Deleted)
+			finalObs = c.postReadyView(key, finalObs)
 		}
 		shown := out.Status
 		if holdReady > 0 {
@@ -286,6 +297,9 @@ func (c *controller) specFor(key backend.SetKey, obs nomad.Observation) (*reconc
 // at all. It reads first so that steady state makes no writes.
 func (c *controller) forgetOrphanState(ctx context.Context, key backend.SetKey) error {
 	c.views.remove(key)
+	if c.checks != nil {
+		c.checks.Watch(key, nil)
+	}
 	revs, err := c.store.ListRevisions(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading revisions of %s: %w", key, err)
