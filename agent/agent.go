@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
@@ -59,6 +61,10 @@ type Options struct {
 	// ExpectationTTL is how long a write may stay unseen in the event stream
 	// before the agent re-lists Nomad (default 2m).
 	ExpectationTTL time.Duration
+	// ConsulHealth reads the health of Consul services, whose checks then
+	// count in the readiness of the pods that registered them. Nil (-dev,
+	// no Consul): readiness rests on Nomad's health and the task states.
+	ConsulHealth consul.HealthAPI
 }
 
 // HookRunner runs the lifecycle hooks of one event for one pod; the plugin
@@ -83,6 +89,8 @@ type Agent struct {
 	// not leading.
 	current atomic.Pointer[controller]
 	depth   atomic.Int64
+	// consulQueries counts the Consul health queries of every term.
+	consulQueries atomic.Int64
 }
 
 // New builds an agent and binds its HTTP listener.
@@ -113,6 +121,10 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Logger, store: opts.Store, elector: opts.Elector}
 	a.metrics = newMetrics(func() float64 { return float64(a.depth.Load()) })
+	a.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nomad_statefulset_consul_health_queries_total",
+		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",
+	}, func() float64 { return float64(a.consulQueries.Load()) }))
 	a.api = instrumented{inner: opts.Nomad, m: a.metrics}
 	a.views = newViews(a.metrics.setPods)
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
@@ -208,6 +220,18 @@ func (a *Agent) lead(ctx context.Context) error {
 			a.depth.Store(int64(q.Len()))
 		})
 	c.requestResync = c.watcher.RequestResync
+	if a.opts.ConsulHealth != nil {
+		w := consul.NewCheckWatcher(ctx, consul.CheckWatcherConfig{
+			API: a.opts.ConsulHealth, Logger: a.log.Named("consul_checks"), Clock: a.opts.Clock,
+			Queries: &a.consulQueries,
+			OnChange: func(k backend.SetKey) {
+				q.Add(k.String())
+				a.depth.Store(int64(q.Len()))
+			},
+		})
+		c.checks = w
+		defer w.Wait()
+	}
 	a.current.Store(c)
 	defer a.current.Store(nil)
 

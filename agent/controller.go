@@ -59,6 +59,9 @@ type controller struct {
 	hooks HookRunner
 	// postReady remembers, per allocation, what the post_ready hooks said.
 	postReady postReadyGate
+	// checks is the Consul health of the sets' services; nil without
+	// Consul (-dev), when task states alone decide readiness.
+	checks checkSource
 
 	// lastSpec remembers each set's last valid spec, so that a parent purged
 	// from Nomad is still torn down by its own retention policy.
@@ -229,6 +232,9 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	for _, r := range p.revs {
 		revByName[r.Name] = r
 	}
+	// Consul checks first: a pod they make not Ready is not one whose
+	// post_ready hooks should be asked.
+	c.gateChecks(key, obs, spec.Deleted)
 	p.holdReady = c.gatePostReady(ctx, key, obs, now)
 	for _, d := range obs.Pods {
 		pod := d.Pod
@@ -336,13 +342,16 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		}
 	}
 	// After acting, the view shows what the actions changed; without
-	// actions, obs (already gated by the post_ready hooks) is current.
+	// actions, obs (already gated by the checks and the post_ready hooks)
+	// is current.
 	finalRevs, finalObs := p.revs, p.obs
 	if res.done > 0 {
 		if r, err := c.store.ListRevisions(ctx, key); err == nil {
 			finalRevs = r
 		}
-		finalObs = c.postReadyView(key, c.cache.Observe(key, p.spec.VolumeClaims, p.now))
+		finalObs = c.cache.Observe(key, p.spec.VolumeClaims, p.now)
+		c.gateChecks(key, finalObs, p.spec.Deleted)
+		finalObs = c.postReadyView(key, finalObs)
 	}
 	shown := out.Status
 	switch {
@@ -367,8 +376,8 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 }
 
 // forget drops everything the controller keeps of a set that is gone: its
-// last spec, cached revision data, expectations, crash-loop records and
-// post_ready answers, and its view. A set of the same name created later
+// last spec, cached revision data, expectations, crash-loop records,
+// post_ready answers, Consul check watches and its view. A set of the same name created later
 // starts afresh.
 func (c *controller) forget(key backend.SetKey) {
 	c.mu.Lock()
@@ -379,6 +388,9 @@ func (c *controller) forget(key backend.SetKey) {
 	c.backoff.forget(key)
 	c.postReady.forget(key)
 	c.views.remove(key)
+	if c.checks != nil {
+		c.checks.Watch(key, nil)
+	}
 }
 
 // specFor parses the set's parent, or falls back to the last known spec when

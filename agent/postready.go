@@ -17,6 +17,10 @@ import (
 // hooks could not be asked at all (the worker's context ended mid-call).
 const postReadyUnasked = time.Second
 
+// notReadyHookHeld is the NotReady of a pod a post_ready hook holds. Its
+// release is announced by the HookDone event, not by a PodReady one.
+const notReadyHookHeld = "a post_ready hook holds it"
+
 // postReadyGate holds a pod's readiness back until the post_ready hooks of
 // its current allocation have said done: "wait until a new member has caught
 // up", as OpenKruise's lifecycle hooks do. A held pod is handed to the
@@ -200,6 +204,7 @@ func (g *postReadyGate) apply(key backend.SetKey, pods []nomad.PodDetail, now ti
 			continue
 		}
 		d.Pod.Ready, d.Pod.ReadySince = false, time.Time{}
+		d.NotReady = notReadyHookHeld
 		wait := postReadyUnasked
 		if h != nil {
 			wait = max(h.retryAt.Sub(now), time.Millisecond)

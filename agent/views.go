@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -96,11 +98,15 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	for _, p := range obs.Pods {
 		state := podState(p.Pod, spec.MinReadySeconds, now)
 		counts[state]++
-		pods = append(pods, client.Pod{
+		pod := client.Pod{
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal],
-		})
+		}
+		if state == "Running" {
+			pod.NotReady = p.NotReady
+		}
+		pods = append(pods, pod)
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
 	rv := make([]client.Revision, 0, len(revs))
@@ -111,6 +117,12 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 
 	v.mu.Lock()
 	d := v.getLocked(key)
+	for _, e := range readinessEvents(d.Pods, pods) {
+		d.Events = append(d.Events, client.Event{Time: now, Type: e[0], Message: e[1]})
+	}
+	if len(d.Events) > maxEvents {
+		d.Events = append([]client.Event(nil), d.Events[len(d.Events)-maxEvents:]...)
+	}
 	d.Spec = client.SpecOf(spec)
 	d.Status = statusView(st)
 	d.Pods = pods
@@ -120,6 +132,47 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	if v.onPods != nil {
 		v.onPods(key, counts)
 	}
+}
+
+// Event types of readiness changes.
+const (
+	// EventPodNotReady: a pod that was Ready stopped being Ready, its
+	// allocation unchanged (a task restarts, a check turned critical).
+	EventPodNotReady = "PodNotReady"
+	// EventPodReady: a pod whose allocation ran without being Ready, for
+	// a reason other than Nomad's first health verdict, is Ready again.
+	EventPodReady = "PodReady"
+)
+
+// readinessEvents compares a set's pods before and after a reconcile and
+// returns an event (type, message) for each pod whose readiness changed
+// while its allocation stayed the same. A new allocation becoming Ready
+// for the first time is the rollout's ordinary progress, not news.
+func readinessEvents(before, after []client.Pod) [][2]string {
+	var out [][2]string
+	for _, p := range after {
+		i := slices.IndexFunc(before, func(o client.Pod) bool { return o.Ordinal == p.Ordinal })
+		if i < 0 || p.AllocID == "" || before[i].AllocID != p.AllocID {
+			continue
+		}
+		was, is := before[i], p
+		switch {
+		case isReadyState(was.State) && is.State == "Running":
+			out = append(out, [2]string{EventPodNotReady, fmt.Sprintf("%s is no longer ready: %s", p.Name, orUnknown(is.NotReady))})
+		case was.State == "Running" && isReadyState(is.State) && was.NotReady != "" && was.NotReady != nomad.WaitingForHealth && was.NotReady != notReadyHookHeld:
+			out = append(out, [2]string{EventPodReady, fmt.Sprintf("%s is ready again (it was not: %s)", p.Name, was.NotReady)})
+		}
+	}
+	return out
+}
+
+func isReadyState(s string) bool { return s == "Ready" || s == "Available" }
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason known"
+	}
+	return s
 }
 
 // podState names a pod's state as DESIGN §2 does: Available is Ready for

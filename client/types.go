@@ -88,7 +88,11 @@ type Pod struct {
 	NodeID     string    `json:"node_id"`
 	State      string    `json:"state"`
 	ReadySince time.Time `json:"ready_since"`
-	Volumes    []string  `json:"volumes"`
+	// NotReady says why a pod whose allocation runs is not Ready: the task
+	// that is restarting or dead, the Consul check that is critical, or the
+	// post_ready hook that holds it. Empty otherwise.
+	NotReady string   `json:"not_ready,omitempty"`
+	Volumes  []string `json:"volumes"`
 }
 
 // Revision is one stored revision.

@@ -134,6 +134,10 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 	}
 	defer store.Close()
 
+	health, err := consulHealth(cfg)
+	if err != nil {
+		return err
+	}
 	a, err := agent.New(agent.Options{
 		Logger:         logger,
 		Nomad:          nomad.NewAPI(nc),
@@ -143,6 +147,7 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		ResyncInterval: cfg.ResyncInterval,
 		HTTPAddr:       cfg.HTTP.Address,
 		Plugins:        manager.ConfigOf(cfg),
+		ConsulHealth:   health,
 	})
 	if err != nil {
 		return err
@@ -205,6 +210,21 @@ func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend
 	}
 	el := consul.NewElector(cc, ecfg, logger.Named("leader"))
 	return consul.NewStore(cc, cfg.Consul.KVPrefix, el.Fence(), logger.Named("store")), el, nil
+}
+
+// consulHealth returns where pod readiness reads Consul checks from: the
+// configured Consul, unless the agent runs without one (-dev, or an
+// embedded store with no Consul address given), when task states alone
+// decide.
+func consulHealth(cfg *config.Config) (consul.HealthAPI, error) {
+	if cfg.Dev || (cfg.State.Backend == config.StateEmbedded && !cfg.ConsulAddressSet()) {
+		return nil, nil
+	}
+	cc, err := consulClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return consul.NewHealthAPI(cc), nil
 }
 
 func consulClient(cfg *config.Config) (*consulapi.Client, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,9 +239,16 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 	} else {
 		pods := append([]client.Pod(nil), d.Pods...)
 		sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
-		rows := [][]string{{"Pod", "Revision", "Allocation", "Node", "State", "Ready Since", "Volumes"}}
+		// The reason column shows only when a pod runs without being Ready,
+		// which is when someone wants to know why.
+		why := slices.ContainsFunc(pods, func(p client.Pod) bool { return p.NotReady != "" })
+		head := []string{"Pod", "Revision", "Allocation", "Node", "State", "Ready Since", "Volumes"}
+		if why {
+			head = append(head, "Not Ready Because")
+		}
+		rows := [][]string{head}
 		for _, p := range pods {
-			rows = append(rows, []string{
+			row := []string{
 				orDash(p.Name),
 				orDash(p.Revision),
 				orDash(shortID(p.AllocID, verbose)),
@@ -248,7 +256,11 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 				orDash(p.State),
 				formatAgo(p.ReadySince, now),
 				orDash(strings.Join(p.Volumes, ",")),
-			})
+			}
+			if why {
+				row = append(row, oneLine(p.NotReady))
+			}
+			rows = append(rows, row)
 		}
 		b.WriteString(formatTable(rows))
 	}

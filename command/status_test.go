@@ -122,6 +122,21 @@ func TestStatusSetGolden(t *testing.T) {
 	golden(t, "status_set", out)
 }
 
+// A pod that runs without being Ready says why, in a column that shows
+// only then.
+func TestStatusSetNotReadyGolden(t *testing.T) {
+	agent := newFakeAgent(t)
+	d := webDetail()
+	d.Pods[0].State, d.Pods[0].ReadySince = "Running", time.Time{}
+	d.Pods[0].NotReady = `check "data" of service "web" is critical: /data/healthy is missing`
+	agent.add(d)
+	code, out, errOut := runStatus(t, agent, "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden(t, "status_set_not_ready", out)
+}
+
 func TestStatusSetVerboseGolden(t *testing.T) {
 	agent := newFakeAgent(t)
 	agent.add(webDetail())

@@ -206,7 +206,11 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	// resync of a converged set writes nothing.
 	resync := min(time.Minute, steadyStateWindow/4)
 	d := c.StartDaemon(fmt.Sprintf("resync_interval = %q", resync))
-	RegisterHCL(t, c.Nomad.Client, setSpec{name: "steady", noVolume: true, meta: map[string]string{"statefulset_replicas": "5"}}.hcl())
+	// A Consul service with a check: live readiness's blocking health
+	// query runs through the window too.
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "steady", noVolume: true, meta: map[string]string{"statefulset_replicas": "5"},
+		script: `touch /tmp/healthy; while true; do sleep 1; done`,
+		group:  strings.ReplaceAll(fmt.Sprintf(checkedService, "steady-web"), "/data/", "/tmp/")}.hcl())
 	waitConverged(t, c, d, "steady", 5, nil)
 
 	if err := c.Watchdog.RegisteredAfterHealthy("default", "steady-0", "steady-1", "steady-2", "steady-3", "steady-4"); err != nil {
@@ -235,8 +239,16 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	time.Sleep(5 * time.Second) // let the last status write land
 	writes := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="true"`)
 	reads := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="false"`)
+	consulQueries := metricValue(t, d.Addr, "nomad_statefulset_consul_health_queries_total", "")
 	t.Logf("watching %v of steady state from %v writes and %v reads", steadyStateWindow, writes, reads)
 	time.Sleep(steadyStateWindow)
+	// One service watched: an idle blocking query returns once per 5 min
+	// wait, so the window costs about one query per 5 minutes begun.
+	cq := metricValue(t, d.Addr, "nomad_statefulset_consul_health_queries_total", "") - consulQueries
+	t.Logf("Consul health queries in the window: %v (one service watched)", cq)
+	if maxQ := float64(2 + steadyStateWindow/(5*time.Minute)); cq > maxQ {
+		t.Fatalf("%v Consul health queries in %v of steady state; want at most %v", cq, steadyStateWindow, maxQ)
+	}
 	w2 := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="true"`)
 	r2 := metricValue(t, d.Addr, "nomad_statefulset_nomad_api_calls_total", `write="false"`)
 	t.Logf("after %v: %v writes, %v reads (%v reads in the window, from the periodic resyncs)", steadyStateWindow, w2, r2, r2-reads)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -195,6 +196,12 @@ key_prefix "nss-acl/" {
 session_prefix "" {
   policy = "write"
 }
+service_prefix "" {
+  policy = "read"
+}
+node_prefix "" {
+  policy = "read"
+}
 `
 
 // consulToken creates a Consul ACL policy with rules and a token for it.
@@ -233,7 +240,9 @@ func startDegradedDaemon(t *testing.T, nomad *testagent.NomadAgent, extraHCL ...
 // running (no crash loop) without ever leading.
 func TestConsulACLPolicy(t *testing.T) {
 	consul := testagent.Consul(t, testagent.WithConsulACL())
-	nomad := testagent.Nomad(t)
+	// Nomad registers services with the management token, so that the
+	// agent's health watches have checks to read.
+	nomad := testagent.Nomad(t, testagent.WithConsul(consul), testagent.WithConfig(fmt.Sprintf("consul {\n  token = %q\n}", consul.Token)))
 	c := &Cluster{Consul: consul, Nomad: nomad, Watchdog: StartWatchdog(t, nomad.Client), t: t}
 
 	t.Run("documented policy works", func(t *testing.T) {
@@ -260,6 +269,45 @@ func TestConsulACLPolicy(t *testing.T) {
 		if out, err := d.CLI("status"); err != nil || !strings.Contains(out, "Agent: leader (lock held since ") || !strings.Contains(out, "aclc") {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
+
+		// The health watches work under the policy: service_prefix and
+		// node_prefix read let the blocking health query see the checks,
+		// so a failing check makes its pod not Ready.
+		RegisterHCL(t, c.Nomad.Client, setSpec{name: "aclr", noVolume: true, meta: map[string]string{"statefulset_replicas": "1"},
+			script: `touch /tmp/healthy; while true; do sleep 1; done`,
+			group:  strings.ReplaceAll(fmt.Sprintf(checkedService, "aclr-web"), "/data/", "/tmp/")}.hcl())
+		waitConverged(t, c, d, "aclr", 1, nil)
+		// The app task's /tmp, seen from the host.
+		remove(t, filepath.Join(c.Nomad.DataDir, "alloc", podAlloc(t, c, "aclr-0"), "app", "tmp", "healthy"))
+		Eventually(t, time.Minute, "aclr-0 to be not Ready because of its check", func() error {
+			p, _, err := podByOrdinal(d, "aclr", 0)
+			if err != nil || !strings.Contains(p.NotReady, `check "healthy-file" of service "aclr-web" is critical`) {
+				return fmt.Errorf("aclr-0: %+v %v", p, err)
+			}
+			return nil
+		})
+		if log := d.Proc.LogTail(400); strings.Contains(log, "filtered out") || strings.Contains(log, "cannot read Consul health checks") {
+			t.Fatalf("the health watch failed under the documented policy:\n%s", log)
+		}
+		// One leader at a time acts on the cluster's sets.
+		d.Stop()
+	})
+
+	// Without service and node read the blocking health query answers,
+	// but Consul's ACLs filter the entries out: the agent says which rights
+	// are missing.
+	t.Run("no service or node read", func(t *testing.T) {
+		rules := `key_prefix "nss-acl2/" { policy = "write" }
+session_prefix "" { policy = "write" }`
+		d := startDegradedDaemon(t, c.Nomad, consulBlock(consul, consulToken(t, consul, "no-health-read", rules), "nss-acl2"), haConfig)
+		oneLeader(t, time.Minute, d)
+		Eventually(t, time.Minute, "the agent to name the missing health rights", func() error {
+			if log := d.Proc.LogTail(400); !strings.Contains(log, `service_prefix \"\" and node_prefix \"\" read`) {
+				return fmt.Errorf("not in the log yet")
+			}
+			return nil
+		})
+		d.Stop()
 	})
 
 	for _, tc := range []struct {

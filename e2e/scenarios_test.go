@@ -31,6 +31,9 @@ type setSpec struct {
 	noVolume bool
 	// group is extra HCL inside the group block.
 	group string
+	// update replaces the group's update block (min_healthy_time 1s,
+	// healthy_deadline 2m).
+	update string
 }
 
 func (s setSpec) hcl() string {
@@ -71,6 +74,14 @@ func (s setSpec) hcl() string {
 	} else {
 		script = strings.ReplaceAll(script, "/data/", "/tmp/")
 	}
+	update := s.update
+	if update == "" {
+		update = `
+    update {
+      min_healthy_time = "1s"
+      healthy_deadline = "2m"
+    }`
+	}
 	return fmt.Sprintf(`job %q {
   datacenters = ["*"]
   meta {
@@ -78,10 +89,7 @@ func (s setSpec) hcl() string {
   group "app" {
     count = 0
 %s
-    update {
-      min_healthy_time = "1s"
-      healthy_deadline = "2m"
-    }
+%s
 %s
     task "app" {
       driver = "exec"
@@ -97,7 +105,7 @@ func (s setSpec) hcl() string {
     }
   }
 }
-`, s.name, m.String(), volume, s.group, script, mount)
+`, s.name, m.String(), volume, update, s.group, script, mount)
 }
 
 // setStatus reads GET /v1/statefulset/default/<set> from the daemon.

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,8 +14,8 @@ import (
 // what ChildMatches and ParseChild read, and what an observation of the pod
 // needs: identity, the statefulset meta, status, stop flag, version and
 // indexes, submit time, and per group its count, host volume sources,
-// disconnect, reschedule and update settings, service tags and the identity
-// env of each task. Drift detection gives the same answer on it as on the
+// disconnect, reschedule and update settings, service tags, and the identity
+// env and lifecycle block of each task (readiness reads the latter). Drift detection gives the same answer on it as on the
 // whole job (TestCompactChildKeepsDrift proves it field by field). It is
 // kept next to ChildMatches so that a new check there comes with the field
 // it needs here. CompactChild(nil) is nil.
@@ -70,6 +71,10 @@ type taskRecord struct {
 	env      pairs
 	services []*serviceRecord
 	hasSvcs  bool
+	// lifecycle is the task's lifecycle block, which readiness reads: a
+	// finished prestart task or a pending poststop task does not make the
+	// pod unready. Nil for a main task.
+	lifecycle *api.TaskLifecycle
 }
 
 // opt is a value that may be absent: a pointer field without the pointer.
@@ -250,11 +255,27 @@ func newGroupRecord(g *api.TaskGroup) *groupRecord {
 		if t == nil {
 			continue
 		}
-		tr := &taskRecord{name: t.Name, env: keep(t.Env, isIdentityEnv)}
+		tr := &taskRecord{name: t.Name, env: keep(t.Env, isIdentityEnv), lifecycle: sharedLifecycle(t.Lifecycle)}
 		tr.services, tr.hasSvcs = newServiceRecords(t.Services)
 		r.tasks[i] = tr
 	}
 	return r
+}
+
+// sharedLifecycles holds one read-only copy of each lifecycle block: there
+// are six that matter (three hooks, sidecar or not).
+var sharedLifecycles sync.Map // "hook/sidecar" -> *api.TaskLifecycle
+
+func sharedLifecycle(l *api.TaskLifecycle) *api.TaskLifecycle {
+	if l == nil {
+		return nil
+	}
+	k := l.Hook + "/" + strconv.FormatBool(l.Sidecar)
+	if v, ok := sharedLifecycles.Load(k); ok {
+		return v.(*api.TaskLifecycle)
+	}
+	v, _ := sharedLifecycles.LoadOrStore(k, &api.TaskLifecycle{Hook: l.Hook, Sidecar: l.Sidecar})
+	return v.(*api.TaskLifecycle)
 }
 
 func isIdentityEnv(k string) bool { return k == EnvName || k == EnvOrdinal || k == EnvPodName }
@@ -321,6 +342,9 @@ func (g *groupRecord) group() *api.TaskGroup {
 	for i, t := range g.tasks {
 		if t != nil {
 			tg.Tasks[i] = &api.Task{Name: t.name, Env: t.env.toMap(), Services: services(t.services, t.hasSvcs)}
+			if l := t.lifecycle; l != nil {
+				tg.Tasks[i].Lifecycle = &api.TaskLifecycle{Hook: l.Hook, Sidecar: l.Sidecar}
+			}
 		}
 	}
 	return tg
@@ -345,6 +369,21 @@ func services(in []*serviceRecord, has bool) []*api.Service {
 		}
 	}
 	return out
+}
+
+// TaskLifecycle returns the lifecycle hook of a task of the first group
+// ("prestart", "poststart", "poststop") and whether it is a sidecar; ""
+// for a main task or a task the record does not know.
+func (r *ChildRecord) TaskLifecycle(task string) (hook string, sidecar bool) {
+	if len(r.groups) == 0 || r.groups[0] == nil {
+		return "", false
+	}
+	for _, t := range r.groups[0].tasks {
+		if t != nil && t.name == task && t.lifecycle != nil {
+			return t.lifecycle.Hook, t.lifecycle.Sidecar
+		}
+	}
+	return "", false
 }
 
 // ID returns the job's ID ("" if unset).
@@ -416,7 +455,7 @@ func DecodeCompactChild(data []byte) (*api.Job, error) {
 				tg.Tasks = make([]*api.Task, len(g.Tasks))
 				for k, t := range g.Tasks {
 					if t != nil {
-						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: decodedServices(t.Services)}
+						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: decodedServices(t.Services), Lifecycle: t.Lifecycle}
 					}
 				}
 			}
@@ -450,9 +489,10 @@ type compactGroupJSON struct {
 }
 
 type compactTaskJSON struct {
-	Name     string
-	Env      map[string]string
-	Services []*compactServiceJSON
+	Name      string
+	Env       map[string]string
+	Services  []*compactServiceJSON
+	Lifecycle *api.TaskLifecycle
 }
 
 type compactServiceJSON struct {

@@ -413,6 +413,11 @@ func (c *Config) ApplyDev() {
 	c.HighAvailability.Enabled = false
 }
 
+// ConsulAddressSet reports whether a file or CONSUL_HTTP_ADDR named a
+// Consul address: an agent keeping its state elsewhere still has a Consul
+// to read health checks from then.
+func (c *Config) ConsulAddressSet() bool { return c.isSet("consul.address") }
+
 // Plugin returns the plugin block with the given name, or nil.
 func (c *Config) Plugin(name string) *PluginConfig {
 	for _, p := range c.Plugins {

@@ -34,7 +34,8 @@ type API interface {
 	// namespaces) in one call: the re-list reads all children's allocations
 	// with it rather than one request per child. Callers may rely only on
 	// a stub's ID, Namespace, NodeID, JobID, statuses, DeploymentStatus,
-	// indexes and ModifyTime: the real client decodes no more.
+	// indexes, ModifyTime, and of its TaskStates State, Failed, Restarts,
+	// StartedAt and FinishedAt: the real client decodes no more.
 	ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error)
 	// CreateHostVolume creates a dynamic host volume.
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)

@@ -45,6 +45,75 @@ type allocState struct {
 	// health: healthy, since healthTime.
 	healthKnown, healthy bool
 	healthTime           time.Time
+	// tasksKnown is set when the payload carried task states. Then
+	// tasks holds the tasks that are not running (nil in the steady state,
+	// when all run), which readiness judges against the job's lifecycle
+	// blocks, and tasksStarted is the latest start of a running task, in
+	// Unix nanoseconds: a task that restarted moves it, and with it the
+	// pod's ReadySince. The whole TaskStates map (events included) would
+	// be some kilobytes per allocation; this is 32 bytes when all run.
+	tasksKnown   bool
+	tasks        []taskNote
+	tasksStarted int64
+}
+
+// Nomad's task states (structs.TaskState*; the api package has no names
+// for them).
+const (
+	taskPending = "pending"
+	taskRunning = "running"
+	taskDead    = "dead"
+)
+
+// taskNote is what readiness needs of a task that is not running.
+type taskNote struct {
+	name string
+	// state is Nomad's task state, "pending" or "dead".
+	state    string
+	failed   bool
+	restarts uint64
+}
+
+// taskStatePayload is the part of an api.TaskState that readiness reads,
+// with its field names, so that decoding skips the task's events.
+type taskStatePayload struct {
+	State      string
+	Failed     bool
+	Restarts   uint64
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// taskStates reduces a payload's task states to what the cache keeps. It
+// returns known=false when the payload had none (a simulator, or a listing
+// without them): readiness then rests on Nomad's health alone.
+func taskStates(ts map[string]*taskStatePayload) (notes []taskNote, started int64, known bool) {
+	if len(ts) == 0 {
+		return nil, 0, false
+	}
+	for name, t := range ts {
+		if t == nil {
+			continue
+		}
+		if t.State == taskRunning {
+			if !t.StartedAt.IsZero() {
+				started = max(started, t.StartedAt.UnixNano())
+			}
+			continue
+		}
+		state := t.State
+		switch state {
+		case taskPending:
+			state = taskPending // interned, as internStatus does
+		case taskDead:
+			state = taskDead
+		}
+		notes = append(notes, taskNote{name: name, state: state, failed: t.Failed, restarts: t.Restarts})
+	}
+	// Map order is random; a stable order keeps the reason a pod shows
+	// from flapping between two tasks.
+	slices.SortFunc(notes, func(a, b taskNote) int { return strings.Compare(a.name, b.name) })
+	return notes, started, true
 }
 
 // internStatus returns Nomad's status strings as constants, so that ten
@@ -73,6 +142,7 @@ func (c *Cache) stateOf(a *allocPayload) allocState {
 	if d := a.DeploymentStatus; d != nil && d.Healthy != nil {
 		st.healthKnown, st.healthy, st.healthTime = true, *d.Healthy, d.Timestamp
 	}
+	st.tasks, st.tasksStarted, st.tasksKnown = taskStates(a.TaskStates)
 	return st
 }
 
@@ -385,7 +455,21 @@ func stubPayload(a *api.AllocationListStub) *allocPayload {
 		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, JobID: a.JobID,
 		DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus, DeploymentStatus: a.DeploymentStatus,
 		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, ModifyTime: a.ModifyTime,
+		TaskStates: stubTaskStates(a.TaskStates),
 	}
+}
+
+func stubTaskStates(ts map[string]*api.TaskState) map[string]*taskStatePayload {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make(map[string]*taskStatePayload, len(ts))
+	for name, t := range ts {
+		if t != nil {
+			out[name] = &taskStatePayload{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+		}
+	}
+	return out
 }
 
 // upsertAllocPayload records an allocation decoded from an event.

@@ -214,14 +214,17 @@ type allocStub struct {
 	DeploymentStatus             *api.AllocDeploymentStatus
 	CreateIndex, ModifyIndex     uint64
 	ModifyTime                   int64
+	TaskStates                   map[string]*taskStatePayload
 }
 
 // ListAllocations implements API with one GET /v1/allocations. Task states
-// are left out (task_states=false): nothing here reads them, and they are
-// most of a stub's size. The stubs carry only the fields of allocStub.
+// are read (readiness needs them) but decoded without their events, which
+// are most of a stub's size. The stubs carry only the fields of allocStub,
+// and of a task state only State, Failed, Restarts, StartedAt and
+// FinishedAt.
 func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error) {
 	var raw []allocStub
-	if _, err := n.c.Raw().Query("/v1/allocations?task_states=false", &raw, query(ctx, namespace)); err != nil {
+	if _, err := n.c.Raw().Query("/v1/allocations", &raw, query(ctx, namespace)); err != nil {
 		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied("ListAllocations", namespace, err))
 	}
 	allocs := make([]*api.AllocationListStub, len(raw))
@@ -231,6 +234,14 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.
 			ID: r.ID, Namespace: r.Namespace, NodeID: r.NodeID, JobID: r.JobID,
 			DesiredStatus: r.DesiredStatus, ClientStatus: r.ClientStatus, DeploymentStatus: r.DeploymentStatus,
 			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, ModifyTime: r.ModifyTime,
+		}
+		if len(r.TaskStates) > 0 {
+			allocs[i].TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))
+			for name, t := range r.TaskStates {
+				if t != nil {
+					allocs[i].TaskStates[name] = &api.TaskState{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+				}
+			}
 		}
 	}
 	return allocs, nil

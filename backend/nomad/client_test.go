@@ -143,14 +143,18 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}},
 			}})
 		case "/v1/allocations":
-			if r.URL.Query().Get("task_states") != "false" || r.URL.Query().Get("namespace") != "*" {
-				http.Error(w, "want task_states=false and namespace=*", http.StatusBadRequest)
+			if r.URL.Query().Get("task_states") == "false" || r.URL.Query().Get("namespace") != "*" {
+				http.Error(w, "want task states and namespace=*", http.StatusBadRequest)
 				return
 			}
 			_ = json.NewEncoder(w).Encode([]*api.AllocationListStub{{
 				ID: "a1", Namespace: "prod", NodeID: "n1", JobID: "web-0", DesiredStatus: "run", ClientStatus: "running",
 				DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp},
 				CreateIndex:      3, ModifyIndex: 4, ModifyTime: 6, EvalID: "e1", TaskGroup: "g",
+				TaskStates: map[string]*api.TaskState{"app": {
+					State: "pending", Failed: true, Restarts: 2, StartedAt: stamp, FinishedAt: stamp.Add(time.Second),
+					Events: []*api.TaskEvent{{Type: "Restarting", DisplayMessage: "dropped"}},
+				}},
 			}})
 		default:
 			http.NotFound(w, r)
@@ -176,7 +180,8 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAlloc := &api.AllocationListStub{ID: "a1", Namespace: "prod", NodeID: "n1", JobID: "web-0", DesiredStatus: "run", ClientStatus: "running",
-		DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp}, CreateIndex: 3, ModifyIndex: 4, ModifyTime: 6}
+		DeploymentStatus: &api.AllocDeploymentStatus{Healthy: &healthy, Timestamp: stamp}, CreateIndex: 3, ModifyIndex: 4, ModifyTime: 6,
+		TaskStates: map[string]*api.TaskState{"app": {State: "pending", Failed: true, Restarts: 2, StartedAt: stamp, FinishedAt: stamp.Add(time.Second)}}}
 	if len(allocs) != 1 || !reflect.DeepEqual(allocs[0], wantAlloc) {
 		t.Fatalf("ListAllocations: %+v; want %+v", allocs, wantAlloc)
 	}

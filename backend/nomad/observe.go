@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"time"
@@ -41,6 +42,15 @@ type PodDetail struct {
 	Job *api.Job
 	// AllTerminal is true when no allocation of the child can still run.
 	AllTerminal bool
+	// NotReady says why a pod whose allocation runs is not Ready, as a
+	// user reads it ("task app is restarting (3 restarts)"); empty when it
+	// is Ready or not running.
+	NotReady string
+	// HealthMissed is set on a Ready pod whose allocation Nomad judged
+	// unhealthy (it missed its healthy_deadline), which is Ready on its
+	// task states alone: the Consul checks of its services must confirm it
+	// (DESIGN §2), and without them it is not Ready.
+	HealthMissed bool
 }
 
 // StoppedChild is a child job that is stopped and fully terminal: its
@@ -162,6 +172,75 @@ func allocStopped(a *allocState, job *jobs.ChildRecord, now time.Time) bool {
 	return false
 }
 
+// WaitingForHealth is the NotReady of a running pod whose allocation Nomad
+// has not judged healthy yet: every new pod's first wait.
+const WaitingForHealth = "waiting for Nomad to judge the allocation healthy"
+
+// liveReadiness sets the Ready, ReadySince, NotReady and HealthMissed of
+// a pod whose newest allocation runs and is not being replaced (DESIGN §2).
+// Nomad's deployment health is the first gate: it is one-shot, so once it
+// is known the pod is Ready only while every task counted runs. A pod
+// Nomad judged unhealthy is Ready on its tasks too, so that one which missed
+// its healthy_deadline recovers; the Consul checks then have the last word
+// (HealthMissed). ReadySince is when the pod last became Ready: Nomad's
+// health stamp, or the start of a task that restarted since.
+func liveReadiness(d *PodDetail, a *allocState, job *jobs.ChildRecord) {
+	switch {
+	case !a.healthKnown:
+		d.NotReady = WaitingForHealth
+		return
+	case !a.healthy && !a.tasksKnown:
+		// No task states to recover on: Nomad's word stands.
+		d.NotReady = "Nomad judged the allocation unhealthy"
+		return
+	}
+	if why := tasksNotReady(a, job); why != "" {
+		d.NotReady = why
+		return
+	}
+	d.Pod.Ready = true
+	d.Pod.ReadySince = a.healthTime
+	if a.tasksStarted > 0 {
+		if t := time.Unix(0, a.tasksStarted); t.After(d.Pod.ReadySince) {
+			d.Pod.ReadySince = t
+		}
+	}
+	d.HealthMissed = !a.healthy
+}
+
+// tasksNotReady says which task keeps an allocation from being ready: one
+// that is restarting, dead or not started. As Nomad's own health tracker
+// (client/allochealth), it leaves out poststop tasks, which wait for the
+// main tasks to end, and prestart and poststart tasks (not sidecars) that
+// finished successfully. Empty when every task counted runs, or when the
+// allocation carried no task states.
+func tasksNotReady(a *allocState, job *jobs.ChildRecord) string {
+	for _, t := range a.tasks {
+		hook, sidecar := job.TaskLifecycle(t.name)
+		if !sidecar {
+			switch hook {
+			case api.TaskLifecycleHookPoststop:
+				continue
+			case api.TaskLifecycleHookPrestart, api.TaskLifecycleHookPoststart:
+				if t.state == taskDead && !t.failed {
+					continue
+				}
+			}
+		}
+		switch {
+		case t.state == taskDead && t.failed:
+			return fmt.Sprintf("task %s failed", t.name)
+		case t.state == taskDead:
+			return fmt.Sprintf("task %s is dead", t.name)
+		case t.restarts > 0:
+			return fmt.Sprintf("task %s is restarting (%d restarts)", t.name, t.restarts)
+		default:
+			return fmt.Sprintf("task %s is %s", t.name, t.state)
+		}
+	}
+	return ""
+}
+
 // podFromChild maps a child job and its allocations to a pod, following
 // DESIGN §2. It returns false when the child is stopped and nothing of it
 // can still run: the ordinal then has no pod.
@@ -227,9 +306,8 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 		if a.desiredStatus != api.AllocDesiredStatusRun {
 			d.Pod.Terminating = true
 		}
-		if !d.Pod.Terminating && !olderLive && a.healthKnown && a.healthy {
-			d.Pod.Ready = true
-			d.Pod.ReadySince = a.healthTime
+		if !d.Pod.Terminating && !olderLive {
+			liveReadiness(&d, a, job)
 		}
 	case api.AllocClientStatusComplete:
 		d.Pod.Phase = reconciler.PhaseSucceeded

@@ -147,15 +147,21 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	}
 
 	// One call lists the allocations of both namespaces, as the job by job
-	// listing does, and without task states.
+	// listing does, with task states (readiness reads them) but without
+	// their events.
 	all, err := client.ListAllocations(ctx, "*")
 	if err != nil {
 		t.Fatal(err)
 	}
 	listed := map[string]string{}
 	for _, a := range all {
-		if a.TaskStates != nil {
-			t.Errorf("allocation %s lists task states", a.ID)
+		if len(a.TaskStates) == 0 {
+			t.Errorf("allocation %s lists no task states", a.ID)
+		}
+		for name, ts := range a.TaskStates {
+			if ts.State == "" || len(ts.Events) != 0 {
+				t.Errorf("allocation %s task %s: state %q with %d events; want the state and no events", a.ID, name, ts.State, len(ts.Events))
+			}
 		}
 		listed[a.ID] = a.Namespace + "/" + a.JobID
 	}

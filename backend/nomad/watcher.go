@@ -326,7 +326,7 @@ func decodeJobEvent(e *api.Event) (*api.Job, error) {
 
 // allocPayload is the part of an allocation event's payload the cache keeps,
 // with the api.Allocation field names so that it decodes from the same JSON.
-// Decoding only these skips building the task states, resources and
+// Decoding only these skips building the task events, resources and
 // metrics of every allocation update.
 type allocPayload struct {
 	ID, Namespace, NodeID, JobID string
@@ -334,6 +334,8 @@ type allocPayload struct {
 	DeploymentStatus             *api.AllocDeploymentStatus
 	CreateIndex, ModifyIndex     uint64
 	ModifyTime                   int64
+	// TaskStates are decoded without their events (taskStatePayload).
+	TaskStates map[string]*taskStatePayload
 	// Job is set when Nomad includes the job, which lets the watcher adopt
 	// a child it did not know yet.
 	Job *api.Job

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// fakeChecks answers Checks from a map by allocation ID.
+type fakeChecks struct {
+	checks  map[string]consul.AllocChecks
+	synced  bool
+	watched map[backend.SetKey][]string
+}
+
+func (f *fakeChecks) Watch(key backend.SetKey, services []string) {
+	if f.watched == nil {
+		f.watched = map[backend.SetKey][]string{}
+	}
+	f.watched[key] = services
+}
+
+func (f *fakeChecks) Checks(_ backend.SetKey, allocID string) (consul.AllocChecks, bool) {
+	return f.checks[allocID], f.synced
+}
+
+func TestApplyChecks(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	readyAt := time.Unix(1_000_000, 0)
+	ready := func(missed bool) nomad.PodDetail {
+		return nomad.PodDetail{AllocID: "a1", HealthMissed: missed,
+			Pod: reconciler.Pod{Phase: reconciler.PhaseRunning, Ready: true, ReadySince: readyAt}}
+	}
+	cases := []struct {
+		name        string
+		pod         nomad.PodDetail
+		checks      consul.AllocChecks
+		synced      bool
+		hasServices bool
+		ready       bool
+		since       time.Time
+		notReady    string
+	}{
+		{name: "passing checks keep a pod Ready", pod: ready(false), checks: consul.AllocChecks{Known: true}, synced: true, hasServices: true,
+			ready: true, since: readyAt},
+		{name: "a critical check makes it not Ready", pod: ready(false), checks: consul.AllocChecks{Known: true, Critical: "check c is critical"},
+			synced: true, hasServices: true, notReady: "check c is critical"},
+		{name: "checks passing again move ReadySince", pod: ready(false), checks: consul.AllocChecks{Known: true, PassingSince: readyAt.Add(time.Hour)},
+			synced: true, hasServices: true, ready: true, since: readyAt.Add(time.Hour)},
+		{name: "checks not read yet leave a healthy pod Ready", pod: ready(false), hasServices: true, ready: true, since: readyAt},
+		{name: "a pod that missed its deadline waits for its checks", pod: ready(true), hasServices: true, notReady: notReadyChecksUnknown},
+		{name: "a pod that missed its deadline with no checks listed waits", pod: ready(true), synced: true, hasServices: true, notReady: notReadyChecksUnknown},
+		{name: "a pod that missed its deadline is Ready once its checks pass", pod: ready(true), checks: consul.AllocChecks{Known: true},
+			synced: true, hasServices: true, ready: true, since: readyAt},
+		{name: "a pod that missed its deadline without Consul services is Ready on its tasks", pod: ready(true), ready: true, since: readyAt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &fakeChecks{checks: map[string]consul.AllocChecks{"a1": tc.checks}, synced: tc.synced}
+			pods := []nomad.PodDetail{tc.pod}
+			applyChecks(src, key, pods, tc.hasServices)
+			p := pods[0]
+			if p.Pod.Ready != tc.ready || !p.Pod.ReadySince.Equal(tc.since) || p.NotReady != tc.notReady {
+				t.Fatalf("ready %v since %v, %q; want %v since %v, %q", p.Pod.Ready, p.Pod.ReadySince, p.NotReady, tc.ready, tc.since, tc.notReady)
+			}
+		})
+	}
+}
+
+func TestConsulServices(t *testing.T) {
+	job := &api.Job{TaskGroups: []*api.TaskGroup{{
+		Services: []*api.Service{{Name: "web"}, {Name: "native", Provider: "nomad"}, {Name: "${NOMAD_JOB_NAME}-x"}},
+		Tasks: []*api.Task{
+			{Name: "app", Services: []*api.Service{{Name: "admin", Provider: "consul"}, {Name: "web"}}},
+			{Name: "side"},
+		},
+	}}}
+	if got, want := consulServices(job), []string{"admin", "web"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("consulServices = %q, want %q", got, want)
+	}
+	if got := consulServices(nil); got != nil {
+		t.Fatalf("consulServices(nil) = %q", got)
+	}
+}
+
+// From recorded payloads of a real Nomad registering in a real Consul
+// (backend/consul/testdata): the allocation, listed as the watcher lists
+// it, becomes a Ready pod; its service's critical check, mapped by the
+// service ID Nomad registered, makes that pod not Ready with the check's
+// name and output as the reason.
+func TestRecordedAllocationMapsToItsChecks(t *testing.T) {
+	dir := filepath.Join("..", "backend", "consul", "testdata")
+	raw, err := os.ReadFile(filepath.Join(dir, "nomad-alloc.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full api.Allocation
+	var stub api.AllocationListStub
+	if err := json.Unmarshal(raw, &full); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &stub); err != nil {
+		t.Fatal(err)
+	}
+	// The recorded job is a plain one; make it a child of set "rec".
+	child := full.Job
+	child.Meta = map[string]string{"statefulset_parent": "rec", "statefulset_ordinal": "0", "statefulset_revision": "rec-1"}
+	stub.JobID = *child.ID
+	// The allocation was placed for this registration.
+	*child.JobModifyIndex = stub.CreateIndex - 1
+	key := backend.SetKey{Namespace: "default", Name: "rec"}
+	cache := nomad.NewCache()
+	cache.Replace(nomad.Snapshot{Index: stub.ModifyIndex, Jobs: []*api.Job{child}, Allocs: []*api.AllocationListStub{&stub}})
+
+	for _, tc := range []struct {
+		file     string
+		ready    bool
+		notReady string
+	}{
+		{"health-rec-web-passing.json", true, ""},
+		{"health-rec-web-critical.json", false, `check "healthy-file" of service "rec-web" is critical: context deadline exceeded`},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(dir, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var entries []*consulapi.ServiceEntry
+			if err := json.Unmarshal(b, &entries); err != nil {
+				t.Fatal(err)
+			}
+			src := &fakeChecks{checks: map[string]consul.AllocChecks{}, synced: true}
+			for id, critical := range consul.AllocChecksOf(entries) {
+				src.checks[id] = consul.AllocChecks{Known: true, Critical: critical}
+			}
+			obs := cache.Observe(key, nil, time.Now())
+			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != full.ID {
+				t.Fatalf("the recorded allocation is not a Ready pod: %+v", obs.Pods)
+			}
+			applyChecks(src, key, obs.Pods, true)
+			if p := obs.Pods[0]; p.Pod.Ready != tc.ready || p.NotReady != tc.notReady {
+				t.Fatalf("ready %v, %q; want %v, %q", p.Pod.Ready, p.NotReady, tc.ready, tc.notReady)
+			}
+		})
+	}
+}
