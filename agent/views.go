@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
@@ -92,11 +94,16 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	volumesByOrd := map[int][]string{}
+	volumeNodes := map[int][]string{}
 	for _, vol := range obs.Volumes {
 		volumesByOrd[vol.Volume.Ordinal] = append(volumesByOrd[vol.Volume.Ordinal], vol.Volume.Name)
+		volumeNodes[vol.Volume.Ordinal] = append(volumeNodes[vol.Volume.Ordinal], vol.NodeID)
 	}
 	for _, p := range obs.Pods {
 		state := podState(p.Pod, spec.MinReadySeconds, now)
+		if why := nodeReason(p, obs.Nodes, volumeNodes[p.Pod.Ordinal]); why != "" && state != "Terminating" {
+			state = why
+		}
 		counts[state]++
 		pod := client.Pod{
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
@@ -177,6 +184,37 @@ func orUnknown(s string) string {
 
 // podState names a pod's state as DESIGN §2 does: Available is Ready for
 // min_ready_seconds.
+// nodeReason names why a pod's node keeps it down or moving: NodeDown (its
+// allocation's node, or for a pod not placed yet its volume's node, is down
+// or disconnected), NodeDraining (its node is being drained; the daemon
+// moves it within the budget), WaitingForNode (not placed, and its volume's
+// node takes no new allocations). "" when its nodes are fine.
+func nodeReason(p nomad.PodDetail, nodes map[string]nomad.NodeState, volumeNodes []string) string {
+	down := func(n nomad.NodeState) bool {
+		return n.Status == api.NodeStatusDown || n.Status == api.NodeStatusDisconnected
+	}
+	if n, ok := nodes[p.NodeID]; ok && p.NodeID != "" && p.Pod.Phase != reconciler.PhasePending {
+		switch {
+		case down(n):
+			return "NodeDown"
+		case n.Draining:
+			return "NodeDraining"
+		}
+	}
+	if p.Pod.Phase != reconciler.PhasePending {
+		return ""
+	}
+	for _, id := range volumeNodes {
+		if n, ok := nodes[id]; ok {
+			if down(n) {
+				return "NodeDown"
+			}
+			return "WaitingForNode"
+		}
+	}
+	return ""
+}
+
 func podState(p reconciler.Pod, minReady int, now time.Time) string {
 	switch {
 	case p.Terminating:
@@ -184,7 +222,9 @@ func podState(p reconciler.Pod, minReady int, now time.Time) string {
 	case p.Phase == reconciler.PhaseFailed:
 		return "Failed"
 	case p.Phase == reconciler.PhaseSucceeded:
-		return "Succeeded"
+		// A service that ended was stopped from outside: the set wants it
+		// running, so it is never shown as Succeeded.
+		return "Stopped"
 	case p.Ready && !now.Before(p.ReadySince.Add(time.Duration(minReady)*time.Second)):
 		return "Available"
 	case p.Ready:

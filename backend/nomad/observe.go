@@ -78,6 +78,10 @@ type Observation struct {
 	Pods         []PodDetail
 	Stopped      []StoppedChild
 	Volumes      []VolumeDetail
+	// Nodes holds the state of the nodes of the set's allocations and
+	// volumes that are not plainly fine (draining, ineligible or not
+	// ready), so that status can say why a pod is down; nil when all are.
+	Nodes map[string]NodeState
 }
 
 // Observe returns the set's observed state at time now. claims are the set's
@@ -124,7 +128,29 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 			})
 		}
 	}
+	for i := range obs.Pods {
+		c.noteNodeLocked(&obs, obs.Pods[i].NodeID)
+	}
+	for i := range obs.Volumes {
+		c.noteNodeLocked(&obs, obs.Volumes[i].NodeID)
+	}
 	return obs
+}
+
+// noteNodeLocked adds node id to obs.Nodes unless it is plainly fine. c.mu
+// is held.
+func (c *Cache) noteNodeLocked(obs *Observation, id string) {
+	if id == "" {
+		return
+	}
+	n, ok := c.nodeStates[id]
+	if !ok || (!n.Draining && n.Eligible && n.Status == api.NodeStatusReady) {
+		return
+	}
+	if obs.Nodes == nil {
+		obs.Nodes = map[string]NodeState{}
+	}
+	obs.Nodes[id] = n
 }
 
 // newestAlloc returns the allocation created last, or nil.
