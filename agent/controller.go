@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,9 @@ type controller struct {
 	// JobModifyIndex: computing it is half of a steady-state reconcile, and
 	// it changes only when the parent job does.
 	revData map[backend.SetKey]cachedRevisionData
+	// unblocked remembers, per child job ("namespace/id"), the node change
+	// (FineSince) for which Nomad was last asked to place it again.
+	unblocked map[string]uint64
 }
 
 type cachedRevisionData struct {
@@ -170,7 +174,61 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 	if err != nil {
 		return err
 	}
+	c.unblock(ctx, p)
 	return c.record(ctx, p, out, res)
+}
+
+// unblock asks Nomad to evaluate again a child that has no allocation while
+// every node holding its volumes is fine and one of them became fine after
+// the child was registered: Nomad blocked its placement while that node was
+// ineligible (a drain) and does not unblock it when the node comes back.
+// It reacts to node events (FineSince), not to a timer, and asks once per
+// such change.
+func (c *controller) unblock(ctx context.Context, p *pass) {
+	nodesByOrd := map[int][]string{}
+	for _, v := range p.obs.Volumes {
+		nodesByOrd[v.Volume.Ordinal] = append(nodesByOrd[v.Volume.Ordinal], v.NodeID)
+	}
+	for _, d := range p.obs.Pods {
+		if d.AllocID != "" || d.Pod.Terminating || len(nodesByOrd[d.Pod.Ordinal]) == 0 {
+			continue
+		}
+		var since uint64
+		fine := true
+		for _, id := range nodesByOrd[d.Pod.Ordinal] {
+			n, ok := c.cache.NodeState(id)
+			if !ok || !n.Fine() {
+				fine = false
+				break
+			}
+			since = max(since, n.FineSince)
+		}
+		if !fine || since <= d.JobModifyIndex {
+			continue
+		}
+		child := p.key.Namespace + "/" + d.JobID
+		c.mu.Lock()
+		done := c.unblocked[child] >= since
+		c.mu.Unlock()
+		if done {
+			continue
+		}
+		ectx, cancel := effectContext(ctx)
+		err := c.api.EvaluateJob(ectx, p.key.Namespace, d.JobID)
+		cancel()
+		if err != nil {
+			c.log.Warn("could not ask Nomad to place a blocked child again", "set", p.key.String(), "child", d.JobID, "error", err)
+			continue
+		}
+		c.mu.Lock()
+		if c.unblocked == nil {
+			c.unblocked = map[string]uint64{}
+		}
+		c.unblocked[child] = since
+		c.mu.Unlock()
+		c.views.event(p.key, p.now, "Unblock", fmt.Sprintf("%s: its volume's node is eligible again; asked Nomad to place it", d.JobID))
+		c.log.Info("asked Nomad to place a blocked child again", "set", p.key.String(), "child", d.JobID)
+	}
 }
 
 // observe builds the pass for a set from the cache and the store. It
@@ -383,6 +441,11 @@ func (c *controller) forget(key backend.SetKey) {
 	c.mu.Lock()
 	delete(c.lastSpec, key)
 	delete(c.revData, key)
+	for child := range c.unblocked {
+		if strings.HasPrefix(child, key.String()+"-") {
+			delete(c.unblocked, child)
+		}
+	}
 	c.mu.Unlock()
 	c.expect.forget(key)
 	c.backoff.forget(key)

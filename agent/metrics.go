@@ -30,7 +30,7 @@ type metrics struct {
 
 // nomadWriteVerbs are the API verbs that change Nomad; steady state must make
 // none of them.
-var nomadWriteVerbs = map[string]bool{"RegisterJob": true, "DeregisterJob": true, "CreateHostVolume": true, "DeleteHostVolume": true}
+var nomadWriteVerbs = map[string]bool{"RegisterJob": true, "DeregisterJob": true, "CreateHostVolume": true, "DeleteHostVolume": true, "EvaluateJob": true}
 
 func newMetrics(queueDepth func() float64) *metrics {
 	m := &metrics{
@@ -145,6 +145,12 @@ func (i instrumented) ListHostVolumes(ctx context.Context, ns, prefix string) ([
 func (i instrumented) DeleteHostVolume(ctx context.Context, ns, id string) error {
 	err := i.inner.DeleteHostVolume(ctx, ns, id)
 	i.count("DeleteHostVolume", err)
+	return err
+}
+
+func (i instrumented) EvaluateJob(ctx context.Context, ns, id string) error {
+	err := i.inner.EvaluateJob(ctx, ns, id)
+	i.count("EvaluateJob", err)
 	return err
 }
 

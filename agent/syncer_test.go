@@ -16,6 +16,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -261,5 +262,65 @@ func TestFormerLeaderServesNoStatus(t *testing.T) {
 	<-el.ended
 	if sets := a.views.list(); len(sets.Sets) != 0 {
 		t.Fatalf("a former leader still shows %d sets", len(sets.Sets))
+	}
+}
+
+// TestBlockedChildIsEvaluatedWhenItsNodeIsBack is issue 14's "one ordinal
+// never came back": a child registered while the node of its volume was
+// ineligible (a drain) has no allocation; Nomad does not place it when the
+// node is eligible again. The daemon asks Nomad to evaluate it, once per
+// such node change, reacting to the node's state, not to a timer.
+func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
+	parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
+	r := newSyncRig(t, parent)
+	sim := nomadsim.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	r.c.api = sim
+	r.sync(t) // stores the revision
+	spec, err := jobs.Parse(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := r.c.store.ListRevisions(context.Background(), r.key)
+	if err != nil || len(revs) != 1 {
+		t.Fatalf("revisions %v, %v", revs, err)
+	}
+	child, err := jobs.RenderChild(spec, revs[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(0)), ptr(uint64(20)), ptr(uint64(20)), ptr(uint64(20))
+	vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
+	node := func(eligibility string, modify uint64) *api.NodeListStub {
+		return &api.NodeListStub{ID: "n1", Status: api.NodeStatusReady, SchedulingEligibility: eligibility, ModifyIndex: modify}
+	}
+	relist := func(n *api.NodeListStub) {
+		r.cache.Replace(nomad.Snapshot{Index: 60, Jobs: []*api.Job{parent, child}, Volumes: []*api.HostVolumeStub{vol}, Nodes: []*api.NodeListStub{n}})
+	}
+	evals := func() int { return sim.Calls()[nomadsim.VerbEvaluateJob] }
+
+	// The node is still ineligible: nothing to ask.
+	relist(node(api.NodeSchedulingIneligible, 10))
+	r.sync(t)
+	if n := evals(); n != 0 {
+		t.Fatalf("%d evaluations while the node is ineligible", n)
+	}
+	// The node became eligible after the child was registered: ask once.
+	relist(node(api.NodeSchedulingEligible, 50))
+	r.sync(t)
+	r.sync(t)
+	if n := evals(); n != 1 {
+		t.Fatalf("%d evaluations once the node is back, want 1", n)
+	}
+	// A node that was fine before the child was registered says nothing
+	// about a blocked placement: no evaluation for it.
+	r2 := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
+	r2.c.api = sim
+	r2.sync(t)
+	r2.cache.Replace(nomad.Snapshot{Index: 60, Jobs: []*api.Job{parent, child}, Volumes: []*api.HostVolumeStub{vol},
+		Nodes: []*api.NodeListStub{node(api.NodeSchedulingEligible, 5)}})
+	r2.sync(t)
+	if n := evals(); n != 1 {
+		t.Fatalf("%d evaluations in all, want still 1", n)
 	}
 }

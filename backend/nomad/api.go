@@ -47,6 +47,10 @@ type API interface {
 	// scheduling eligibility: a pod on a draining node is the daemon's to
 	// move, within the set's budget.
 	ListNodes(ctx context.Context) ([]*api.NodeListStub, error)
+	// EvaluateJob asks Nomad to evaluate a job again: a child whose
+	// placement was blocked (its volume's node was ineligible) stays blocked
+	// when the node comes back, until something evaluates it.
+	EvaluateJob(ctx context.Context, namespace, id string) error
 	// Events subscribes to the event stream from index for the Job,
 	// Allocation, Deployment and HostVolume topics. The channel closes when
 	// the stream ends; the caller then re-lists and subscribes again.

@@ -51,7 +51,7 @@ var capabilityFor = map[string]string{
 	"DeregisterJob": "submit-job", "ListAllocations": "read-job",
 	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
 	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
-	"ListNodes": "node:read",
+	"ListNodes": "node:read", "EvaluateJob": "submit-job",
 }
 
 // PermissionError is Nomad refusing a call for lack of an ACL capability.
@@ -172,6 +172,18 @@ func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*ap
 		return nil, fmt.Errorf("creating host volume %s/%s: Nomad returned no volume", vol.Namespace, vol.Name)
 	}
 	return resp.Volume, nil
+}
+
+// EvaluateJob implements API.
+func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) error {
+	_, _, err := n.c.Jobs().EvaluateWithOpts(id, api.EvalOptions{}, write(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("evaluating job %s/%s: %w", namespace, id, denied("EvaluateJob", namespace, err))
+	}
+	return nil
 }
 
 // ListNodes implements API.

@@ -17,11 +17,24 @@ type NodeState struct {
 	Eligible bool
 	// Status is Nomad's node status: ready, down, disconnected, initializing.
 	Status string
+	// FineSince is the Nomad index at which the node last became ready,
+	// eligible and not draining (from a listing: its modify index). A child
+	// whose placement was blocked before then is evaluated again.
+	FineSince uint64
+}
+
+// Fine reports whether pods may run and be placed on the node.
+func (n NodeState) Fine() bool {
+	return n.Status == api.NodeStatusReady && n.Eligible && !n.Draining
 }
 
 // nodeStateOfStub reads a node list stub.
 func nodeStateOfStub(n *api.NodeListStub) NodeState {
-	return NodeState{Draining: n.Drain, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
+	st := NodeState{Draining: n.Drain, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
+	if st.Fine() {
+		st.FineSince = n.ModifyIndex
+	}
+	return st
 }
 
 // nodePayload is the part of a Node event's payload the cache keeps, with
@@ -72,6 +85,13 @@ func (c *Cache) upsertNode(n *nodePayload, deregistered bool, index uint64) []ba
 		delete(c.nodeStates, n.ID)
 	} else {
 		st := n.state()
+		switch {
+		case !st.Fine():
+		case known && old.Fine():
+			st.FineSince = old.FineSince
+		default:
+			st.FineSince = index
+		}
 		if known && st == old {
 			return nil
 		}

@@ -144,7 +144,7 @@ func (c *Cache) noteNodeLocked(obs *Observation, id string) {
 		return
 	}
 	n, ok := c.nodeStates[id]
-	if !ok || (!n.Draining && n.Eligible && n.Status == api.NodeStatusReady) {
+	if !ok || n.Fine() {
 		return
 	}
 	if obs.Nodes == nil {

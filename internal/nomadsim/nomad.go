@@ -576,6 +576,16 @@ func (s *Nomad) placeVolume(v *api.HostVolume) error {
 		v.Name, len(taken)))
 }
 
+// EvaluateJob implements nomad.API: the simulation places what it can at
+// once, so an evaluation changes nothing; it is counted like the real one.
+func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) error {
+	after, err := s.enter(ctx, VerbEvaluateJob)
+	if err != nil {
+		return err
+	}
+	return after
+}
+
 // ListNodes implements nomad.API: the configured nodes, all ready, eligible
 // and not draining (the simulation has no drains).
 func (s *Nomad) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {

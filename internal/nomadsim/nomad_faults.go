@@ -27,12 +27,13 @@ const (
 	VerbListHostVolumes  = "ListHostVolumes"
 	VerbDeleteHostVolume = "DeleteHostVolume"
 	VerbListNodes        = "ListNodes"
+	VerbEvaluateJob      = "EvaluateJob"
 	VerbEvents           = "Events"
 )
 
 // WriteVerbs are the verbs that change Nomad's state. The steady-state "zero
 // writes" proof sums Calls over these.
-var WriteVerbs = []string{VerbRegisterJob, VerbDeregisterJob, VerbCreateHostVolume, VerbDeleteHostVolume}
+var WriteVerbs = []string{VerbRegisterJob, VerbDeregisterJob, VerbCreateHostVolume, VerbDeleteHostVolume, VerbEvaluateJob}
 
 // simAddress is the address the simulated errors name, the default address
 // of a Nomad agent.
@@ -50,6 +51,7 @@ var verbRoutes = map[string][2]string{
 	VerbListHostVolumes:  {"GET", "/v1/volumes"},
 	VerbDeleteHostVolume: {"DELETE", "/v1/volume/host/"},
 	VerbListNodes:        {"GET", "/v1/nodes"},
+	VerbEvaluateJob:      {"PUT", "/v1/job/"},
 	VerbEvents:           {"GET", "/v1/event/stream"},
 }
 
