@@ -20,11 +20,25 @@ type queue struct {
 	// dirty marks keys added while they were being processed.
 	dirty    map[string]bool
 	failures map[string]int
-	timers   map[string]*time.Timer
+	// timers holds, per key, the pending AddAfter with its deadline.
+	timers   map[string]*delayed
 	shutdown bool
 
 	baseDelay time.Duration
 	maxDelay  time.Duration
+	// now and afterFunc are time.Now and time.AfterFunc; tests replace
+	// them to drive the timers by hand.
+	now       func() time.Time
+	afterFunc func(d time.Duration, f func()) stopper
+}
+
+// stopper is what the queue needs of a timer.
+type stopper interface{ Stop() bool }
+
+// delayed is one pending AddAfter.
+type delayed struct {
+	at    time.Time
+	timer stopper
 }
 
 func newQueue(baseDelay, maxDelay time.Duration) *queue {
@@ -33,9 +47,11 @@ func newQueue(baseDelay, maxDelay time.Duration) *queue {
 		processing: map[string]bool{},
 		dirty:      map[string]bool{},
 		failures:   map[string]int{},
-		timers:     map[string]*time.Timer{},
+		timers:     map[string]*delayed{},
 		baseDelay:  baseDelay,
 		maxDelay:   maxDelay,
+		now:        time.Now,
+		afterFunc:  func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) },
 	}
 	q.cond = sync.NewCond(&q.mu)
 	return q
@@ -64,7 +80,9 @@ func (q *queue) addLocked(key string) {
 	q.cond.Signal()
 }
 
-// AddAfter queues key after d. A later AddAfter with a shorter delay wins.
+// AddAfter queues key after d. Of two pending AddAfter for one key the
+// earlier deadline wins: AddAfter(20ms) then AddAfter(1h) queues the key in
+// 20ms (and once).
 func (q *queue) AddAfter(key string, d time.Duration) {
 	if d <= 0 {
 		q.Add(key)
@@ -75,17 +93,26 @@ func (q *queue) AddAfter(key string, d time.Duration) {
 	if q.shutdown {
 		return
 	}
-	if t, ok := q.timers[key]; ok {
-		// Keep the earlier of the two deadlines: stopping and re-arming is
-		// simplest, and an early extra pass is harmless.
-		t.Stop()
+	at := q.now().Add(d)
+	if old, ok := q.timers[key]; ok {
+		if !at.Before(old.at) {
+			return
+		}
+		old.timer.Stop()
 	}
-	q.timers[key] = time.AfterFunc(d, func() {
+	w := &delayed{at: at}
+	w.timer = q.afterFunc(d, func() {
 		q.mu.Lock()
+		defer q.mu.Unlock()
+		// A timer stopped too late to stop its callback must neither queue
+		// the key early nor drop the timer that replaced it.
+		if q.timers[key] != w {
+			return
+		}
 		delete(q.timers, key)
 		q.addLocked(key)
-		q.mu.Unlock()
 	})
+	q.timers[key] = w
 }
 
 // AddRateLimited queues key after its backoff, which doubles per failure.
@@ -156,8 +183,8 @@ func (q *queue) ShutDown() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shutdown = true
-	for _, t := range q.timers {
-		t.Stop()
+	for _, w := range q.timers {
+		w.timer.Stop()
 	}
 	q.cond.Broadcast()
 }

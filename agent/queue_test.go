@@ -170,3 +170,61 @@ func TestPodStateAvailableAfterMinReadySeconds(t *testing.T) {
 		t.Errorf("a terminating pod reads %s", got)
 	}
 }
+
+// fakeTimers drives the queue's timers by hand: no real time passes.
+type fakeTimers struct {
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (t *fakeTimer) Stop() bool { was := !t.stopped; t.stopped = true; return was }
+
+func (ft *fakeTimers) install(q *queue) {
+	q.now = func() time.Time { return ft.now }
+	q.afterFunc = func(d time.Duration, f func()) stopper {
+		t := &fakeTimer{at: ft.now.Add(d), f: f}
+		ft.timers = append(ft.timers, t)
+		return t
+	}
+}
+
+// TestAddAfterKeepsTheEarlierDeadline is issue 17's second defect: the
+// comment promised the earlier of two deadlines, the code kept the later
+// (AddAfter(20ms) then AddAfter(1h) waited an hour), and a timer that had
+// already fired when it was replaced deleted its replacement.
+func TestAddAfterKeepsTheEarlierDeadline(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	ft := &fakeTimers{now: time.Unix(1000, 0)}
+	ft.install(q)
+
+	q.AddAfter("k", 20*time.Millisecond)
+	q.AddAfter("k", time.Hour)
+	if w := q.timers["k"]; w == nil || !w.at.Equal(ft.now.Add(20*time.Millisecond)) {
+		t.Fatalf("pending deadline %+v, want now+20ms", w)
+	}
+	if len(ft.timers) != 1 {
+		t.Fatalf("%d timers armed, want the first one only", len(ft.timers))
+	}
+
+	// A shorter delay replaces the pending one.
+	q.AddAfter("k", 5*time.Millisecond)
+	if len(ft.timers) != 2 || !ft.timers[0].stopped {
+		t.Fatalf("the earlier deadline did not replace the later one: %+v", ft.timers)
+	}
+	// The replaced timer had already fired: its callback runs anyway. It
+	// must not drop the replacement, nor queue the key.
+	ft.timers[0].f()
+	if q.timers["k"] == nil || q.Len() != 0 {
+		t.Fatalf("a stale timer dropped its replacement (%v) or queued the key (%d queued)", q.timers["k"], q.Len())
+	}
+	ft.timers[1].f()
+	if q.Len() != 1 || q.timers["k"] != nil {
+		t.Fatalf("after the deadline: %d queued, timer %v", q.Len(), q.timers["k"])
+	}
+}
