@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
@@ -25,12 +26,13 @@ import (
 // leaves a write half-done; this keeps a hung call from blocking shutdown.
 // Every effect is idempotent or check-and-set, so one cut short by the
 // timeout is simply redone from fresh observations.
-const effectTimeout = 5 * time.Second
+const effectTimeout = StopTimeout - time.Second
 
 // StopTimeout is the longest the agent takes to stop acting once its
 // leadership context is cancelled: the one effect in flight, plus slack. The
-// leader election's lock-delay arithmetic is built on it.
-const StopTimeout = effectTimeout + time.Second
+// leader election's lock-delay arithmetic is built on it, and config
+// validation checks the timing rule against the same value.
+const StopTimeout = config.LeaderStopTimeout
 
 // defaultExpectationTTL is how long a write may stay unobserved before the
 // cache is distrusted and re-listed.

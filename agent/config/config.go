@@ -29,6 +29,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -61,37 +62,31 @@ const (
 	// 4650 sits next to Nomad's 4646–4648 and is loopback-only by default.
 	DefaultHTTPAddress = "127.0.0.1:4650"
 
-	// Leader-election timing. The safety argument, which Validate enforces:
-	//
-	//   - A leader that cannot reach Consul gives up after
-	//     MonitorRetries × MonitorRetryTime = 3 × 2s = 6s, and stops acting.
-	//   - Its session cannot expire sooner than SessionTTL = 15s after its last
-	//     renewal (Consul treats the TTL as a lower bound, and may wait 2×TTL).
-	//   - After the session is invalidated, nobody can take the lock for a
-	//     further LockDelay = 15s.
-	//
-	// So the old leader has stopped at least 15s − 6s + 15s = 24s before a
-	// successor can start. Validate rejects monitor_retries ×
-	// monitor_retry_time ≥ session_ttl, which would let the old leader still
-	// be retrying when its session is already gone.
+	// Leader-election timing: Consul's defaults and bounds, from the
+	// elector, whose doc (consul.DefaultSessionTTL) gives the safety rule
+	// that Validate enforces through consul.ElectorConfig.CheckTiming.
 
 	// DefaultSessionTTL is the Consul session TTL of the leader lock.
-	DefaultSessionTTL = 15 * time.Second
+	DefaultSessionTTL = consul.DefaultSessionTTL
 	// DefaultLockDelay is the Consul lock-delay of the leader lock.
-	DefaultLockDelay = 15 * time.Second
+	DefaultLockDelay = consul.DefaultLockDelay
 	// DefaultMonitorRetries is how many failed lock-monitor queries the
 	// leader tolerates before it steps down.
-	DefaultMonitorRetries = 3
+	DefaultMonitorRetries = consul.DefaultMonitorRetries
 	// DefaultMonitorRetryTime is the pause between lock-monitor retries.
-	DefaultMonitorRetryTime = 2 * time.Second
+	DefaultMonitorRetryTime = consul.DefaultMonitorRetryTime
 	// MinSessionTTL and MaxSessionTTL are the bounds Consul itself puts on a
 	// session TTL; checking them here gives a positioned error instead of a
 	// runtime failure at the first election.
-	MinSessionTTL = 10 * time.Second
+	MinSessionTTL = consul.MinSessionTTL
 	// MaxSessionTTL: see MinSessionTTL.
-	MaxSessionTTL = 24 * time.Hour
+	MaxSessionTTL = consul.MaxSessionTTL
 	// MaxLockDelay is the largest lock-delay Consul honours.
-	MaxLockDelay = 60 * time.Second
+	MaxLockDelay = consul.MaxLockDelay
+	// LeaderStopTimeout is the longest the agent takes to stop acting once
+	// it loses leadership: the one Nomad or store call in flight (5s at
+	// most) plus slack. The timing rule is checked against it.
+	LeaderStopTimeout = 6 * time.Second
 
 	// DefaultHookTimeout bounds one lifecycle-hook call.
 	DefaultHookTimeout = plugin.DefaultHookTimeout

@@ -154,8 +154,8 @@ var attrCases = []attrCase{
 	{"high_availability.enabled", `high_availability { enabled = false }`, func(c *Config) any { return c.HighAvailability.Enabled }, false},
 	{"high_availability.lock_key", `high_availability { lock_key = "x/lock" }`, func(c *Config) any { return c.HighAvailability.LockKey }, "x/lock"},
 	{"high_availability.session_ttl", `high_availability { session_ttl = "1m" }`, func(c *Config) any { return c.HighAvailability.SessionTTL }, time.Minute},
-	{"high_availability.lock_delay", `high_availability { lock_delay = "0s" }`, func(c *Config) any { return c.HighAvailability.LockDelay }, time.Duration(0)},
-	{"high_availability.monitor_retries", `high_availability { monitor_retries = 5 }`, func(c *Config) any { return c.HighAvailability.MonitorRetries }, 5},
+	{"high_availability.lock_delay", `high_availability { lock_delay = "20s" }`, func(c *Config) any { return c.HighAvailability.LockDelay }, 20 * time.Second},
+	{"high_availability.monitor_retries", `high_availability { monitor_retries = 4 }`, func(c *Config) any { return c.HighAvailability.MonitorRetries }, 4},
 	{"high_availability.monitor_retry_time", `high_availability { monitor_retry_time = "1500ms" }`, func(c *Config) any { return c.HighAvailability.MonitorRetryTime }, 1500 * time.Millisecond},
 
 	{"http.address", `http { address = "0.0.0.0:9999" }`, func(c *Config) any { return c.HTTP.Address }, "0.0.0.0:9999"},
@@ -507,7 +507,7 @@ consul {
 }
 high_availability {
   session_ttl = "30s"
-  lock_delay = "1s"
+  lock_delay = "30s"
   monitor_retries = 0
   monitor_retry_time = "100ms"
 }

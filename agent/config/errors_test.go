@@ -88,11 +88,18 @@ var errCases = []errCase{
 	{"session_ttl below Consul's minimum", "high_availability {\n  session_ttl = \"5s\"\n  monitor_retries = 0\n}",
 		`f0.hcl:2:17: Invalid high_availability session_ttl; high_availability.session_ttl: 5s is out of range: Consul accepts session TTLs from 10s to 24h0m0s.`},
 	{"lock timing arithmetic", "high_availability {\n  session_ttl        = \"10s\"\n  monitor_retries    = 5\n  monitor_retry_time = \"2s\"\n}",
-		`f0.hcl:2:24: Unsafe leader-election timing; high_availability.session_ttl: monitor_retries × monitor_retry_time (5 × 2s = 10s) must be less than session_ttl (10s)`},
+		`f0.hcl:3:24: Unsafe leader-election timing; high_availability.monitor_retries: monitor_retries x monitor_retry_time = 5 x 2s = 10s must be less than the lease min(session_ttl 10s, lock_delay 15s - stop timeout 6s) = 9s`},
+	// Issue 17: monitor_retries = 5 passed the config's own rule (10s <
+	// session_ttl 15s), then the elector refused to start, with no position.
+	// There is one rule now, the elector's, reported where it was set.
+	{"lock timing uses the elector's lease", "high_availability {\n  monitor_retries = 5\n}",
+		`f0.hcl:2:21: Unsafe leader-election timing; high_availability.monitor_retries: monitor_retries x monitor_retry_time = 5 x 2s = 10s must be less than the lease min(session_ttl 15s, lock_delay 15s - stop timeout 6s) = 9s`},
 	{"lock timing arithmetic points at what was set", "high_availability {\n  monitor_retries = 8\n}",
-		`f0.hcl:2:21: Unsafe leader-election timing; high_availability.session_ttl: monitor_retries × monitor_retry_time (8 × 2s = 16s) must be less than session_ttl (15s)`},
+		`f0.hcl:2:21: Unsafe leader-election timing; high_availability.monitor_retries: monitor_retries x monitor_retry_time = 8 x 2s = 16s`},
 	{"lock timing arithmetic without overflow", "high_availability {\n  monitor_retries = 9000000000000\n}",
-		`f0.hcl:2:21: Unsafe leader-election timing; high_availability.session_ttl: monitor_retries × monitor_retry_time (9000000000000 × 2s = 1.8e+13s)`},
+		`f0.hcl:2:21: Unsafe leader-election timing; high_availability.monitor_retries: monitor_retries x monitor_retry_time = 9000000000000 x 2s = 1.8e+13s`},
+	{"lock_delay too short for the agent's stop timeout", "high_availability {\n  lock_delay = \"5s\"\n}",
+		`f0.hcl:2:16: Unsafe leader-election timing; high_availability.lock_delay: lock_delay 5s must exceed the agent's stop timeout 6s by at least 1.5s`},
 	{"negative monitor_retries", "high_availability {\n  monitor_retries = -1\n}",
 		`f0.hcl:2:21: Invalid high_availability monitor_retries; high_availability.monitor_retries: -1 is negative; use 0 or more.`},
 	{"zero monitor_retry_time", "high_availability {\n  monitor_retry_time = \"0s\"\n}",
@@ -313,7 +320,7 @@ func TestValidate_GoBuiltConfig(t *testing.T) {
 		t.Fatalf("Validate() = %v, want diagnostics", err)
 	}
 	want := []string{
-		"log_level: ", "workers: ", "high_availability.session_ttl: ", "plugin.dup.driver: ",
+		"log_level: ", "workers: ", "high_availability.monitor_retries: ", "plugin.dup.driver: ",
 		`plugin.dup: plugin "dup" is declared twice.`, `plugin.../evil: "../evil": use letters`,
 		"hook.h.plugin: ", "hook.h.events: ", "hook.h.timeout: ", "hook.h.failure_policy: ",
 		`hook.h: hook "h" is declared twice.`, `hook.no/slash: "no/slash": use letters`,

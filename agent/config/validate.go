@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -147,16 +148,17 @@ func (v *validator) validateHA() {
 		retriesOK = false
 		v.fail("Invalid high_availability monitor_retry_time", fmt.Sprintf("%s must be positive.", ha.MonitorRetryTime), "high_availability.monitor_retry_time")
 	}
-	// The safety rule of the timing constants in config.go: a leader cut off
-	// from Consul must give up before its session can expire. Checked in
-	// float seconds, since a huge retry count would overflow a Duration.
+	// The elector's timing rule, checked here so that a violation names the
+	// file and line instead of failing at start-up.
 	if ttlOK && retriesOK {
-		giveUp := float64(ha.MonitorRetries) * ha.MonitorRetryTime.Seconds()
-		if giveUp >= ha.SessionTTL.Seconds() {
-			v.fail("Unsafe leader-election timing", fmt.Sprintf(
-				"monitor_retries × monitor_retry_time (%d × %s = %s) must be less than session_ttl (%s): otherwise a leader cut off from Consul keeps acting after its session may have expired and another agent taken the lock.",
-				ha.MonitorRetries, ha.MonitorRetryTime, secondsString(giveUp), ha.SessionTTL),
-				"high_availability.session_ttl", "high_availability.monitor_retries", "high_availability.monitor_retry_time")
+		ecfg := consul.ElectorConfig{SessionTTL: ha.SessionTTL, LockDelay: ha.LockDelay,
+			MonitorRetries: ha.MonitorRetries, MonitorRetryTime: ha.MonitorRetryTime, StopTimeout: LeaderStopTimeout}
+		if err := ecfg.CheckTiming(); err != nil {
+			paths := []string{"high_availability.monitor_retries", "high_availability.monitor_retry_time", "high_availability.session_ttl", "high_availability.lock_delay"}
+			if strings.HasPrefix(err.Error(), "lock_delay") {
+				paths = []string{"high_availability.lock_delay", "high_availability.session_ttl"}
+			}
+			v.fail("Unsafe leader-election timing", err.Error()+".", paths...)
 		}
 	}
 	if ha.Enabled && v.c.State.Backend == StateEmbedded {

@@ -45,7 +45,7 @@ func TestElectorConfigValidate(t *testing.T) {
 		{name: "lock delay above consul maximum", mutate: func(c *ElectorConfig) { c.LockDelay = 90 * time.Second },
 			wantErr: []string{"lock_delay 1m30s"}},
 		{name: "stop timeout not below lock delay", mutate: func(c *ElectorConfig) { c.StopTimeout = 15 * time.Second },
-			wantErr: []string{"lock_delay 15s must exceed stop_timeout 15s", "before the lock-delay lets another agent in"}},
+			wantErr: []string{"lock_delay 15s must exceed the agent's stop timeout 15s", "before the lock-delay lets another agent in"}},
 		{name: "monitor outlasts the lease", mutate: func(c *ElectorConfig) { c.MonitorRetries = 10 },
 			wantErr: []string{"monitor_retries x monitor_retry_time = 10 x 2s = 20s", "lease", "12s"}},
 		{name: "short lock delay shortens the lease", mutate: func(c *ElectorConfig) {
@@ -85,7 +85,7 @@ func TestRunRefusesAnInvalidConfig(t *testing.T) {
 	e := NewElector(nil, ElectorConfig{LockKey: "k", LockDelay: time.Second}, nil)
 	called := false
 	err := e.Run(context.Background(), func(context.Context) error { called = true; return nil })
-	if err == nil || !strings.Contains(err.Error(), "lock_delay 1s must exceed stop_timeout 3s") {
+	if err == nil || !strings.Contains(err.Error(), "lock_delay 1s must exceed the agent's stop timeout 3s") {
 		t.Fatalf("Run with lock_delay 1s and the default stop_timeout: error %v, want the timing rule", err)
 	}
 	if called || e.IsLeader() {

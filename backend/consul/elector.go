@@ -151,6 +151,28 @@ func (c ElectorConfig) Lease() time.Duration {
 // renewals in a row may fail before the lease runs out.
 func (c ElectorConfig) RenewInterval() time.Duration { return c.Lease() / 3 }
 
+// CheckTiming checks the timing rule described at DefaultSessionTTL on c as
+// it is (no defaults applied): the leader must have stopped acting before
+// the lock-delay lets another agent in, and its lock monitor must give up
+// within the lease. It is the one copy of the rule: the agent's config
+// validation reports its error with the file position.
+func (c ElectorConfig) CheckTiming() error {
+	lease := c.Lease()
+	if c.LockDelay-c.StopTimeout < MinLease {
+		return fmt.Errorf("lock_delay %s must exceed the agent's stop timeout %s by at least %s: "+
+			"the leader must have stopped acting (lease + stop timeout) before the lock-delay lets another agent in, "+
+			"and a lease of %s leaves no room to renew the session", c.LockDelay, c.StopTimeout, MinLease, lease)
+	}
+	// In float seconds: a huge retry count would overflow a Duration.
+	if mon := float64(c.MonitorRetries) * c.MonitorRetryTime.Seconds(); mon >= lease.Seconds() {
+		return fmt.Errorf("monitor_retries x monitor_retry_time = %d x %s = %gs must be less than the lease "+
+			"min(session_ttl %s, lock_delay %s - stop timeout %s) = %s: "+
+			"otherwise a leader cut off from Consul would keep acting after it must already have stopped",
+			c.MonitorRetries, c.MonitorRetryTime, mon, c.SessionTTL, c.LockDelay, c.StopTimeout, lease)
+	}
+	return nil
+}
+
 // Validate checks the config (after WithDefaults) against Consul's bounds
 // and the timing rule described at DefaultSessionTTL.
 func (c ElectorConfig) Validate() error {
@@ -171,15 +193,8 @@ func (c ElectorConfig) Validate() error {
 	if c.MonitorRetries < 0 || c.MonitorRetryTime < 0 {
 		errs = append(errs, fmt.Errorf("monitor_retries %d and monitor_retry_time %s must not be negative", c.MonitorRetries, c.MonitorRetryTime))
 	}
-	if lease := c.Lease(); c.LockDelay-c.StopTimeout < MinLease {
-		errs = append(errs, fmt.Errorf("lock_delay %s must exceed stop_timeout %s by at least %s: "+
-			"the leader must have stopped acting (lease + stop_timeout) before the lock-delay lets another agent in, "+
-			"and a lease of %s leaves no room to renew the session", c.LockDelay, c.StopTimeout, MinLease, lease))
-	} else if mon := time.Duration(c.MonitorRetries) * c.MonitorRetryTime; mon >= lease {
-		errs = append(errs, fmt.Errorf("monitor_retries x monitor_retry_time = %d x %s = %s must be less than the lease "+
-			"min(session_ttl %s, lock_delay %s - stop_timeout %s) = %s: "+
-			"otherwise the leader would keep retrying after it must already have stopped",
-			c.MonitorRetries, c.MonitorRetryTime, mon, c.SessionTTL, c.LockDelay, c.StopTimeout, lease))
+	if err := c.CheckTiming(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid high_availability config: %w", err)

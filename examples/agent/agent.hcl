@@ -91,7 +91,8 @@ consul {
 # Safety: a leader cut off from Consul gives up after
 # monitor_retries x monitor_retry_time (3 x 2s = 6s), before its session can
 # expire (session_ttl 15s), and nobody else can take the lock until
-# lock_delay (15s) after that. The product must stay below session_ttl.
+# lock_delay (15s) after that. The product must stay below the lease,
+# min(session_ttl, lock_delay - 6s) = 9s with these values.
 high_availability {
   enabled = true
 

@@ -26,7 +26,7 @@ high_availability {
   # lock_key follows kv_prefix: nomad-statefulset/prod/leader.
   # Faster failover than the defaults; 4 x 2s = 8s stays below 20s.
   session_ttl     = "20s"
-  lock_delay      = "10s"
+  lock_delay      = "15s"
   monitor_retries = 4
 }
 
