@@ -45,6 +45,12 @@ type Options struct {
 	ResyncInterval time.Duration
 	// HTTPAddr is where the HTTP API listens ("" disables it).
 	HTTPAddr string
+	// EnableDebug serves net/http/pprof under /debug/pprof/ on the HTTP API
+	// (http { enable_debug }).
+	EnableDebug bool
+	// DisableMetrics turns /v1/metrics off (telemetry { prometheus_metrics =
+	// false }); it answers 404 saying so.
+	DisableMetrics bool
 	// Clock returns the time; time.Now when nil. Tests pass a fake.
 	Clock func() time.Time
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.

@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +72,36 @@ func TestHealthShowsLeaderElection(t *testing.T) {
 	}
 	if h := a.health(context.Background()); h.HighAvailability || !h.Leader || h.LeaderSince != nil || h.Checks["leader_election"] != "" {
 		t.Fatalf("health without HA = %+v", h)
+	}
+}
+
+// TestHTTPDebugAndMetricsSettings: http { enable_debug } and telemetry {
+// prometheus_metrics } used to be decoded and documented, and nothing read
+// them. enable_debug serves pprof; prometheus_metrics = false turns
+// /v1/metrics off with a 404 that says so.
+func TestHTTPDebugAndMetricsSettings(t *testing.T) {
+	get := func(h *harness, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + h.agent.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	plain := startAgent(t, fastSim())
+	if code, _ := get(plain, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("pprof without enable_debug: %d, want 404", code)
+	}
+	if code, body := get(plain, "/v1/metrics"); code != http.StatusOK || !strings.Contains(body, "nomad_statefulset_") {
+		t.Errorf("metrics by default: %d %q", code, body[:min(len(body), 80)])
+	}
+	tuned := startAgentWith(t, fastSim(), func(o *Options) { o.EnableDebug, o.DisableMetrics = true, true })
+	if code, body := get(tuned, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("pprof with enable_debug: %d", code)
+	}
+	if code, body := get(tuned, "/v1/metrics"); code != http.StatusNotFound || !strings.Contains(body, "prometheus_metrics = false") {
+		t.Errorf("metrics off: %d %q", code, body)
 	}
 }

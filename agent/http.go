@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,7 +28,21 @@ func newHTTPServer(addr string, a *Agent) (*httpServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", a.handleHealth)
-	mux.Handle("GET /v1/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
+	if a.opts.DisableMetrics {
+		mux.HandleFunc("GET /v1/metrics", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "metrics are off: telemetry { prometheus_metrics = false }"})
+		})
+	} else {
+		mux.Handle("GET /v1/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
+	}
+	if a.opts.EnableDebug {
+		// net/http/pprof's handlers, on this mux only (not the default one).
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /v1/statefulsets", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.views.list())
 	})

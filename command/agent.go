@@ -146,6 +146,8 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		Workers:        cfg.Workers,
 		ResyncInterval: cfg.ResyncInterval,
 		HTTPAddr:       cfg.HTTP.Address,
+		EnableDebug:    cfg.HTTP.EnableDebug,
+		DisableMetrics: !cfg.Telemetry.PrometheusMetrics,
 		Plugins:        manager.ConfigOf(cfg),
 		ConsulHealth:   health,
 	})

@@ -251,10 +251,9 @@ type HTTPConfig struct {
 
 // TelemetryConfig is the `telemetry {}` block.
 type TelemetryConfig struct {
-	// PrometheusMetrics serves /v1/metrics in Prometheus format.
+	// PrometheusMetrics serves /v1/metrics in Prometheus format. (No
+	// disable_hostname: no metric carries the host name.)
 	PrometheusMetrics bool `hcl:"prometheus_metrics"`
-	// DisableHostname leaves the host name out of metric names and labels.
-	DisableHostname bool `hcl:"disable_hostname"`
 }
 
 // StateConfig is the `state {}` block.

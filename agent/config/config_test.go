@@ -49,7 +49,6 @@ func TestDefault_Values(t *testing.T) {
 		{"http.address", c.HTTP.Address, "127.0.0.1:4650"},
 		{"http.enable_debug", c.HTTP.EnableDebug, false},
 		{"telemetry.prometheus_metrics", c.Telemetry.PrometheusMetrics, true},
-		{"telemetry.disable_hostname", c.Telemetry.DisableHostname, false},
 		{"state.backend", c.State.Backend, StateConsul},
 		{"state.path", c.State.Path, "/var/lib/nomad-statefulset/state.db"},
 		{"volume_provisioner.plugin", c.VolumeProvisioner.Plugin, "nomad-host-volume"},
@@ -162,7 +161,6 @@ var attrCases = []attrCase{
 	{"http.enable_debug", `http { enable_debug = true }`, func(c *Config) any { return c.HTTP.EnableDebug }, true},
 
 	{"telemetry.prometheus_metrics", `telemetry { prometheus_metrics = false }`, func(c *Config) any { return c.Telemetry.PrometheusMetrics }, false},
-	{"telemetry.disable_hostname", `telemetry { disable_hostname = true }`, func(c *Config) any { return c.Telemetry.DisableHostname }, true},
 
 	{"state.backend", `state { backend = "embedded" }`, func(c *Config) any { return c.State.Backend }, StateEmbedded},
 	{"state.path", `state { path = "/tmp/s.db" }`, func(c *Config) any { return c.State.Path }, "/tmp/s.db"},

@@ -120,9 +120,6 @@ http {
 telemetry {
   # Serve /v1/metrics in Prometheus format.
   prometheus_metrics = true
-
-  # Leave the host name out of metrics.
-  disable_hostname = false
 }
 
 state {
