@@ -199,7 +199,7 @@ func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend
 		return nil, nil, err
 	}
 	if !cfg.HighAvailability.Enabled {
-		return consul.NewStore(cc, cfg.Consul.KVPrefix, nil, logger.Named("store")), backend.AlwaysLeader{}, nil
+		return consul.NewStore(cc, cfg.Consul.KVPrefix, nil, logger), backend.AlwaysLeader{}, nil
 	}
 	ha := cfg.HighAvailability
 	ecfg := consul.ElectorConfig{
@@ -210,8 +210,8 @@ func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend
 	if err := ecfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("configuring leader election: %w", err)
 	}
-	el := consul.NewElector(cc, ecfg, logger.Named("leader"))
-	return consul.NewStore(cc, cfg.Consul.KVPrefix, el.Fence(), logger.Named("store")), el, nil
+	el := consul.NewElector(cc, ecfg, logger)
+	return consul.NewStore(cc, cfg.Consul.KVPrefix, el.Fence(), logger), el, nil
 }
 
 // consulHealth returns where pod readiness reads Consul checks from: the
