@@ -14,14 +14,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
-// Meta keys that tie a child job to its set. They are written by
-// jobs.RenderChild; the cache only reads them.
-const (
-	metaManaged = "statefulset"
-	metaParent  = "statefulset_parent"
-	metaOrdinal = "statefulset_ordinal"
-)
-
 // child is the cached state of one child job and its allocations. A cache
 // holds one per pod, so it is kept small: the job as a jobs.ChildRecord
 // (what drift detection and the observation read, some 1 KB where the
@@ -231,7 +223,7 @@ func jobNamespace(j *api.Job) string {
 
 // parentOf returns the set a child job belongs to, from its meta.
 func parentOf(j *api.Job) (backend.SetKey, bool) {
-	p, ok := j.Meta[metaParent]
+	p, ok := j.Meta[jobs.MetaParent]
 	if !ok || p == "" {
 		return backend.SetKey{}, false
 	}
@@ -239,7 +231,7 @@ func parentOf(j *api.Job) (backend.SetKey, bool) {
 }
 
 func isParent(j *api.Job) bool {
-	return j.Meta[metaManaged] == "true" && j.Meta[metaParent] == ""
+	return j.Meta[jobs.KeyManaged] == "true" && j.Meta[jobs.MetaParent] == ""
 }
 
 // Snapshot is a full listing, used to replace the cache's contents.
@@ -371,7 +363,7 @@ func (c *Cache) upsertRecordLocked(r *jobs.ChildRecord) (backend.SetKey, bool) {
 	if ns == "" {
 		ns = "default"
 	}
-	parent := r.Meta(metaParent)
+	parent := r.Meta(jobs.MetaParent)
 	if r.ID() == "" || parent == "" {
 		return backend.SetKey{}, false
 	}

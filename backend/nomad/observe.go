@@ -102,7 +102,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 	sort.Strings(ids)
 	for _, id := range ids {
 		ch := c.children[key][id]
-		ord, err := strconv.Atoi(ch.job.Meta(metaOrdinal))
+		ord, err := strconv.Atoi(ch.job.Meta(jobs.MetaOrdinal))
 		if err != nil {
 			// Not a child we can place; the reconciler never sees it.
 			continue
@@ -290,7 +290,7 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 		Job:            job.Job(),
 		Pod: reconciler.Pod{
 			Ordinal:  ord,
-			Revision: job.Meta("statefulset_revision"),
+			Revision: job.Meta(jobs.MetaRevision),
 			Phase:    reconciler.PhasePending,
 		},
 	}

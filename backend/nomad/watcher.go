@@ -174,7 +174,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
 	for _, s := range stubs {
-		if s.Meta[metaManaged] != "true" && s.Meta[metaParent] == "" {
+		if s.Meta[jobs.KeyManaged] != "true" && s.Meta[jobs.MetaParent] == "" {
 			continue
 		}
 		ns := s.Namespace
@@ -200,7 +200,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 			snap.Jobs = append(snap.Jobs, job)
 			namespaces[jobNamespace(job)] = struct{}{}
 		}
-		if s.Meta[metaParent] != "" {
+		if s.Meta[jobs.MetaParent] != "" {
 			children[ns+"/"+s.ID] = struct{}{}
 		}
 	}
@@ -270,7 +270,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				w.log.Warn("ignoring an allocation event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
 			}
-			if alloc.Job != nil && alloc.Job.Meta[metaParent] != "" {
+			if alloc.Job != nil && alloc.Job.Meta[jobs.MetaParent] != "" {
 				// The child may be new to us (adoption, or a missed event).
 				if _, known := w.cache.ownerOf(alloc.Namespace, alloc.JobID); !known {
 					w.cache.UpsertJob(alloc.Job, 0)
