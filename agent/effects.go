@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
@@ -232,10 +230,16 @@ func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs n
 	if err != nil {
 		return pluginDown(err)
 	}
-	c.cache.PutVolume(&api.HostVolumeStub{
-		Namespace: vol.Namespace, ID: vol.ID, Name: vol.Name, PluginID: vol.PluginID,
-		NodePool: vol.NodePool, NodeID: vol.NodeID, State: api.HostVolumeState(vol.State),
-		CreateIndex: vol.CreateIndex, ModifyIndex: vol.ModifyIndex,
+	// The watcher sees the volume on the HostVolume topic; until it does,
+	// the set waits rather than act on a cache without it.
+	name, now := vol.Name, c.clock()
+	c.expect.expect(key, "volume "+name+" created", now, func(o nomad.Observation) bool {
+		for _, v := range o.Volumes {
+			if v.Volume.Name == name {
+				return true
+			}
+		}
+		return false
 	})
 	return nil
 }
@@ -244,6 +248,14 @@ func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs n
 	if err := c.provisioner.DeleteVolume(ctx, volumeRequest(key, obs, act)); err != nil {
 		return pluginDown(err)
 	}
-	c.cache.RemoveVolume(key.Namespace, act.Volume.Name)
+	name, now := act.Volume.Name, c.clock()
+	c.expect.expect(key, "volume "+name+" deleted", now, func(o nomad.Observation) bool {
+		for _, v := range o.Volumes {
+			if v.Volume.Name == name {
+				return false
+			}
+		}
+		return true
+	})
 	return nil
 }

@@ -501,11 +501,53 @@ func (c *Cache) upsertAllocStateLocked(ns, jobID string, a allocState) (backend.
 	return k, true
 }
 
-// PutVolume records a volume seen in a listing or created by us.
-func (c *Cache) PutVolume(v *api.HostVolumeStub) {
+// upsertVolume records a host volume event, and returns the sets whose
+// volume it may be: those of its namespace whose name ends its
+// "<claim>-<set>" prefix.
+func (c *Cache) upsertVolume(v *api.HostVolume, deleted bool, index uint64) []backend.SetKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putVolumeLocked(v)
+	c.advanceLocked(index)
+	stub := &api.HostVolumeStub{
+		Namespace: v.Namespace, ID: v.ID, Name: v.Name, PluginID: v.PluginID, NodePool: v.NodePool, NodeID: v.NodeID,
+		CapacityBytes: v.CapacityBytes, State: v.State, CreateIndex: v.CreateIndex, CreateTime: v.CreateTime,
+		ModifyIndex: v.ModifyIndex, ModifyTime: v.ModifyTime,
+	}
+	base, _, ok := splitOrdinal(v.Name)
+	if !ok {
+		return nil
+	}
+	if deleted {
+		c.removeVolumeLocked(stub.Namespace, v.Name)
+	} else {
+		if old := c.volumeLocked(stub.Namespace, v.Name); old != nil && old.ModifyIndex > stub.ModifyIndex {
+			return nil // an older event
+		}
+		c.putVolumeLocked(stub)
+	}
+	ns := stub.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	var out []backend.SetKey
+	for k := range c.setsLocked() {
+		if k.Namespace == ns && strings.HasSuffix(base, "-"+k.Name) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// volumeLocked returns the cached volume called name, or nil.
+func (c *Cache) volumeLocked(namespace, name string) *api.HostVolumeStub {
+	base, ord, ok := splitOrdinal(name)
+	if !ok {
+		return nil
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	return c.volumes[namespace+"/"+base][ord]
 }
 
 func (c *Cache) putVolumeLocked(v *api.HostVolumeStub) {
@@ -526,10 +568,11 @@ func (c *Cache) putVolumeLocked(v *api.HostVolumeStub) {
 	m[ord] = v
 }
 
-// RemoveVolume forgets a volume we deleted.
-func (c *Cache) RemoveVolume(namespace, name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// removeVolumeLocked forgets a deleted volume. c.mu is held.
+func (c *Cache) removeVolumeLocked(namespace, name string) {
+	if namespace == "" {
+		namespace = "default"
+	}
 	base, ord, ok := splitOrdinal(name)
 	if !ok {
 		return

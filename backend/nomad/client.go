@@ -260,7 +260,12 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.
 }
 
 // eventTopics are the topics the watcher follows.
-var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode}
+var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode, TopicHostVolume}
+
+// TopicHostVolume is Nomad's event topic of dynamic host volumes (events
+// HostVolumeRegistered and HostVolumeDeleted, the volume under the payload
+// key "Volume"). The api package at the pinned version has no constant.
+const TopicHostVolume api.Topic = "HostVolume"
 
 // rawEvents is one message of Nomad's event stream, read with each payload
 // object kept as the JSON Nomad sent. The api package's own stream decodes

@@ -234,3 +234,29 @@ func TestCacheFollowsNodeDrains(t *testing.T) {
 		t.Fatal("a deregistered node is still known")
 	}
 }
+
+// TestCacheFollowsHostVolumeEvents: the watcher is the cache's one writer;
+// a volume created or deleted (by the daemon or anyone) reaches the cache
+// from the HostVolume topic, touches the sets it may belong to, and an older
+// event does not undo a newer one.
+func TestCacheFollowsHostVolumeEvents(t *testing.T) {
+	c := NewCache()
+	c.Replace(Snapshot{Index: 5, Jobs: []*api.Job{childJob("web", "0", "web-r1", false, 3)}})
+	vol := &api.HostVolume{Namespace: "default", ID: "v1", Name: "data-web-0", NodeID: "n1", ModifyIndex: 10}
+	if touched := c.upsertVolume(vol, false, 10); len(touched) != 1 || touched[0].Name != "web" {
+		t.Fatalf("a registered volume touched %v, want web", touched)
+	}
+	if got := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now()).Volumes; len(got) != 1 || got[0].ID != "v1" {
+		t.Fatalf("observed volumes %+v", got)
+	}
+	old := *vol
+	old.ModifyIndex, old.NodeID = 8, "stale"
+	c.upsertVolume(&old, false, 11)
+	if got := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now()).Volumes; got[0].NodeID != "n1" {
+		t.Fatalf("an older event overwrote the volume: %+v", got[0])
+	}
+	c.upsertVolume(vol, true, 12)
+	if got := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now()).Volumes; len(got) != 0 {
+		t.Fatalf("a deleted volume is still observed: %+v", got)
+	}
+}

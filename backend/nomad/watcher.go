@@ -279,6 +279,17 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 			if k, ok := w.cache.upsertAllocPayload(alloc, e.Index); ok {
 				touched[k] = struct{}{}
 			}
+		case TopicHostVolume:
+			// The watcher is the cache's one writer: volumes the daemon
+			// creates or deletes show up here like anyone else's.
+			var v *api.HostVolume
+			if err := DecodePayload(e, "Volume", &v); err != nil || v == nil || v.Name == "" {
+				w.log.Warn("ignoring a host volume event that does not decode", "type", e.Type, "key", e.Key, "error", err)
+				continue
+			}
+			for _, k := range w.cache.upsertVolume(v, e.Type == "HostVolumeDeleted", e.Index) {
+				touched[k] = struct{}{}
+			}
 		case api.TopicNode:
 			var n *nodePayload
 			if err := DecodePayload(e, "Node", &n); err != nil || n == nil || n.ID == "" {
