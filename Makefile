@@ -1,7 +1,9 @@
 # nomad-statefulset
 #
 #   make tools      build the real nomad and consul (tools/nomad, tools/consul modules) into .cache/bin, once
-#   make build      build ./bin/nomad-statefulset
+#   make build      build ./bin/nomad-statefulset, stamped with the version
+#   make release    dist/nomad-statefulset_<version>_linux_{amd64,arm64}.tar.gz
+#                   and dist/SHA256SUMS (version: git describe)
 #   make test-unit  unit tests (everything but e2e/), with -race; the quick loop:
 #                   needs no nomad or consul binary
 #   make test-integration  the backend tests against real Nomad and Consul
@@ -37,7 +39,15 @@ export CONSUL_BIN ?= $(BIN_DIR)/consul
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unexport AWS_CA_BUNDLE
 
-.PHONY: all tools build test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
+.PHONY: all tools build release test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
+
+# The version comes from git (a tag, else the commit, "-dirty" for local
+# changes) and is stamped into the binary with -ldflags.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+VERSION_PKG := github.com/nomad-statefulset/nomad-statefulset/command
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(COMMIT)
+RELEASE_ARCHES ?= amd64 arm64
 
 all: build
 
@@ -47,7 +57,20 @@ tools:
 build:
 	@if [ ! -d cmd/nomad-statefulset ]; then \
 		echo "build: ./cmd/nomad-statefulset does not exist yet: nothing to build" >&2; exit 1; fi
-	$(GO) build -o bin/nomad-statefulset ./cmd/nomad-statefulset
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/nomad-statefulset ./cmd/nomad-statefulset
+
+# Static, cross-compiled archives with a checksum file. CGO is off: the
+# daemon needs none, so one archive runs on any linux of its architecture.
+release:
+	rm -rf dist && mkdir -p dist/stage
+	for arch in $(RELEASE_ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/stage/nomad-statefulset ./cmd/nomad-statefulset; \
+		cp README.md dist/stage/; \
+		tar -C dist/stage -czf dist/nomad-statefulset_$(VERSION)_linux_$$arch.tar.gz nomad-statefulset README.md; \
+	done
+	rm -rf dist/stage
+	cd dist && sha256sum *.tar.gz > SHA256SUMS
+	@cat dist/SHA256SUMS
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -timeout $(UNIT_TIMEOUT) $$($(GO) list ./... | grep -v '/e2e')
@@ -69,7 +92,7 @@ lint: $(STATICCHECK)
 	$(GO) vet -tags realagents ./...
 	$(STATICCHECK) -tags realagents ./...
 
-test: lint test-unit test-integration test-e2e
+test: lint test-unit release test-integration test-e2e
 
 bench:
 	@mkdir -p $(CACHE)

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -131,7 +132,7 @@ func TestVersion(t *testing.T) {
 	if code := (&VersionCommand{Meta: m}).Run(nil); code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	if got := strings.TrimSpace(ui.OutputWriter.String()); got != "nomad-statefulset v"+strings.TrimPrefix(Version, "v") {
+	if got := strings.TrimSpace(ui.OutputWriter.String()); got != "nomad-statefulset v"+strings.TrimPrefix(Version, "v")+" ("+runtime.Version()+")" {
 		t.Errorf("version %q", got)
 	}
 	m, ui = newTestMeta()

@@ -14,13 +14,14 @@ var (
 )
 
 // VersionString is the one-line version, as printed by `version` and by
-// `nomad-statefulset -version`.
+// `nomad-statefulset -version`: the version, then the commit and the Go
+// version it was built from.
 func VersionString() string {
-	s := "nomad-statefulset v" + strings.TrimPrefix(Version, "v")
+	s := "nomad-statefulset v" + strings.TrimPrefix(Version, "v") + " ("
 	if GitCommit != "" {
-		s += " (" + GitCommit + ")"
+		s += "commit " + GitCommit + ", "
 	}
-	return s
+	return s + runtime.Version() + ")"
 }
 
 // VersionCommand is `nomad-statefulset version`.

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -136,6 +141,83 @@ func TestApplyMemoryLimit(t *testing.T) {
 		applyMemoryLimit(tc.args, tc.env, 0)
 		if got := debug.SetMemoryLimit(-1); got != tc.want {
 			t.Errorf("args %v, GOMEMLIMIT %q: limit %d, want %d", tc.args, tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestVersionIsStampedAtBuild: a binary built as `make build` and `make
+// release` build it, with -ldflags -X for the version and the commit, prints
+// them, with the Go version, in `version` and `version -json`.
+func TestVersionIsStampedAtBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "nomad-statefulset")
+	pkg := "github.com/nomad-statefulset/nomad-statefulset/command"
+	build := exec.Command("go", "build", "-ldflags", "-X "+pkg+".Version=v9.8.7-rc1 -X "+pkg+".GitCommit=abc1234", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("version: %v\n%s", err, out)
+	}
+	want := "nomad-statefulset v9.8.7-rc1 (commit abc1234, " + runtime.Version() + ")\n"
+	if string(out) != want {
+		t.Fatalf("version printed %q, want %q", out, want)
+	}
+	out, err = exec.Command(bin, "version", "-json").Output()
+	if err != nil {
+		t.Fatalf("version -json: %v", err)
+	}
+	var v struct {
+		Version   string `json:"version"`
+		GitCommit string `json:"git_commit"`
+		GoVersion string `json:"go_version"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Version != "9.8.7-rc1" || v.GitCommit != "abc1234" || v.GoVersion != runtime.Version() {
+		t.Fatalf("version -json: %s (%v)", out, err)
+	}
+}
+
+// TestSystemdUnitExample: examples/deploy/nomad-statefulset.service runs the
+// agent the way the CLI parses it, reloads with SIGHUP (which the agent
+// handles) and restarts on failure.
+func TestSystemdUnitExample(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "deploy", "nomad-statefulset.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("not a key=value line in [%s]: %q", section, line)
+			}
+			keys[section+"."+k] = v
+		}
+	}
+	exec := strings.Fields(keys["Service.ExecStart"])
+	if len(exec) != 4 || filepath.Base(exec[0]) != "nomad-statefulset" || exec[1] != "agent" || exec[2] != "-config" {
+		t.Fatalf("ExecStart %q, want <bin>/nomad-statefulset agent -config <dir>", keys["Service.ExecStart"])
+	}
+	// The agent command accepts these arguments: a missing config directory
+	// is reported as such, not as a usage error.
+	code, _, errOut := runCLI(t, "agent", "-config", filepath.Join(t.TempDir(), "missing"))
+	if code != command.ExitError || !strings.Contains(errOut, "Invalid configuration") {
+		t.Fatalf("agent -config <dir>: exit %d, %q; want a configuration error, not a usage error", code, errOut)
+	}
+	for k, want := range map[string]string{
+		"Service.ExecReload": "/bin/kill -HUP $MAINPID", "Service.Restart": "on-failure",
+		"Install.WantedBy": "multi-user.target", "Unit.After": "network-online.target",
+	} {
+		if keys[k] != want {
+			t.Errorf("%s = %q, want %q", k, keys[k], want)
 		}
 	}
 }
