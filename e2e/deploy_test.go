@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+)
+
+// TestDeployAsANomadJob runs examples/deploy/nomad-statefulset.nomad.hcl on a
+// Nomad with ACLs on, with the locally built binary in place of the release
+// artifact (raw_exec, since the test node is the test's own machine) and the
+// example's ACL policy bound to the job: two daemons run as Nomad
+// allocations and authenticate with their workload identity through the
+// Task API socket. One leads; a set converges through it; stopping the
+// leader's allocation hands over to the other, and the set keeps
+// converging. The daemons' environment holds no Nomad token but their
+// workload identity.
+func TestDeployAsANomadJob(t *testing.T) {
+	root, err := testagent.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCluster(t, testagent.WithACL())
+	nc := c.Nomad.Client
+	bin := DaemonBinary(t)
+
+	rules, err := os.ReadFile(filepath.Join(root, "examples", "deploy", "nomad-statefulset.policy.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.ACLPolicies().Upsert(&nomadapi.ACLPolicy{Name: "nomad-statefulset", Rules: string(rules),
+		JobACL: &nomadapi.JobACL{Namespace: "default", JobID: "nomad-statefulset"}}, nil); err != nil {
+		t.Fatalf("binding the example policy to the job: %v", err)
+	}
+	if _, _, err := nc.Variables().Create(&nomadapi.Variable{Path: "nomad/jobs/nomad-statefulset",
+		Items: nomadapi.VariableItems{"consul_token": "anonymous"}}, nil); err != nil {
+		t.Fatalf("writing the Consul token variable: %v", err)
+	}
+
+	src, err := os.ReadFile(filepath.Join(root, "examples", "deploy", "nomad-statefulset.nomad.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := nc.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Canonicalize: true,
+		Variables: fmt.Sprintf("consul_addr = %q\n", c.Consul.HostPort)})
+	if err != nil {
+		t.Fatalf("parsing the example job: %v", err)
+	}
+	// The test node is this machine: the local binary replaces the
+	// artifact, raw_exec runs it, and both agents share the one node.
+	job.Constraints = nil
+	job.TaskGroups[0].Constraints = nil
+	task := job.TaskGroups[0].Tasks[0]
+	task.Artifacts = nil
+	task.Driver = "raw_exec"
+	task.Config = map[string]any{"command": bin, "args": []string{"agent", "-config", "local/agent.hcl"}}
+	if _, _, err := nc.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering the daemon's job: %v", err)
+	}
+
+	// The agents' HTTP addresses, from their allocations' ports.
+	addrs := func() map[string]string {
+		out := map[string]string{}
+		stubs, _, err := nc.Jobs().Allocations("nomad-statefulset", false, nil)
+		if err != nil {
+			return out
+		}
+		for _, s := range stubs {
+			if s.ClientStatus != "running" || s.DesiredStatus != "run" {
+				continue
+			}
+			a, _, err := nc.Allocations().Info(s.ID, nil)
+			if err != nil || a.AllocatedResources == nil {
+				continue
+			}
+			for _, p := range a.AllocatedResources.Shared.Ports {
+				if p.Label == "http" {
+					out[s.ID] = "http://" + p.HostIP + ":" + strconv.Itoa(p.Value)
+				}
+			}
+		}
+		return out
+	}
+	health := func(addr string) (client.Health, error) {
+		var h client.Health
+		resp, err := http.Get(addr + "/v1/health")
+		if err != nil {
+			return h, err
+		}
+		defer resp.Body.Close()
+		return h, json.NewDecoder(resp.Body).Decode(&h)
+	}
+	leader := func(exclude string) (string, string) {
+		var id, addr string
+		Eventually(t, 2*time.Minute, "one of two running agents to lead", func() error {
+			as := addrs()
+			if len(as) != 2 {
+				return fmt.Errorf("%d agents running", len(as))
+			}
+			leaders := 0
+			for alloc, a := range as {
+				h, err := health(a)
+				if err != nil {
+					return err
+				}
+				if h.Leader && alloc != exclude {
+					leaders++
+					id, addr = alloc, a
+				}
+			}
+			if leaders != 1 {
+				return fmt.Errorf("%d leaders among %v", leaders, as)
+			}
+			return nil
+		})
+		return id, addr
+	}
+	leaderID, leaderAddr := leader("")
+	t.Logf("agent %s leads at %s", leaderID, leaderAddr)
+
+	RegisterHCL(t, nc, setSpec{name: "dep", noVolume: true, meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
+	waitConverged(t, c, &Daemon{Addr: leaderAddr}, "dep", 2, nil)
+
+	// Only the workload identity reached the daemons: their NOMAD_TOKEN is
+	// a JWT, not the management token, and NOMAD_ADDR is the socket.
+	envs := daemonEnvs(t, bin)
+	if len(envs) < 2 {
+		t.Fatalf("found %d daemon processes, want 2", len(envs))
+	}
+	t.Logf("%d daemon processes, each with a workload identity token and the Task API socket", len(envs))
+	for _, env := range envs {
+		tok := env["NOMAD_TOKEN"]
+		if strings.Count(tok, ".") != 2 || tok == c.Nomad.Token {
+			t.Fatalf("a daemon's NOMAD_TOKEN is not a workload identity: %q", tok)
+		}
+		if !strings.HasPrefix(env["NOMAD_ADDR"], "unix://") {
+			t.Fatalf("a daemon's NOMAD_ADDR is %q, want the Task API socket", env["NOMAD_ADDR"])
+		}
+	}
+
+	// Stopping the leader's allocation hands over to the other agent.
+	if _, err := nc.Allocations().Stop(&nomadapi.Allocation{ID: leaderID}, nil); err != nil {
+		t.Fatalf("stopping the leader's allocation: %v", err)
+	}
+	stopped := time.Now()
+	newID, newAddr := leader(leaderID)
+	t.Logf("agent %s took over at %s, %v after the leader's allocation was stopped", newID, newAddr, time.Since(stopped).Round(100*time.Millisecond))
+	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
+	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 3, nil)
+}
+
+// daemonEnvs returns the environment of every running process of the
+// daemon binary bin.
+func daemonEnvs(t *testing.T, bin string) []map[string]string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []map[string]string
+	for _, p := range procs {
+		cmd, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cmd), bin+"\x00agent") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(p, "environ"))
+		if err != nil {
+			continue
+		}
+		env := map[string]string{}
+		for _, kv := range strings.Split(string(raw), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+		out = append(out, env)
+	}
+	return out
+}
