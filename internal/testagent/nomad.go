@@ -37,6 +37,9 @@ type NomadAgent struct {
 	// Client is an API client for the agent, carrying Token.
 	Client *nomadapi.Client
 
+	// Name is the agent's (and its client node's) name.
+	Name string
+
 	t       testing.TB
 	proc    *process
 	cfg     nomadConfig
@@ -47,6 +50,11 @@ type NomadAgent struct {
 type NomadOption func(*nomadConfig)
 
 type nomadConfig struct {
+	// noClient runs a server only; server, when set, makes a client only
+	// that joins it, with node meta.
+	noClient   bool
+	server     *NomadAgent
+	meta       map[string]string
 	acl        bool
 	consulAddr string
 	consulGRPC string
@@ -54,6 +62,53 @@ type nomadConfig struct {
 	logLevel   string
 	drivers    []string
 	timeout    time.Duration
+}
+
+// WithoutClient runs a server only (no client node): the server of a
+// multi-node cluster, whose clients are NomadClient agents.
+func WithoutClient() NomadOption { return func(c *nomadConfig) { c.noClient = true } }
+
+// NomadClient starts a client-only Nomad agent that joins server's RPC
+// port, with its own name, ports, data_dir, host volumes dirs and node meta
+// (for example {"rack": "r1"}), and waits until its node is ready with
+// healthy drivers. Several on one machine give a multi-node cluster.
+func NomadClient(t testing.TB, server *NomadAgent, meta map[string]string, opts ...NomadOption) *NomadAgent {
+	t.Helper()
+	return Nomad(t, append([]NomadOption{func(c *nomadConfig) {
+		c.server, c.meta, c.acl = server, meta, server.cfg.acl
+		c.consulAddr, c.consulGRPC = server.cfg.consulAddr, server.cfg.consulGRPC
+	}}, opts...)...)
+}
+
+// Drain starts draining the agent's node with the given deadline.
+func (a *NomadAgent) Drain(deadline time.Duration) error {
+	_, err := a.Client.Nodes().UpdateDrain(a.NodeID, &nomadapi.DrainSpec{Deadline: deadline}, false, nil)
+	return err
+}
+
+// Undrain stops draining the agent's node and makes it eligible again.
+func (a *NomadAgent) Undrain() error {
+	if _, err := a.Client.Nodes().UpdateDrain(a.NodeID, nil, true, nil); err != nil {
+		return err
+	}
+	_, err := a.Client.Nodes().ToggleEligibility(a.NodeID, true, nil)
+	return err
+}
+
+// KillHard kills the agent with SIGKILL, then the task processes it leaves
+// running (a killed client does not stop its executors): a machine that
+// died. The data directory is kept for Start.
+func (a *NomadAgent) KillHard() {
+	a.proc.kill()
+	killAllocCgroups(a.proc.dir)
+	killReferrers(a.proc.dir)
+}
+
+// Purge removes the agent's node from the cluster for good (it must be
+// down); see PurgeNode in Nomad's API.
+func (a *NomadAgent) Purge(server *NomadAgent) error {
+	_, _, err := server.Client.Nodes().Purge(a.NodeID, nil)
+	return err
 }
 
 // WithACL enables ACLs. The agent bootstraps them when it starts and keeps the
@@ -151,6 +206,30 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 	if err != nil {
 		t.Fatalf("testagent: %v", err)
 	}
+	a.Name = "testagent-" + filepath.Base(dir)
+	serverBlock := "server {\n  enabled          = true\n  bootstrap_expect = 1\n}"
+	clientServers := ""
+	if cfg.server != nil {
+		serverBlock = "server {\n  enabled = false\n}"
+		clientServers = fmt.Sprintf("  servers = [\"127.0.0.1:%d\"]\n", cfg.server.RPCPort)
+		if cfg.server.Token != "" {
+			a.Token = cfg.server.Token
+		}
+	}
+	clientEnabled := !cfg.noClient
+	metaBlock := ""
+	if len(cfg.meta) > 0 {
+		keys := make([]string, 0, len(cfg.meta))
+		for k := range cfg.meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		metaBlock = "  meta {\n"
+		for _, k := range keys {
+			metaBlock += fmt.Sprintf("    %s = %q\n", k, cfg.meta[k])
+		}
+		metaBlock += "  }\n"
+	}
 	conf := fmt.Sprintf(`
 name                 = "testagent-%s"
 region               = "global"
@@ -171,19 +250,16 @@ advertise {
   rpc  = "127.0.0.1"
   serf = "127.0.0.1"
 }
-server {
-  enabled          = true
-  bootstrap_expect = 1
-}
+%s
 client {
-  enabled                = true
+  enabled                = %t
   network_interface      = "lo"
   host_volumes_dir       = %q
   host_volume_plugin_dir = %q
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
-%s}
+%s%s%s}
 plugin "raw_exec" {
   config {
     enabled = true
@@ -198,7 +274,8 @@ acl {
   enabled = %t
 }
 `, filepath.Base(dir), a.DataDir, cfg.logLevel, a.HTTPPort, a.RPCPort, a.SerfPort,
-		a.HostVolumesDir, a.HostVolumePluginDir, chroot, cfg.consulAddr, grpcLine, cfg.acl)
+		serverBlock, clientEnabled, a.HostVolumesDir, a.HostVolumePluginDir, clientServers, metaBlock, chroot,
+		cfg.consulAddr, grpcLine, cfg.acl)
 	conf += strings.Join(cfg.extra, "\n")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
@@ -213,7 +290,7 @@ acl {
 		dir:     dir,
 		logPath: a.LogPath,
 	}
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: a.Addr})
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: a.Addr, SecretID: a.Token})
 	if err != nil {
 		t.Fatalf("testagent: nomad client: %v", err)
 	}
@@ -251,7 +328,7 @@ func (a *NomadAgent) start() {
 	}); err != nil {
 		fail(err)
 	}
-	if a.cfg.acl && a.Token == "" {
+	if a.cfg.acl && a.Token == "" && a.cfg.server == nil {
 		if err := waitFor(a.proc, 30*time.Second, "the ACL bootstrap", func() error {
 			tok, _, err := a.Client.ACLTokens().Bootstrap(nil)
 			if err != nil {
@@ -264,8 +341,10 @@ func (a *NomadAgent) start() {
 		}
 		a.Client.SetSecretID(a.Token)
 	}
-	if err := waitFor(a.proc, a.cfg.timeout, "the client node to be ready with healthy drivers "+strings.Join(a.drivers, ", "), a.nodeReady); err != nil {
-		fail(err)
+	if !a.cfg.noClient {
+		if err := waitFor(a.proc, a.cfg.timeout, "the client node to be ready with healthy drivers "+strings.Join(a.drivers, ", "), a.nodeReady); err != nil {
+			fail(err)
+		}
 	}
 	a.t.Logf("testagent: nomad ready at %s in %s (node %s, dir %s)", a.Addr, time.Since(start).Round(time.Millisecond), a.NodeID, a.Dir)
 }
@@ -277,10 +356,16 @@ func (a *NomadAgent) nodeReady() error {
 	if err != nil {
 		return err
 	}
-	if len(stubs) == 0 {
-		return fmt.Errorf("no client node registered yet")
+	id := ""
+	for _, s := range stubs {
+		if s.Name == a.Name {
+			id = s.ID
+		}
 	}
-	node, _, err := a.Client.Nodes().Info(stubs[0].ID, nil)
+	if id == "" {
+		return fmt.Errorf("client node %s not registered yet", a.Name)
+	}
+	node, _, err := a.Client.Nodes().Info(id, nil)
 	if err != nil {
 		return err
 	}

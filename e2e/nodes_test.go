@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+)
+
+// MultiCluster is one Nomad server and several client agents on 127.0.0.1,
+// each its own node with its own data and host volume directories and node
+// meta rack=r<i>, with Consul and a watchdog.
+type MultiCluster struct {
+	*Cluster
+	// Server is the server agent (no client); Clients are the client agents.
+	Server  *testagent.NomadAgent
+	Clients []*testagent.NomadAgent
+}
+
+// NewMultiCluster starts Consul, one Nomad server and n client agents.
+func NewMultiCluster(t testing.TB, n int) *MultiCluster {
+	t.Helper()
+	m := &MultiCluster{Cluster: &Cluster{t: t}}
+	m.Consul = testagent.Consul(t)
+	m.Server = testagent.Nomad(t, testagent.WithConsul(m.Consul), testagent.WithoutClient())
+	for i := 0; i < n; i++ {
+		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}))
+	}
+	m.Nomad = m.Server
+	m.Watchdog = StartWatchdog(t, m.Server.Client)
+	return m
+}
+
+// clientOf returns the client agent whose node is id.
+func (m *MultiCluster) clientOf(id string) *testagent.NomadAgent {
+	for _, c := range m.Clients {
+		if c.NodeID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// TestMultiNodeHarness: one server and three clients on loopback, each a
+// ready node with its rack meta; a node can be drained and undrained, and a
+// client killed hard (its executors too) and started again on its data.
+func TestMultiNodeHarness(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	nodes, _, err := m.Server.Client.Nodes().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	racks := map[string]bool{}
+	for _, n := range nodes {
+		info, _, err := m.Server.Client.Nodes().Info(n.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status != "ready" {
+			t.Fatalf("node %s is %s", info.Name, info.Status)
+		}
+		racks[info.Meta["rack"]] = true
+	}
+	if len(nodes) != 3 || len(racks) != 3 {
+		t.Fatalf("%d nodes on racks %v, want 3 on r0..r2", len(nodes), racks)
+	}
+	c := m.Clients[1]
+	if err := c.Drain(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, "the drained node to be ineligible", func() error {
+		n, _, err := m.Server.Client.Nodes().Info(c.NodeID, nil)
+		if err != nil || n.SchedulingEligibility != "ineligible" {
+			return fmt.Errorf("%v %v", n.SchedulingEligibility, err)
+		}
+		return nil
+	})
+	if err := c.Undrain(); err != nil {
+		t.Fatal(err)
+	}
+	c.KillHard()
+	c.Start()
+}
+
+// TestDrainTwoNodesWithinTheBudget is issue 14's drain: a 3-replica
+// Parallel set without claims, spread by hand over three nodes; two nodes
+// are drained at once with a budget of 1. Nomad leaves the children to the
+// daemon (migrate max_parallel = 0), which takes them off the draining nodes
+// one at a time; a watchdog fed by the event stream checks that at most one
+// ordinal is ever down, and all three come back, on the third node.
+func TestDrainTwoNodesWithinTheBudget(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	spec := setSpec{name: "dr", noVolume: true, meta: map[string]string{
+		"statefulset_replicas": "3", "statefulset_pod_management_policy": "Parallel"}}
+	RegisterHCL(t, m.Server.Client, spec.hcl())
+	waitConverged(t, m.Cluster, d, "dr", 3, nil)
+
+	// Drain two nodes at once, those holding pods first.
+	byNode := map[string][]string{}
+	for o := 0; o < 3; o++ {
+		allocs := Allocations(t, m.Server.Client, "default", fmt.Sprintf("dr-%d", o))
+		for _, a := range allocs {
+			if a.ClientStatus == "running" {
+				byNode[a.NodeID] = append(byNode[a.NodeID], a.JobID)
+			}
+		}
+	}
+	var drained []*testagent.NomadAgent
+	for _, withPods := range []bool{true, false} {
+		for _, c := range m.Clients {
+			if (len(byNode[c.NodeID]) > 0) == withPods && len(drained) < 2 {
+				drained = append(drained, c)
+			}
+		}
+	}
+	m.Watchdog.TrackDown("dr", 3)
+	for _, c := range drained {
+		if err := c.Drain(10 * time.Minute); err != nil {
+			t.Fatalf("draining %s: %v", c.Name, err)
+		}
+	}
+	Eventually(t, 4*time.Minute, "every pod to leave the drained nodes", func() error {
+		for _, c := range drained {
+			for o := 0; o < 3; o++ {
+				for _, a := range Allocations(t, m.Server.Client, "default", fmt.Sprintf("dr-%d", o)) {
+					if a.NodeID == c.NodeID && a.ClientStatus == "running" {
+						return fmt.Errorf("dr-%d still runs on %s", o, c.Name)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	waitConverged(t, m.Cluster, d, "dr", 3, nil)
+	if n, at := m.Watchdog.MaxDown("dr"); n > 1 {
+		t.Fatalf("%d ordinals were down at once during the drain (%s); the budget is 1", n, at)
+	}
+	st, err := setStatus(d, "dr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drains := 0
+	for _, e := range st.Events {
+		if e.Type == "DeletePod" && strings.Contains(e.Message, "drained") {
+			drains++
+		}
+	}
+	if drains == 0 {
+		t.Fatalf("the daemon moved no pod off the draining nodes; events: %+v", st.Events)
+	}
+	t.Logf("pods on drained nodes %v; %d moved by the daemon", byNode, drains)
+	for _, c := range drained {
+		if err := c.Undrain(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDrainedPodComesBackOnItsVolume: a set with a claim; its pods' volumes
+// live on the node being drained. The daemon takes one pod down (budget 1);
+// it cannot be placed elsewhere, so it waits (WaitingForNode) and holds the
+// budget: no second pod goes down. When the drain is lifted, the blocked
+// child is evaluated again (Nomad does not unblock it by itself), comes back
+// on its volume with its data, and the set converges.
+func TestDrainedPodComesBackOnItsVolume(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "dv", meta: map[string]string{
+		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
+	waitConverged(t, m.Cluster, d, "dv", 2, nil)
+	vols := HostVolumes(t, m.Server.Client, "default", "data-dv-")
+	if len(vols) != 2 {
+		t.Fatalf("%d volumes", len(vols))
+	}
+	target := m.clientOf(vols[1].NodeID)
+	if target == nil {
+		t.Fatalf("no client holds %s", vols[1].Name)
+	}
+	onTarget := 0
+	for _, v := range vols {
+		if v.NodeID == target.NodeID {
+			onTarget++
+		}
+	}
+	m.Watchdog.TrackDown("dv", 2)
+	if err := target.Drain(10 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 2*time.Minute, "a pod on the drained node to wait for it", func() error {
+		st, err := setStatus(d, "dv")
+		if err != nil {
+			return err
+		}
+		for _, p := range st.Pods {
+			if p.State == "WaitingForNode" {
+				return nil
+			}
+		}
+		return fmt.Errorf("pods %+v", st.Pods)
+	})
+	if n, at := m.Watchdog.MaxDown("dv"); n > 1 {
+		t.Fatalf("%d ordinals down at once (%s), budget 1", n, at)
+	}
+	if err := target.Undrain(); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, m.Cluster, d, "dv", 2, nil)
+	after := HostVolumes(t, m.Server.Client, "default", "data-dv-")
+	for i := range vols {
+		if after[i].ID != vols[i].ID {
+			t.Fatalf("%s was replaced: the pod did not come back on its volume", vols[i].Name)
+		}
+	}
+	if n, at := m.Watchdog.MaxDown("dv"); n > 1 {
+		t.Fatalf("%d ordinals down at once (%s), budget 1", n, at)
+	}
+	t.Logf("%d of 2 volumes on the drained node; max down %d", onTarget, func() int { n, _ := m.Watchdog.MaxDown("dv"); return n }())
+}
