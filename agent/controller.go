@@ -125,6 +125,10 @@ type pass struct {
 	// holdReady is how soon to look again for a pod whose post_ready hooks
 	// hold its readiness; zero when none does.
 	holdReady time.Duration
+	// placed are the nodes of the volumes this pass created, by ordinal:
+	// spreading must see them before the watcher does (a Parallel set
+	// creates every volume in one pass).
+	placed map[int][]string
 }
 
 // effector carries out the reconciler's actions, as Kubernetes'

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
@@ -39,7 +40,7 @@ func (c *controller) execute(ctx context.Context, p *pass, act reconciler.Action
 	case reconciler.ActionDeleteRevision:
 		return false, c.store.DeleteRevision(ectx, key, act.Revision.Name)
 	case reconciler.ActionCreateVolume:
-		return false, c.createVolume(ectx, key, obs, act)
+		return false, c.createVolume(ectx, p, act)
 	case reconciler.ActionDeleteVolume:
 		return false, c.deleteVolume(ectx, key, obs, act)
 	case reconciler.ActionCreatePod:
@@ -97,6 +98,16 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 	if wait := c.backoff.remaining(key, act.Ordinal, now); wait > 0 {
 		// The ordinal keeps failing: recreate it later, not in a hot loop.
 		return &deferError{wait: wait, kind: "BackOff", reason: "the pod keeps failing"}
+	}
+	if len(spec.VolumeClaims) == 0 {
+		used, err := c.usedSpreadValues(ctx, spec, obs, nil, act.Ordinal)
+		if err != nil {
+			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
+		}
+		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !c.cache.HasFineNodeOutside(used) {
+			return spreadUnsatisfiable(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
+		}
+		spreadChild(child, spec, used)
 	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
@@ -201,6 +212,22 @@ func (c *controller) runHooks(ctx context.Context, key backend.SetKey, obs nomad
 	return &deferError{wait: wait, kind: "HookWaiting", reason: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
 }
 
+// ordinalNode is the node of an existing volume of the ordinal (observed, or
+// created in this pass), or "".
+func ordinalNode(p *pass, ord int) string {
+	for _, v := range p.obs.Volumes {
+		if v.Volume.Ordinal == ord && v.NodeID != "" {
+			return v.NodeID
+		}
+	}
+	for _, id := range p.placed[ord] {
+		if id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
 // volumeRequest describes a claim's volume for a provisioner plugin.
 func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
 	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name}
@@ -225,11 +252,41 @@ func pluginDown(err error) error {
 	return err
 }
 
-func (c *controller) createVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
-	vol, err := c.provisioner.CreateVolume(ctx, volumeRequest(key, obs, act))
+func (c *controller) createVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+	key, spec := p.key, p.spec
+	req := volumeRequest(key, p.obs, act)
+	used, err := c.usedSpreadValues(ctx, spec, p.obs, p.placed, act.Ordinal)
+	if err != nil {
+		return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
+	}
+	plain := slices.Clone(req.Constraints)
+	if node := ordinalNode(p, act.Ordinal); node != "" {
+		// The ordinal already has a volume: its pod mounts all of them on
+		// one node, so a new claim's volume goes to that node.
+		used = nil
+		plain = append(plain, plugin.Constraint{LTarget: "${node.unique.id}", RTarget: node, Operand: "="})
+		req.Constraints = plain
+	}
+	req.Constraints = append(req.Constraints, spreadConstraints(spec.Spread, used)...)
+	vol, err := c.provisioner.CreateVolume(ctx, req)
+	if err != nil && len(used) > 0 && !errors.Is(err, plugin.ErrPluginUnavailable) {
+		if spec.SpreadRequired {
+			return spreadUnsatisfiable(act.Ordinal, spec, used, err)
+		}
+		// Soft spread: no node with a value of its own can take it; it goes
+		// where it can, next to another ordinal.
+		c.log.Info("no node outside the set's other spread domains takes the volume; placing it where it fits",
+			"set", key.String(), "volume", act.Volume.Name, "spread", spec.Spread, "used", used, "error", err)
+		req.Constraints = plain
+		vol, err = c.provisioner.CreateVolume(ctx, req)
+	}
 	if err != nil {
 		return pluginDown(err)
 	}
+	if p.placed == nil {
+		p.placed = map[int][]string{}
+	}
+	p.placed[act.Ordinal] = append(p.placed[act.Ordinal], vol.NodeID)
 	// The watcher sees the volume on the HostVolume topic; until it does,
 	// the set waits rather than act on a cache without it.
 	name, now := vol.Name, c.clock()

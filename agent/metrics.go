@@ -154,6 +154,12 @@ func (i instrumented) EvaluateJob(ctx context.Context, ns, id string) error {
 	return err
 }
 
+func (i instrumented) GetNode(ctx context.Context, id string) (*api.Node, error) {
+	a, err := i.inner.GetNode(ctx, id)
+	i.count("GetNode", err)
+	return a, err
+}
+
 func (i instrumented) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
 	a, err := i.inner.ListNodes(ctx)
 	i.count("ListNodes", err)

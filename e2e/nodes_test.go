@@ -219,3 +219,69 @@ func TestDrainedPodComesBackOnItsVolume(t *testing.T) {
 	}
 	t.Logf("%d of 2 volumes on the drained node; max down %d", onTarget, func() int { n, _ := m.Watchdog.MaxDown("dv"); return n }())
 }
+
+// nodesOf returns the nodes of a set's running allocations, by ordinal.
+func nodesOf(t *testing.T, m *MultiCluster, set string, replicas int) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	for o := 0; o < replicas; o++ {
+		for _, a := range Allocations(t, m.Server.Client, "default", fmt.Sprintf("%s-%d", set, o)) {
+			if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+				out[o] = a.NodeID
+			}
+		}
+	}
+	return out
+}
+
+// TestSpreadByDefault: without any annotation a set's ordinals go to
+// distinct nodes while there are enough, with and without volume claims
+// (Nomad alone packed all three on one node); statefulset_spread names
+// another attribute (the rack meta).
+func TestSpreadByDefault(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "sv", meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
+	RegisterHCL(t, m.Server.Client, setSpec{name: "sn", noVolume: true, meta: map[string]string{
+		"statefulset_replicas": "3", "statefulset_spread": "${meta.rack}"}}.hcl())
+	waitConverged(t, m.Cluster, d, "sv", 3, nil)
+	waitConverged(t, m.Cluster, d, "sn", 3, nil)
+	for _, set := range []string{"sv", "sn"} {
+		nodes := nodesOf(t, m, set, 3)
+		distinct := map[string]bool{}
+		for _, n := range nodes {
+			distinct[n] = true
+		}
+		if len(distinct) != 3 {
+			t.Fatalf("%s: ordinals on nodes %v, want three distinct nodes", set, nodes)
+		}
+	}
+}
+
+// TestHardSpreadThatCannotBeMet: with statefulset_spread_required and four
+// replicas on three nodes, the fourth ordinal waits, and the set says why
+// (the Held condition, SpreadUnsatisfiable); the first three are spread.
+func TestHardSpreadThatCannotBeMet(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "hs", meta: map[string]string{
+		"statefulset_replicas": "4", "statefulset_pod_management_policy": "Parallel", "statefulset_spread_required": "true"}}.hcl())
+	Eventually(t, convergeTimeout, "three ordinals up and the fourth held by the spread", func() error {
+		st, err := setStatus(d, "hs")
+		if err != nil {
+			return err
+		}
+		held := false
+		for _, c := range st.Status.Conditions {
+			held = held || (c.Type == "Held" && c.Reason == "SpreadUnsatisfiable" && strings.Contains(c.Message, "ordinal 3"))
+		}
+		if !held || st.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("ready %d, conditions %+v", st.Status.ReadyReplicas, st.Status.Conditions)
+		}
+		return nil
+	})
+	nodes := nodesOf(t, m, "hs", 4)
+	if len(nodes) != 3 || nodes[0] == nodes[1] || nodes[1] == nodes[2] || nodes[0] == nodes[2] {
+		t.Fatalf("ordinals on nodes %v, want 0..2 on three distinct nodes and 3 nowhere", nodes)
+	}
+}

@@ -33,6 +33,10 @@ const (
 	KeyVolumeRetentionScaled  = "statefulset_volume_retention_when_scaled"
 	KeyPaused                 = "statefulset_paused"
 	KeyProgressDeadline       = "statefulset_progress_deadline"
+	KeySpread                 = "statefulset_spread"
+	KeySpreadRequired         = "statefulset_spread_required"
+	// DefaultSpread spreads a set's ordinals over distinct nodes.
+	DefaultSpread = "${node.unique.id}"
 	// KeyPodReplacePrefix starts the keys `pod replace` writes, one per
 	// ordinal: statefulset_pod_replace_<ordinal> = "<token>" or
 	// "<token>,new-volume". The daemon carries each token out once.
@@ -90,7 +94,7 @@ var annotationKeys = []string{
 	KeyReplicas, KeyOrdinalsStart, KeyPodManagementPolicy, KeyUpdateStrategy,
 	KeyPartition, KeyMaxUnavailable, KeyMinReadySeconds, KeyRevisionHistoryLimit,
 	KeyVolumeClaims, KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled,
-	KeyPaused, KeyProgressDeadline,
+	KeyPaused, KeyProgressDeadline, KeySpread, KeySpreadRequired,
 }
 
 var (
@@ -175,6 +179,7 @@ func Parse(job *api.Job) (reconciler.Spec, error) {
 		WhenDeleted:          reconciler.Retain,
 		WhenScaled:           reconciler.Retain,
 		ProgressDeadline:     defaultProgressDeadline,
+		Spread:               DefaultSpread,
 	}
 	if spec.Namespace == "" {
 		spec.Namespace = defaultNamespace
@@ -272,6 +277,21 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 			spec.ProgressDeadline = d
 		case KeyVolumeClaims:
 			spec.VolumeClaims = parseClaims(k, raw, ps)
+		case KeySpread:
+			if !spreadAttribute.MatchString(v) {
+				ps.add(k, raw, "is not a node attribute such as ${node.unique.id}, ${node.datacenter}, ${node.class}, ${node.pool}, ${meta.<key>} or ${attr.<key>}")
+				continue
+			}
+			spec.Spread = v
+		case KeySpreadRequired:
+			switch v {
+			case "true":
+				spec.SpreadRequired = true
+			case "false":
+				spec.SpreadRequired = false
+			default:
+				ps.add(k, raw, oneOfRule(v, "true", "false"))
+			}
 		default:
 			if strings.HasPrefix(k, KeyPodReplacePrefix) {
 				if req, ok := parsePodReplace(k, raw, v, ps); ok {
@@ -283,6 +303,9 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 		}
 	}
 }
+
+// spreadAttribute is the node attributes statefulset_spread may name.
+var spreadAttribute = regexp.MustCompile(`^\$\{(node\.unique\.id|node\.unique\.name|node\.datacenter|node\.class|node\.pool|(meta|attr)\.[A-Za-z0-9_.-]+)\}$`)
 
 // parsePodReplace reads a `pod replace` request key.
 func parsePodReplace(k, raw, v string, ps *problems) (reconciler.Replacement, bool) {

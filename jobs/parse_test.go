@@ -68,6 +68,7 @@ func TestParseDefaults(t *testing.T) {
 		WhenDeleted:          reconciler.Retain,
 		WhenScaled:           reconciler.Retain,
 		ProgressDeadline:     10 * time.Minute,
+		Spread:               DefaultSpread,
 		Generation:           42,
 	}
 	if !specEqual(spec, want) {
@@ -112,6 +113,12 @@ func TestParseKeys(t *testing.T) {
 		volume     bool                       // add a host volume named like the value
 	}{
 		{key: KeyReplicas, value: "3", check: func(s reconciler.Spec) bool { return s.Replicas == 3 }},
+		{key: KeySpread, value: "${meta.rack}", check: func(s reconciler.Spec) bool { return s.Spread == "${meta.rack}" }},
+		{key: KeySpread, value: "${node.datacenter}", check: func(s reconciler.Spec) bool { return s.Spread == "${node.datacenter}" }},
+		{key: KeySpread, value: "rack", rule: "is not a node attribute such as ${node.unique.id}"},
+		{key: KeySpread, value: "${meta.}", rule: "is not a node attribute"},
+		{key: KeySpreadRequired, value: "true", check: func(s reconciler.Spec) bool { return s.SpreadRequired }},
+		{key: KeySpreadRequired, value: "yes", rule: "is not one of true, false"},
 		{key: KeyPodReplacePrefix + "2", value: "2026-11-24T10:00:00Z", check: func(s reconciler.Spec) bool {
 			return len(s.Replacements) == 1 && s.Replacements[0] == reconciler.Replacement{Ordinal: 2, Token: "2026-11-24T10:00:00Z"}
 		}},

@@ -90,6 +90,11 @@ type Spec struct {
 	// Deleted is true once the parent job is stopped or purged: the set is
 	// then torn down (cascading delete).
 	Deleted bool
+	// Spread is the node attribute the set's ordinals are spread over
+	// (statefulset_spread, default ${node.unique.id}); SpreadRequired makes
+	// it a hard rule. Placement is the agent's: the reconciler ignores them.
+	Spread         string
+	SpreadRequired bool
 	// Replacements are the `pod replace` requests in the parent job, one per
 	// ordinal at most. Each is carried out once (its Token is recorded).
 	Replacements []Replacement

@@ -47,6 +47,9 @@ type API interface {
 	// scheduling eligibility: a pod on a draining node is the daemon's to
 	// move, within the set's budget.
 	ListNodes(ctx context.Context) ([]*api.NodeListStub, error)
+	// GetNode returns one client node with its attributes and meta, which
+	// spreading reads (statefulset_spread), or ErrNotFound.
+	GetNode(ctx context.Context, id string) (*api.Node, error)
 	// EvaluateJob asks Nomad to evaluate a job again: a child whose
 	// placement was blocked (its volume's node was ineligible) stays blocked
 	// when the node comes back, until something evaluates it.

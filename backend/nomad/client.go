@@ -51,7 +51,7 @@ var capabilityFor = map[string]string{
 	"DeregisterJob": "submit-job", "ListAllocations": "read-job",
 	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
 	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
-	"ListNodes": "node:read", "EvaluateJob": "submit-job",
+	"ListNodes": "node:read", "GetNode": "node:read", "EvaluateJob": "submit-job",
 }
 
 // PermissionError is Nomad refusing a call for lack of an ACL capability.
@@ -184,6 +184,18 @@ func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) error {
 		return fmt.Errorf("evaluating job %s/%s: %w", namespace, id, denied("EvaluateJob", namespace, err))
 	}
 	return nil
+}
+
+// GetNode implements API.
+func (n *Client) GetNode(ctx context.Context, id string) (*api.Node, error) {
+	node, _, err := n.c.Nodes().Info(id, query(ctx, ""))
+	if err != nil {
+		if IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("reading node %s: %w", id, denied("GetNode", "", err))
+	}
+	return node, nil
 }
 
 // ListNodes implements API.

@@ -1,6 +1,8 @@
 package nomad
 
 import (
+	"slices"
+
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
@@ -48,6 +50,19 @@ type nodePayload struct {
 
 func (n *nodePayload) state() NodeState {
 	return NodeState{Draining: n.DrainStrategy != nil, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
+}
+
+// HasFineNodeOutside reports whether a ready, eligible node that is not
+// draining exists whose ID is not in ids.
+func (c *Cache) HasFineNodeOutside(ids []string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for id, n := range c.nodeStates {
+		if n.Fine() && !slices.Contains(ids, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // NodeState returns what the cache knows of a node; ok is false for a node it

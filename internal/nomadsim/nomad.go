@@ -586,6 +586,21 @@ func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) error {
 	return after
 }
 
+// GetNode implements nomad.API: a configured node, ready and eligible, in
+// datacenter dc1, with no meta.
+func (s *Nomad) GetNode(ctx context.Context, id string) (*api.Node, error) {
+	if err := s.enterRead(ctx, VerbGetNode); err != nil {
+		return nil, err
+	}
+	for _, n := range s.cfg.Nodes {
+		if n == id {
+			return &api.Node{ID: id, Name: id, Datacenter: "dc1", NodePool: "default", Status: api.NodeStatusReady,
+				SchedulingEligibility: api.NodeSchedulingEligible, Attributes: map[string]string{}, Meta: map[string]string{}}, nil
+		}
+	}
+	return nil, nomad.ErrNotFound
+}
+
 // ListNodes implements nomad.API: the configured nodes, all ready, eligible
 // and not draining (the simulation has no drains).
 func (s *Nomad) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {

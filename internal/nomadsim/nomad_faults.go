@@ -28,6 +28,7 @@ const (
 	VerbDeleteHostVolume = "DeleteHostVolume"
 	VerbListNodes        = "ListNodes"
 	VerbEvaluateJob      = "EvaluateJob"
+	VerbGetNode          = "GetNode"
 	VerbEvents           = "Events"
 )
 
@@ -52,6 +53,7 @@ var verbRoutes = map[string][2]string{
 	VerbDeleteHostVolume: {"DELETE", "/v1/volume/host/"},
 	VerbListNodes:        {"GET", "/v1/nodes"},
 	VerbEvaluateJob:      {"PUT", "/v1/job/"},
+	VerbGetNode:          {"GET", "/v1/node/"},
 	VerbEvents:           {"GET", "/v1/event/stream"},
 }
 
