@@ -103,26 +103,6 @@ http_get() {
 	[[ "${status}" == *" 200 "* ]]
 }
 
-# chroot_env prints a client chroot_env block with just what the example
-# jobs use: Nomad's default chroot copies /usr, /lib, /etc and more into every
-# allocation (gigabytes, and seconds per pod). Same list as
-# internal/testagent/chroot.go.
-chroot_env() {
-	local b host
-	echo 'client {'
-	echo '  chroot_env {'
-	for b in sh sleep date cat echo head tail wc touch true env; do
-		host="$(readlink -f "/usr/bin/${b}")" || continue
-		[[ -x "${host}" ]] && echo "    \"${host}\" = \"/bin/${b}\""
-	done
-	for f in /lib/x86_64-linux-gnu/libc.so.6 /lib64/ld-linux-x86-64.so.2; do
-		[[ -e "${f}" ]] && echo "    \"$(readlink -f "${f}")\" = \"${f}\""
-	done
-	echo '    "/etc/passwd" = "/etc/passwd"'
-	echo '    "/etc/group" = "/etc/group"'
-	echo '  }'
-	echo '}'
-}
 
 up() {
 	[[ -x "${bin}/nomad" && -x "${bin}/consul" ]] || die "no nomad/consul in ${bin}: run \`make tools\` (or \`make demo\`)"
@@ -180,46 +160,13 @@ EOF
 
 	say "starting Nomad on 127.0.0.1:${nomad_http}"
 	mkdir -p "${demo}/nomad/data" "${demo}/nomad/host_volumes" "${demo}/nomad/host_volume_plugins"
-	cat >"${demo}/nomad/nomad.hcl" <<EOF
-name                 = "demo"
-datacenter           = "dc1"
-data_dir             = "${demo}/nomad/data"
-bind_addr            = "127.0.0.1"
-disable_update_check = true
-ports {
-  http = ${nomad_http}
-  rpc  = ${nomad_rpc}
-  serf = ${nomad_serf}
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
-  enabled          = true
-  bootstrap_expect = 1
-}
-client {
-  enabled                = true
-  network_interface      = "lo"
-  host_volumes_dir       = "${demo}/nomad/host_volumes"
-  host_volume_plugin_dir = "${demo}/nomad/host_volume_plugins"
-  options = {
-    # The cloud fingerprinters would query metadata addresses off this machine.
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-consul {
-  address = "127.0.0.1:${consul_http}"
-}
-EOF
-	chroot_env >>"${demo}/nomad/nomad.hcl"
+	# The same agent configuration as the e2e harness, from one place
+	# (internal/testagent.NomadConfigHCL).
+	(cd "${root}" && go run ./internal/testagent/cmd/nomadconfig -name demo \
+		-data-dir "${demo}/nomad/data" -host-volumes-dir "${demo}/nomad/host_volumes" \
+		-host-volume-plugin-dir "${demo}/nomad/host_volume_plugins" \
+		-http "${nomad_http}" -rpc "${nomad_rpc}" -serf "${nomad_serf}" \
+		-consul "127.0.0.1:${consul_http}") >"${demo}/nomad/nomad.hcl"
 	start nomad "${demo}/nomad" "${bin}/nomad" agent -config "${demo}/nomad/nomad.hcl"
 	export NOMAD_ADDR="http://127.0.0.1:${nomad_http}"
 	wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"

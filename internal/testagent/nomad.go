@@ -193,89 +193,29 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		cfg.consulAddr = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	}
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", a.HTTPPort)
-	grpcLine := ""
-	if cfg.consulGRPC != "" {
-		grpcLine = fmt.Sprintf("\n  grpc_address     = %q", cfg.consulGRPC)
-	}
 	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
 		}
 	}
-	chroot, err := MinimalChrootEnv()
-	if err != nil {
-		t.Fatalf("testagent: %v", err)
-	}
 	a.Name = "testagent-" + filepath.Base(dir)
-	serverBlock := "server {\n  enabled          = true\n  bootstrap_expect = 1\n}"
-	clientServers := ""
+	p := NomadConfigParams{
+		Name: a.Name, DataDir: a.DataDir, LogLevel: cfg.logLevel,
+		HTTPPort: a.HTTPPort, RPCPort: a.RPCPort, SerfPort: a.SerfPort,
+		HostVolumesDir: a.HostVolumesDir, HostVolumePluginDir: a.HostVolumePluginDir,
+		Client: !cfg.noClient, Server: cfg.server == nil, Meta: cfg.meta,
+		ConsulAddr: cfg.consulAddr, ConsulGRPC: cfg.consulGRPC, ACL: cfg.acl,
+	}
 	if cfg.server != nil {
-		serverBlock = "server {\n  enabled = false\n}"
-		clientServers = fmt.Sprintf("  servers = [\"127.0.0.1:%d\"]\n", cfg.server.RPCPort)
+		p.Servers = []string{fmt.Sprintf("127.0.0.1:%d", cfg.server.RPCPort)}
 		if cfg.server.Token != "" {
 			a.Token = cfg.server.Token
 		}
 	}
-	clientEnabled := !cfg.noClient
-	metaBlock := ""
-	if len(cfg.meta) > 0 {
-		keys := make([]string, 0, len(cfg.meta))
-		for k := range cfg.meta {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		metaBlock = "  meta {\n"
-		for _, k := range keys {
-			metaBlock += fmt.Sprintf("    %s = %q\n", k, cfg.meta[k])
-		}
-		metaBlock += "  }\n"
+	conf, err := NomadConfigHCL(p)
+	if err != nil {
+		t.Fatalf("testagent: %v", err)
 	}
-	conf := fmt.Sprintf(`
-name                 = "testagent-%s"
-region               = "global"
-datacenter           = "dc1"
-data_dir             = %q
-bind_addr            = "127.0.0.1"
-log_level            = %q
-disable_update_check = true
-leave_on_interrupt   = false
-leave_on_terminate   = false
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-%s
-client {
-  enabled                = %t
-  network_interface      = "lo"
-  host_volumes_dir       = %q
-  host_volume_plugin_dir = %q
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-%s%s%s}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-consul {
-  address          = %q%s
-  server_auto_join = false
-  client_auto_join = false
-}
-acl {
-  enabled = %t
-}
-`, filepath.Base(dir), a.DataDir, cfg.logLevel, a.HTTPPort, a.RPCPort, a.SerfPort,
-		serverBlock, clientEnabled, a.HostVolumesDir, a.HostVolumePluginDir, clientServers, metaBlock, chroot,
-		cfg.consulAddr, grpcLine, cfg.acl)
 	conf += strings.Join(cfg.extra, "\n")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {

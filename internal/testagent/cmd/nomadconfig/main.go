@@ -1,0 +1,37 @@
+// Command nomadconfig prints the configuration of a local, single-node
+// Nomad agent (server and client), as the e2e harness runs it:
+// scripts/demo.sh uses it so that `make demo` and the tests configure Nomad
+// from one place (testagent.NomadConfigHCL).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+)
+
+func main() {
+	var p testagent.NomadConfigParams
+	flag.StringVar(&p.Name, "name", "demo", "agent and node name")
+	flag.StringVar(&p.DataDir, "data-dir", "", "data_dir")
+	flag.StringVar(&p.HostVolumesDir, "host-volumes-dir", "", "client host_volumes_dir")
+	flag.StringVar(&p.HostVolumePluginDir, "host-volume-plugin-dir", "", "client host_volume_plugin_dir")
+	flag.IntVar(&p.HTTPPort, "http", 4646, "HTTP port")
+	flag.IntVar(&p.RPCPort, "rpc", 4647, "RPC port")
+	flag.IntVar(&p.SerfPort, "serf", 4648, "Serf port")
+	flag.StringVar(&p.ConsulAddr, "consul", "127.0.0.1:8500", "Consul's HTTP address")
+	flag.Parse()
+	if p.DataDir == "" || p.HostVolumesDir == "" || p.HostVolumePluginDir == "" {
+		fmt.Fprintln(os.Stderr, "nomadconfig: -data-dir, -host-volumes-dir and -host-volume-plugin-dir are required")
+		os.Exit(2)
+	}
+	p.Server, p.Client = true, true
+	conf, err := testagent.NomadConfigHCL(p)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nomadconfig:", err)
+		os.Exit(1)
+	}
+	fmt.Print(conf)
+}
