@@ -285,3 +285,37 @@ func TestHardSpreadThatCannotBeMet(t *testing.T) {
 		t.Fatalf("ordinals on nodes %v, want 0..2 on three distinct nodes and 3 nowhere", nodes)
 	}
 }
+
+// TestLostNodeComesBack: the client holding an ordinal and its volume is
+// killed (SIGKILL, its executors too: a machine that died). The ordinal is
+// never run twice (watchdog), not while the node is down, nor after it
+// returns: it comes back on its own volume when the node does.
+func TestLostNodeComesBack(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "ln", meta: map[string]string{
+		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
+	waitConverged(t, m.Cluster, d, "ln", 2, nil)
+	vols := HostVolumes(t, m.Server.Client, "default", "data-ln-1")
+	if len(vols) != 1 {
+		t.Fatalf("%d data-ln-1 volumes", len(vols))
+	}
+	victim := m.clientOf(vols[0].NodeID)
+	if victim == nil {
+		t.Fatalf("no client holds %s", vols[0].Name)
+	}
+
+	victim.KillHard()
+	Eventually(t, 3*time.Minute, "the killed client's node to be down", func() error {
+		n, _, err := m.Server.Client.Nodes().Info(victim.NodeID, nil)
+		if err != nil || n.Status != "down" {
+			return fmt.Errorf("node %v %v", n.Status, err)
+		}
+		return nil
+	})
+	victim.Start()
+	waitConverged(t, m.Cluster, d, "ln", 2, nil)
+	if after := HostVolumes(t, m.Server.Client, "default", "data-ln-1"); len(after) != 1 || after[0].ID != vols[0].ID {
+		t.Fatalf("ln-1 did not come back on its volume: %+v", after)
+	}
+}
