@@ -432,7 +432,7 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		// no event, and the expectations gate keeps an early look harmless.
 		c.queue.Add(key.String())
 	default:
-		if wait := soonest(soonest(out.Requeue, p.holdReady), res.heldWait); wait > 0 {
+		if wait := soonest(soonest(soonest(out.Requeue, p.holdReady), res.heldWait), p.obs.RecheckAfter); wait > 0 {
 			c.queue.AddAfter(key.String(), wait)
 		}
 	}

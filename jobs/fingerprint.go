@@ -32,6 +32,9 @@ func CompactChild(j *api.Job) *api.Job {
 // one per pod of every set; Job rebuilds the compact job when drift
 // detection asks for it. A ChildRecord is immutable.
 type ChildRecord struct {
+	// killGrace is how long after a stop the child's tasks may still run:
+	// the longest kill_timeout plus shutdown_delays.
+	killGrace                                         time.Duration
 	id, namespace, status                             opt[string]
 	stop, stable                                      opt[bool]
 	version, createIndex, modifyIndex, jobModifyIndex opt[uint64]
@@ -212,9 +215,43 @@ func NewChildRecord(j *api.Job) *ChildRecord {
 	for i, g := range j.TaskGroups {
 		if g != nil {
 			r.groups[i] = newGroupRecord(g)
+			r.killGrace = max(r.killGrace, killGrace(g))
 		}
 	}
 	return r
+}
+
+// defaultKillTimeout is Nomad's kill_timeout when a task sets none.
+const defaultKillTimeout = 5 * time.Second
+
+// killGrace is the longest a group's task may run after a stop: its
+// shutdown_delays, then its kill_timeout.
+func killGrace(g *api.TaskGroup) time.Duration {
+	var grace time.Duration
+	for _, t := range g.Tasks {
+		if t == nil {
+			continue
+		}
+		kill := defaultKillTimeout
+		if t.KillTimeout != nil {
+			kill = *t.KillTimeout
+		}
+		grace = max(grace, kill+t.ShutdownDelay)
+	}
+	if g.ShutdownDelay != nil {
+		grace += *g.ShutdownDelay
+	}
+	return grace
+}
+
+// KillGrace is how long after a stop the child's tasks may still run: the
+// longest kill_timeout plus the task's and group's shutdown_delay (Nomad's
+// default kill_timeout, 5s, when a task sets none).
+func (r *ChildRecord) KillGrace() time.Duration {
+	if r.killGrace == 0 {
+		return defaultKillTimeout
+	}
+	return r.killGrace
 }
 
 func newGroupRecord(g *api.TaskGroup) *groupRecord {
@@ -448,14 +485,15 @@ func DecodeCompactChild(data []byte) (*api.Job, error) {
 				continue
 			}
 			tg := &api.TaskGroup{
-				Name: g.Name, Count: g.Count, Volumes: g.Volumes, Disconnect: g.Disconnect,
+				Name: g.Name, Count: g.Count, Volumes: g.Volumes, Disconnect: g.Disconnect, ShutdownDelay: g.ShutdownDelay,
 				ReschedulePolicy: g.ReschedulePolicy, Update: g.Update, Services: decodedServices(g.Services),
 			}
 			if g.Tasks != nil {
 				tg.Tasks = make([]*api.Task, len(g.Tasks))
 				for k, t := range g.Tasks {
 					if t != nil {
-						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: decodedServices(t.Services), Lifecycle: t.Lifecycle}
+						tg.Tasks[k] = &api.Task{Name: t.Name, Env: t.Env, Services: decodedServices(t.Services), Lifecycle: t.Lifecycle,
+							KillTimeout: t.KillTimeout, ShutdownDelay: t.ShutdownDelay}
 					}
 				}
 			}
@@ -479,6 +517,7 @@ type compactJobJSON struct {
 
 type compactGroupJSON struct {
 	Name             *string
+	ShutdownDelay    *time.Duration
 	Count            *int
 	Volumes          map[string]*api.VolumeRequest
 	Disconnect       *api.DisconnectStrategy
@@ -489,10 +528,12 @@ type compactGroupJSON struct {
 }
 
 type compactTaskJSON struct {
-	Name      string
-	Env       map[string]string
-	Services  []*compactServiceJSON
-	Lifecycle *api.TaskLifecycle
+	Name          string
+	KillTimeout   *time.Duration
+	ShutdownDelay time.Duration
+	Env           map[string]string
+	Services      []*compactServiceJSON
+	Lifecycle     *api.TaskLifecycle
 }
 
 type compactServiceJSON struct {

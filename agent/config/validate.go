@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -372,13 +371,4 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
-}
-
-// secondsString prints a float number of seconds as a duration when it
-// fits, and as seconds when it would overflow one.
-func secondsString(s float64) string {
-	if s < float64(1<<62)/float64(time.Second) {
-		return time.Duration(s * float64(time.Second)).String()
-	}
-	return strconv.FormatFloat(s, 'g', -1, 64) + "s"
 }

@@ -21,6 +21,11 @@ import (
 type child struct {
 	job    *jobs.ChildRecord
 	allocs []allocState
+	// purgedAt is when the watcher saw the purge: Nomad 1.10 deletes a
+	// purged job's allocations in the same transaction and sends no
+	// allocation event for them, so the child is held as stopping only
+	// until its tasks must have stopped (PurgeGrace after purgedAt).
+	purgedAt time.Time
 	// purged marks a child Nomad purged while its allocations were still
 	// stopping; it is forgotten once they are terminal.
 	purged bool
@@ -346,11 +351,17 @@ func (c *Cache) upsertChildLocked(k backend.SetKey, id string, modifyIndex uint6
 		c.children[k] = kids
 	}
 	ch := kids[id]
-	if ch == nil {
+	switch {
+	case ch == nil:
 		ch = &child{}
 		kids[id] = ch
-	} else if ch.job != nil && ch.job.ModifyIndex() > modifyIndex {
+	case ch.job != nil && ch.job.ModifyIndex() > modifyIndex:
 		return k, true
+	case ch.purged:
+		// A new job under a purged child's ID: the purged job's
+		// allocations, which Nomad forgot, are not this one's.
+		ch = &child{}
+		kids[id] = ch
 	}
 	ch.job = rec()
 	c.owner[k.Namespace+"/"+id] = k
@@ -397,8 +408,14 @@ func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildR
 	return nil, ch.job
 }
 
-// RemoveJob forgets a job that Nomad purged.
-func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, bool) {
+// PurgeMargin is added to a purged child's kill grace (kill_timeout and
+// shutdown_delay) before its ordinal is placed again: the client may still
+// be killing the old task when the server has already forgotten it, and a
+// new child is a new job, whose allocation does not wait for the old one.
+const PurgeMargin = 5 * time.Second
+
+// RemoveJob forgets a job that Nomad purged, at now.
+func (c *Cache) RemoveJob(namespace, id string, index uint64, now time.Time) (backend.SetKey, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.advanceLocked(index)
@@ -419,7 +436,7 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64) (backend.SetKey, b
 			// Purged but its allocations are still stopping: keep it as a
 			// stopped job so the pod shows as Terminating, never as gone.
 			ch.job = ch.job.WithStop()
-			ch.purged = true
+			ch.purged, ch.purgedAt = true, now
 			return k, true
 		}
 		delete(kids, id)

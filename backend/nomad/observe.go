@@ -78,6 +78,9 @@ type Observation struct {
 	Pods         []PodDetail
 	Stopped      []StoppedChild
 	Volumes      []VolumeDetail
+	// RecheckAfter is how soon the observation changes by the clock alone
+	// (a purged child's kill grace running out); zero when it does not.
+	RecheckAfter time.Duration
 	// Nodes holds the state of the nodes of the set's allocations and
 	// volumes that are not plainly fine (draining, ineligible or not
 	// ready), so that status can say why a pod is down; nil when all are.
@@ -106,6 +109,19 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		if err != nil {
 			// Not a child we can place; the reconciler never sees it.
 			continue
+		}
+		if ch.purged {
+			// Purged while its allocations still ran: Nomad forgot them in
+			// the same transaction and sends no event for them. Once its
+			// tasks must have stopped, the child is gone and its ordinal
+			// free; until then it shows as stopping.
+			left := ch.purgedAt.Add(ch.job.KillGrace() + PurgeMargin).Sub(now)
+			if left <= 0 {
+				continue
+			}
+			if obs.RecheckAfter == 0 || left < obs.RecheckAfter {
+				obs.RecheckAfter = left
+			}
 		}
 		if d, ok := podFromChild(ch, ord, now); ok {
 			obs.Pods = append(obs.Pods, d)

@@ -139,7 +139,7 @@ func TestCachePurgedChildWithRunningAllocIsTerminatingUntilTerminal(t *testing.T
 	now := time.Now()
 	c.Replace(Snapshot{Index: 1, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)},
 		Allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 5, now)}})
-	c.RemoveJob("default", "web-0", 6)
+	c.RemoveJob("default", "web-0", 6, now)
 	obs := c.Observe(key, nil, now)
 	if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
 		t.Fatalf("a purged child whose allocation still runs must be Terminating, got %+v", obs.Pods)
@@ -258,5 +258,70 @@ func TestCacheFollowsHostVolumeEvents(t *testing.T) {
 	c.upsertVolume(vol, true, 12)
 	if got := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now()).Volumes; len(got) != 0 {
 		t.Fatalf("a deleted volume is still observed: %+v", got)
+	}
+}
+
+// TestCachePurgeSequences is issue 20's purge: Nomad 1.10 deletes a purged
+// job's allocations in the same transaction and sends no allocation event
+// for them, so a purged child whose allocation still ran used to stay
+// Terminating until the periodic re-list (270 s). Whatever events Nomad
+// sends around a purge (none, or the allocation's end before or after it,
+// with any indexes), the child ends gone, and its ordinal is never free
+// before its tasks must have stopped (kill grace: kill_timeout and
+// shutdown_delay, plus PurgeMargin); the observation says when to look
+// again. A new child under the same ID starts afresh.
+func TestCachePurgeSequences(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	t0 := time.Unix(1000, 0)
+	grace := 5*time.Second + PurgeMargin // Nomad's default kill_timeout
+	running := func(idx uint64) *allocPayload {
+		return stubPayload(alloc("a1", "web-0", "running", "run", ptr(true), idx, t0))
+	}
+	complete := func(idx uint64) *allocPayload {
+		return stubPayload(alloc("a1", "web-0", "complete", "stop", ptr(true), idx, t0))
+	}
+	for _, tc := range []struct {
+		name   string
+		events func(c *Cache)
+		// freeAt is when the ordinal is free: at once (0) or after grace.
+		freeAt time.Duration
+	}{
+		{"purge, no allocation event", func(c *Cache) { c.RemoveJob("default", "web-0", 6, t0) }, grace},
+		{"allocation ends, then purge", func(c *Cache) {
+			c.upsertAllocPayload(complete(6), 6)
+			c.RemoveJob("default", "web-0", 7, t0)
+		}, 0},
+		{"purge, then allocation ends", func(c *Cache) {
+			c.RemoveJob("default", "web-0", 6, t0)
+			c.upsertAllocPayload(complete(7), 7)
+		}, 0},
+		{"purge, then a stale running event", func(c *Cache) {
+			c.RemoveJob("default", "web-0", 8, t0)
+			c.upsertAllocPayload(running(5), 5)
+		}, grace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			c.Replace(Snapshot{Index: 1, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)},
+				Allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 5, t0)}})
+			tc.events(c)
+			for _, at := range []time.Duration{0, grace - time.Second, grace} {
+				obs := c.Observe(key, nil, t0.Add(at))
+				free := len(obs.Pods) == 0 && len(obs.Stopped) == 0
+				if want := at >= tc.freeAt; free != want {
+					t.Fatalf("at +%v: ordinal free %v, want %v (pods %+v)", at, free, want, obs.Pods)
+				}
+				if !free && (obs.RecheckAfter <= 0 || obs.RecheckAfter > grace-at) {
+					t.Fatalf("at +%v: recheck after %v, want at most %v", at, obs.RecheckAfter, grace-at)
+				}
+			}
+			// The re-created child is a new job: the purged one's
+			// allocation is not its own.
+			c.UpsertJob(childJob("web", "0", "r", false, 20), 20)
+			obs := c.Observe(key, nil, t0.Add(grace))
+			if len(obs.Pods) != 1 || obs.Pods[0].AllocID != "" || obs.Pods[0].Pod.Terminating {
+				t.Fatalf("the new child: %+v", obs.Pods)
+			}
+		})
 	}
 }

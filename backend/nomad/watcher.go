@@ -251,7 +251,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				// A deregister is a stop or a purge; only Nomad knows which.
 				current, err := w.api.GetJob(ctx, jobNamespace(job), *job.ID)
 				if errors.Is(err, ErrNotFound) {
-					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index); ok {
+					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index, time.Now()); ok {
 						touched[k] = struct{}{}
 					}
 					continue
