@@ -24,8 +24,8 @@ import (
 // allocations and authenticate with their workload identity through the
 // Task API socket. One leads; a set converges through it; stopping the
 // leader's allocation hands over to the other, and the set keeps
-// converging. The daemons' environment holds no Nomad token but their
-// workload identity.
+// converging, also after the cluster's signing key is rotated. The
+// daemons' environment holds no Nomad token but their workload identity.
 func TestDeployAsANomadJob(t *testing.T) {
 	root, err := testagent.ModuleRoot()
 	if err != nil {
@@ -158,6 +158,15 @@ func TestDeployAsANomadJob(t *testing.T) {
 	t.Logf("agent %s took over at %s, %v after the leader's allocation was stopped", newID, newAddr, time.Since(stopped).Round(100*time.Millisecond))
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
 	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 3, nil)
+
+	// The cluster's signing key is rotated (nomad operator root keyring
+	// rotate -full): the daemon renews nothing by hand and keeps working
+	// with the identity its task was given.
+	if _, _, err := nc.Keyring().Rotate(&nomadapi.KeyringRotateOptions{Full: true}, nil); err != nil {
+		t.Fatalf("rotating the keyring: %v", err)
+	}
+	updateParent(t, c, "dep", setMeta("statefulset_replicas", "2"))
+	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 2, nil)
 }
 
 // daemonEnvs returns the environment of every running process of the
