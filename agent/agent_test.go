@@ -573,3 +573,36 @@ func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 		return false, fmt.Sprint(hooks.seen())
 	})
 }
+
+// TestAgentSaysAVolumeStartsEmpty is issue 20's volume delete: a kept volume
+// deleted by hand while its ordinal is scaled away is created afresh before
+// the child on scale-up (the watcher follows the HostVolume topic), and the
+// set's events say that the pod starts on empty data.
+func TestAgentSaysAVolumeStartsEmpty(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("nv", map[string]string{"statefulset_replicas": "2"}, "v1"))
+	h.waitConverged("nv", 2, nil)
+	job := h.sim.Job("default", "nv")
+	job.Meta["statefulset_replicas"] = "1"
+	h.register(job)
+	h.waitConverged("nv", 1, nil)
+	vols, err := h.sim.ListHostVolumes(context.Background(), "default", "data-nv-1")
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("kept volume: %v %v", vols, err)
+	}
+	if err := h.sim.DeleteHostVolume(context.Background(), "default", vols[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	job = h.sim.Job("default", "nv")
+	job.Meta["statefulset_replicas"] = "2"
+	h.register(job)
+	h.waitConverged("nv", 2, nil)
+	h.waitFor("an event saying data-nv-1 starts empty", 5*time.Second, func() (bool, string) {
+		for _, e := range h.view("nv").Events {
+			if e.Type == "NewVolume" && strings.Contains(e.Message, "data-nv-1") && strings.Contains(e.Message, "nv-1") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(h.view("nv").Events)
+	})
+}

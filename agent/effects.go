@@ -212,6 +212,15 @@ func (c *controller) runHooks(ctx context.Context, key backend.SetKey, obs nomad
 	return &deferError{wait: wait, kind: "HookWaiting", reason: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
 }
 
+// findOrdinalRecord returns the record of ord in recs (sorted by ordinal).
+func findOrdinalRecord(recs []reconciler.OrdinalRecord, ord int) (reconciler.OrdinalRecord, bool) {
+	i, ok := slices.BinarySearchFunc(recs, ord, func(r reconciler.OrdinalRecord, o int) int { return r.Ordinal - o })
+	if !ok {
+		return reconciler.OrdinalRecord{}, false
+	}
+	return recs[i], true
+}
+
 // ordinalNode is the node of an existing volume of the ordinal (observed, or
 // created in this pass), or "".
 func ordinalNode(p *pass, ord int) string {
@@ -287,6 +296,14 @@ func (c *controller) createVolume(ctx context.Context, p *pass, act reconciler.A
 		p.placed = map[int][]string{}
 	}
 	p.placed[act.Ordinal] = append(p.placed[act.Ordinal], vol.NodeID)
+	if rec, ok := findOrdinalRecord(p.prev.Ordinals, act.Ordinal); ok && rec.Revision != "" {
+		// The ordinal has run before, so this volume replaces one that is
+		// gone (deleted by hand, or by pod replace -new-volume) or serves a
+		// new claim: either way its pod starts on empty data, which the
+		// user must be told.
+		c.views.event(key, p.now, "NewVolume", fmt.Sprintf("%s: created empty for %s, which has run before: its data in this volume starts new",
+			act.Volume.Name, reconciler.PodName(key.Name, act.Ordinal)))
+	}
 	// The watcher sees the volume on the HostVolume topic; until it does,
 	// the set waits rather than act on a cache without it.
 	name, now := vol.Name, c.clock()
