@@ -590,9 +590,11 @@ func TestAgentSaysAVolumeStartsEmpty(t *testing.T) {
 	if err != nil || len(vols) != 1 {
 		t.Fatalf("kept volume: %v %v", vols, err)
 	}
-	if err := h.sim.DeleteHostVolume(context.Background(), "default", vols[0].ID); err != nil {
-		t.Fatal(err)
-	}
+	// Nomad refuses while the stopped pod's allocation still holds it.
+	h.waitFor("data-nv-1 to be deleted by hand", 5*time.Second, func() (bool, string) {
+		err := h.sim.DeleteHostVolume(context.Background(), "default", vols[0].ID)
+		return err == nil, fmt.Sprint(err)
+	})
 	job = h.sim.Job("default", "nv")
 	job.Meta["statefulset_replicas"] = "2"
 	h.register(job)
