@@ -157,9 +157,12 @@ func internNode(nodes map[string]string, id string) string {
 type Cache struct {
 	mu sync.RWMutex
 	// index is the highest Nomad raft index the cache reflects.
-	index   uint64
-	synced  bool
-	parents map[backend.SetKey]*api.Job
+	index uint64
+	// listIndex is the index of the last full list: a volume event at or
+	// below it is already in the list (the stream and a re-list overlap).
+	listIndex uint64
+	synced    bool
+	parents   map[backend.SetKey]*api.Job
 	// purged records parents that were purged from Nomad while the set
 	// still had children, so the cascading delete can finish.
 	purged   map[backend.SetKey]*api.Job
@@ -168,6 +171,12 @@ type Cache struct {
 	owner map[string]backend.SetKey
 	// volumes maps "namespace/<claim>-<set>" to ordinal to volume.
 	volumes map[string]map[int]*api.HostVolumeStub
+	// deletedVolumes maps the ID of each volume whose delete was seen to
+	// the index of that event. Volume IDs are never reused, so a
+	// registration of a deleted ID is an older event (a re-list and the
+	// stream overlap) and must not bring the volume back. It survives
+	// Replace for deletes newer than the snapshot, and is pruned there.
+	deletedVolumes map[string]uint64
 	// nodes interns the node IDs of cached allocations.
 	nodes map[string]string
 	// nodeStates are the client nodes' drain, eligibility and status.
@@ -187,6 +196,9 @@ func (c *Cache) reset() {
 	c.children = map[backend.SetKey]map[string]*child{}
 	c.owner = map[string]backend.SetKey{}
 	c.volumes = map[string]map[int]*api.HostVolumeStub{}
+	if c.deletedVolumes == nil {
+		c.deletedVolumes = map[string]uint64{}
+	}
 	c.nodes = map[string]string{}
 	c.nodeStates = map[string]NodeState{}
 }
@@ -275,8 +287,16 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 			touched[k] = struct{}{}
 		}
 	}
+	for id, at := range c.deletedVolumes {
+		if at <= s.Index {
+			// The snapshot is newer than the delete: it is the truth.
+			delete(c.deletedVolumes, id)
+		}
+	}
 	for _, v := range s.Volumes {
-		c.putVolumeLocked(v)
+		if _, gone := c.deletedVolumes[v.ID]; !gone {
+			c.putVolumeLocked(v)
+		}
 	}
 	c.replaceNodesLocked(s.Nodes)
 	// A purged parent is remembered until its children are gone.
@@ -288,6 +308,7 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	if s.Index > c.index {
 		c.index = s.Index
 	}
+	c.listIndex = s.Index
 	c.synced = true
 	return sortedKeys(touched)
 }
@@ -534,13 +555,8 @@ func (c *Cache) upsertVolume(v *api.HostVolume, deleted bool, index uint64) []ba
 	if !ok {
 		return nil
 	}
-	if deleted {
-		c.removeVolumeLocked(stub.Namespace, v.Name)
-	} else {
-		if old := c.volumeLocked(stub.Namespace, v.Name); old != nil && old.ModifyIndex > stub.ModifyIndex {
-			return nil // an older event
-		}
-		c.putVolumeLocked(stub)
+	if !c.applyVolumeLocked(stub, deleted, index) {
+		return nil
 	}
 	ns := stub.Namespace
 	if ns == "" {
@@ -553,6 +569,40 @@ func (c *Cache) upsertVolume(v *api.HostVolume, deleted bool, index uint64) []ba
 		}
 	}
 	return out
+}
+
+// applyVolumeLocked folds one volume event into the cache and reports
+// whether it changed anything. Events may come late where a re-list and
+// the stream overlap, and a name is reused when a deleted volume is
+// created again, so neither the name nor the arrival order decides: a
+// delete removes only the volume with its ID, a deleted ID never comes
+// back, and of two volumes with one name the later created wins.
+func (c *Cache) applyVolumeLocked(v *api.HostVolumeStub, deleted bool, index uint64) bool {
+	if index != 0 && index <= c.listIndex {
+		return false // the last full list already holds it
+	}
+	old := c.volumeLocked(v.Namespace, v.Name)
+	if deleted {
+		c.deletedVolumes[v.ID] = max(c.deletedVolumes[v.ID], index)
+		if old == nil || old.ID != v.ID {
+			return false // already gone, or the name is a newer volume's
+		}
+		c.removeVolumeLocked(v.Namespace, v.Name)
+		return true
+	}
+	if _, gone := c.deletedVolumes[v.ID]; gone {
+		return false // an event from before the delete
+	}
+	if old != nil {
+		if old.ID == v.ID && old.ModifyIndex > v.ModifyIndex {
+			return false // an older event of the same volume
+		}
+		if old.ID != v.ID && old.CreateIndex > v.CreateIndex {
+			return false // a volume the name belonged to before
+		}
+	}
+	c.putVolumeLocked(v)
+	return true
 }
 
 // volumeLocked returns the cached volume called name, or nil.

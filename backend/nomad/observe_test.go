@@ -325,3 +325,115 @@ func TestCachePurgeSequences(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheVolumeDeleteSequences is issue 20's deleted volume: whatever
+// order the events around a `nomad volume delete` arrive in (a re-list and
+// the stream overlap, so events older than the snapshot may come after it,
+// in any order), the deleted volume ends gone, so its ordinal gets a fresh
+// volume, and a fresh volume under the same name is never taken away by the
+// old one's delete nor hidden by the old one's registration. Each case
+// plays every order of its events, with each re-list Nomad could give
+// placed anywhere it could come (after only the events it is newer than).
+func TestCacheVolumeDeleteSequences(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	v1 := &api.HostVolume{Namespace: "default", ID: "v1", Name: "data-web-0", NodeID: "n1", CreateIndex: 10, ModifyIndex: 11}
+	v2 := &api.HostVolume{Namespace: "default", ID: "v2", Name: "data-web-0", NodeID: "n2", CreateIndex: 30, ModifyIndex: 31}
+	type ev struct {
+		vol     *api.HostVolume
+		deleted bool
+		index   uint64
+	}
+	type snap struct {
+		index uint64
+		vols  []*api.HostVolume
+	}
+	for _, tc := range []struct {
+		name   string
+		events []ev
+		// snaps are the re-lists Nomad could give along the way.
+		snaps []snap
+		// want is the volume observed in the end ("" for none).
+		want string
+	}{
+		{"delete", []ev{{v1, false, 11}, {v1, true, 20}},
+			[]snap{{15, []*api.HostVolume{v1}}, {25, nil}}, ""},
+		{"delete, then a fresh volume", []ev{{v1, false, 11}, {v1, true, 20}, {v2, false, 31}},
+			[]snap{{15, []*api.HostVolume{v1}}, {25, nil}, {35, []*api.HostVolume{v2}}}, "v2"},
+	} {
+		for _, order := range permutations(len(tc.events)) {
+			for si, sn := range append([]snap{{}}, tc.snaps...) {
+				for snapAt := 0; snapAt <= len(order); snapAt++ {
+					if si == 0 && snapAt > 0 {
+						break // no re-list at all: one run is enough
+					}
+					if !newerThanAll(sn.index, tc.events, order[:snapAt], func(e ev) uint64 { return e.index }) {
+						continue // Nomad cannot list before an event it lists the result of
+					}
+					name := fmt.Sprintf("%s/order %v/re-list %d after %d", tc.name, order, sn.index, snapAt)
+					t.Run(name, func(t *testing.T) {
+						c := NewCache()
+						c.Replace(Snapshot{Index: 1, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)}})
+						relist := func() {
+							if si > 0 {
+								c.Replace(Snapshot{Index: sn.index, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)}, Volumes: stubs(sn.vols)})
+							}
+						}
+						for i, o := range order {
+							if i == snapAt {
+								relist()
+							}
+							e := tc.events[o]
+							c.upsertVolume(e.vol, e.deleted, e.index)
+						}
+						if snapAt == len(order) {
+							relist()
+						}
+						got := c.Observe(key, []string{"data"}, time.Unix(0, 0)).Volumes
+						var have string
+						if len(got) == 1 {
+							have = got[0].ID
+						}
+						if len(got) > 1 || have != tc.want {
+							t.Fatalf("observed volumes %+v, want %q", got, tc.want)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// newerThanAll reports whether index is at least the index of every event
+// of evs picked by idx.
+func newerThanAll[E any](index uint64, evs []E, idx []int, of func(E) uint64) bool {
+	for _, i := range idx {
+		if of(evs[i]) > index {
+			return false
+		}
+	}
+	return true
+}
+
+func stubs(vs []*api.HostVolume) []*api.HostVolumeStub {
+	var out []*api.HostVolumeStub
+	for _, v := range vs {
+		out = append(out, &api.HostVolumeStub{Namespace: v.Namespace, ID: v.ID, Name: v.Name, NodeID: v.NodeID,
+			CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex})
+	}
+	return out
+}
+
+// permutations returns every order of 0…n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
