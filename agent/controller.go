@@ -181,6 +181,7 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		return err
 	}
 	c.unblock(ctx, p)
+	c.restoreCounts(ctx, p)
 	return c.record(ctx, p, out, res)
 }
 

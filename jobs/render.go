@@ -322,6 +322,18 @@ func ParseChild(job *api.Job) (set string, ordinal int, revision string, ok bool
 	return set, n, revision, true
 }
 
+// ScaledChild reports the count of a child that was scaled above 1 by hand
+// (`nomad job scale <child> <group> N`), or 0 when its count is 0 or 1.
+func ScaledChild(child *api.Job) int {
+	if child == nil || len(child.TaskGroups) != 1 || child.TaskGroups[0] == nil {
+		return 0
+	}
+	if n := deref(child.TaskGroups[0].Count); n > 1 {
+		return n
+	}
+	return 0
+}
+
 // ChildMatches reports whether a child job read from Nomad still carries
 // what RenderChild gave it for (spec, rev, ordinal): its identity (ID,
 // namespace, meta, env, service tags), its storage (each claim's volume
@@ -353,7 +365,11 @@ func identityMatches(spec reconciler.Spec, rev reconciler.Revision, ordinal int,
 		return false
 	}
 	g := child.TaskGroups[0]
-	if deref(g.Count) != 1 {
+	// A count above 1 (`nomad job scale`) is not drift: the agent puts it
+	// back to 1 in place, so Nomad ends only the extra allocation
+	// (ScaledChild). A count of 0 stopped the pod: it is replaced like a
+	// stopped child, once its allocation has ended.
+	if deref(g.Count) < 1 {
 		return false
 	}
 	for _, t := range g.Tasks {

@@ -296,7 +296,7 @@ func TestChildMatchesDetectsDrift(t *testing.T) {
 		{"parent meta", func(j *api.Job) { j.Meta[MetaParent] = "db" }},
 		{"ordinal meta", func(j *api.Job) { j.Meta[MetaOrdinal] = "3" }},
 		{"pod name meta", func(j *api.Job) { delete(j.Meta, MetaPodName) }},
-		{"count", func(j *api.Job) { j.TaskGroups[0].Count = ptr(2) }},
+		{"count 0 (scaled to nothing: replaced once stopped; a count above 1 is ScaledChild's)", func(j *api.Job) { j.TaskGroups[0].Count = ptr(0) }},
 		{"env ordinal", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Env[EnvOrdinal] = "0" }},
 		{"env pod name removed", func(j *api.Job) { delete(j.TaskGroups[0].Tasks[0].Env, EnvPodName) }},
 		{"env name", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Env[EnvName] = "x" }},
