@@ -77,6 +77,12 @@ type controller struct {
 	// unblocked remembers, per child job ("namespace/id"), the node change
 	// (FineSince) for which Nomad was last asked to place it again.
 	unblocked map[string]uint64
+	// rendered caches, per set, the digest of each revision rendered for
+	// each ordinal that has a pod: what hand edits are found against.
+	rendered map[backend.SetKey]*renderedDigests
+	// edits remembers, per child job ("namespace/id"), the JobModifyIndex
+	// of the hand edit last reported, so that it is reported once.
+	edits map[string]uint64
 }
 
 type cachedRevisionData struct {
@@ -301,10 +307,17 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	// post_ready hooks should be asked.
 	c.gateChecks(key, obs, spec.Deleted)
 	p.holdReady = c.gatePostReady(ctx, key, obs, now)
+	rendered := c.renderedDigests(key)
+	defer c.keepRendered(key, rendered)
 	for _, d := range obs.Pods {
 		pod := d.Pod
-		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating && !jobs.ChildMatches(*spec, r, pod.Ordinal, d.Job) {
-			pod.Drifted = true
+		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating {
+			if !jobs.ChildMatches(*spec, r, pod.Ordinal, d.Job) {
+				pod.Drifted = true
+			} else if changed := rendered.changed(*spec, r, d); len(changed) > 0 {
+				pod.Drifted = true
+				c.noteEdit(p, d, r, changed)
+			}
 		}
 		if d.NodeID != "" && !pod.Terminating {
 			// A pod on a draining node is the daemon's to move, within the
@@ -448,9 +461,15 @@ func (c *controller) forget(key backend.SetKey) {
 	c.mu.Lock()
 	delete(c.lastSpec, key)
 	delete(c.revData, key)
+	delete(c.rendered, key)
 	for child := range c.unblocked {
 		if strings.HasPrefix(child, key.String()+"-") {
 			delete(c.unblocked, child)
+		}
+	}
+	for child := range c.edits {
+		if strings.HasPrefix(child, key.String()+"-") {
+			delete(c.edits, child)
 		}
 	}
 	c.mu.Unlock()

@@ -23,7 +23,7 @@ func CompactChild(j *api.Job) *api.Job {
 	if j == nil {
 		return nil
 	}
-	return NewChildRecord(j).Job()
+	return newChildRecord(j).Job()
 }
 
 // ChildRecord is a child job reduced to what CompactChild keeps, in plain
@@ -42,6 +42,9 @@ type ChildRecord struct {
 	meta                                              pairs
 	groups                                            []*groupRecord
 	hasGroups                                         bool
+	// digest is the whole spec's SpecDigest, which finds hand edits of
+	// any field; unknown for a record made from a compact job.
+	digest SpecDigest
 }
 
 type groupRecord struct {
@@ -197,8 +200,21 @@ func intern[T any](m map[[4]int64]*T, k [4]int64, mk func() *T) *T {
 	return v
 }
 
-// NewChildRecord reduces a child job to its record.
+// NewChildRecord reduces a child job, whole as Nomad gave it, to its
+// record, with the digest of its spec.
 func NewChildRecord(j *api.Job) *ChildRecord {
+	r := newChildRecord(j)
+	// A job that is not one group (not a well-formed child) has no
+	// digest: ChildMatches rejects it anyway.
+	r.digest, _ = DigestChild(j)
+	return r
+}
+
+// Digest returns the digest of the child's whole spec (unknown when the
+// record was made from a compact job).
+func (r *ChildRecord) Digest() SpecDigest { return r.digest }
+
+func newChildRecord(j *api.Job) *ChildRecord {
 	r := &ChildRecord{
 		id: optOf(j.ID), namespace: optOf(j.Namespace), status: optOf(j.Status),
 		stop: optOf(j.Stop), stable: optOf(j.Stable),
@@ -468,6 +484,31 @@ func (r *ChildRecord) WithStop() *ChildRecord {
 // so the decoding is as faithful as api.Job's own for the fields kept
 // (TestDecodeCompactChildMatches proves it field by field).
 func DecodeCompactChild(data []byte) (*api.Job, error) {
+	r, err := decodeRecord(data)
+	if err != nil {
+		return nil, err
+	}
+	return r.Job(), nil
+}
+
+// DecodeChildRecord decodes a child job's JSON (an event payload, as Nomad
+// sent it) into its record, kill grace included, without the digest of its
+// spec: DigestChildJSON is several times the cost of the record, and a
+// child's spec changes far less often than its status, so the watcher
+// carries a known digest over (WithDigest) and computes it only for a new
+// JobModifyIndex.
+func DecodeChildRecord(data []byte) (*ChildRecord, error) {
+	return decodeRecord(data)
+}
+
+// WithDigest returns a copy of the record with the digest of its spec set.
+func (r *ChildRecord) WithDigest(d SpecDigest) *ChildRecord {
+	c := *r
+	c.digest = d
+	return &c
+}
+
+func decodeRecord(data []byte) (*ChildRecord, error) {
 	var j compactJobJSON
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("decoding a child job: %w", err)
@@ -501,7 +542,7 @@ func DecodeCompactChild(data []byte) (*api.Job, error) {
 		}
 	}
 	// The same trimming as for a decoded job: what is kept is defined once.
-	return CompactChild(out), nil
+	return newChildRecord(out), nil
 }
 
 // compactJobJSON is the part of api.Job that CompactChild keeps, by the

@@ -95,6 +95,12 @@ func newRevisionDoc(job *api.Job) (*revisionDoc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return revisionDocOf(c)
+}
+
+// revisionDocOf is newRevisionDoc on a job the caller owns: it changes c.
+// A job just decoded from JSON needs no copy.
+func revisionDocOf(c *api.Job) (*revisionDoc, error) {
 	var groups []*api.TaskGroup
 	for _, g := range c.TaskGroups {
 		if g != nil {

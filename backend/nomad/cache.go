@@ -331,6 +331,35 @@ func (c *Cache) UpsertJob(j *api.Job, index uint64) (backend.SetKey, bool) {
 	return c.upsertJobLocked(j)
 }
 
+// digestAt returns the spec digest of child ns/id if the cache holds it at
+// jobModifyIndex with a known digest: its spec has not changed since.
+func (c *Cache) digestAt(ns, id string, jobModifyIndex uint64) (jobs.SpecDigest, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	k, ok := c.owner[ns+"/"+id]
+	if !ok || jobModifyIndex == 0 {
+		return jobs.SpecDigest{}, false
+	}
+	ch := c.children[k][id]
+	if ch == nil || ch.job == nil || ch.job.JobModifyIndex() != jobModifyIndex || !ch.job.Digest().Known() {
+		return jobs.SpecDigest{}, false
+	}
+	return ch.job.Digest(), true
+}
+
+// UpsertChildRecord records a job seen in an event, already reduced to its
+// record (jobs.DecodeChildRecord). A job that is not a child goes the way
+// of UpsertJob: it may be a parent that lost its annotation.
+func (c *Cache) UpsertChildRecord(r *jobs.ChildRecord, index uint64) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	if r.Meta(jobs.MetaParent) == "" {
+		return c.upsertJobLocked(r.Job())
+	}
+	return c.upsertRecordLocked(r)
+}
+
 func (c *Cache) advanceLocked(index uint64) {
 	if index > c.index {
 		c.index = index

@@ -40,6 +40,10 @@ type PodDetail struct {
 	// (jobs.CompactChild): what drift detection (jobs.ChildMatches) and
 	// ParseChild read, not the whole job.
 	Job *api.Job
+	// Digest is the digest of the child's whole spec, which drift
+	// detection compares with its revision rendered for its ordinal to find
+	// a hand edit of any field (unknown when the cache could not read it).
+	Digest jobs.SpecDigest
 	// AllTerminal is true when no allocation of the child can still run.
 	AllTerminal bool
 	// NotReady says why a pod whose allocation runs is not Ready, as a
@@ -304,6 +308,7 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 		JobID:          job.ID(),
 		JobModifyIndex: job.JobModifyIndex(),
 		Job:            job.Job(),
+		Digest:         job.Digest(),
 		Pod: reconciler.Pod{
 			Ordinal:  ord,
 			Revision: job.Meta(jobs.MetaRevision),

@@ -242,7 +242,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 		e := &evs.Events[i]
 		switch e.Topic {
 		case api.TopicJob:
-			job, err := decodeJobEvent(e)
+			job, rec, err := w.decodeJobEvent(e)
 			if err != nil || job == nil || job.ID == nil {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
@@ -257,10 +257,17 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 					continue
 				}
 				if err == nil {
-					job = current
+					job, rec = current, nil
 				}
 			}
-			if k, ok := w.cache.UpsertJob(job, e.Index); ok {
+			var k backend.SetKey
+			var ok bool
+			if rec != nil {
+				k, ok = w.cache.UpsertChildRecord(rec, e.Index)
+			} else {
+				k, ok = w.cache.UpsertJob(job, e.Index)
+			}
+			if ok {
 				touched[k] = struct{}{}
 			}
 		case api.TopicAllocation:
@@ -319,20 +326,32 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 }
 
 // decodeJobEvent decodes a job event's job. From raw JSON (the real
-// client) it decodes the compact form the cache keeps of a child
-// (jobs.DecodeCompactChild), several times cheaper than a whole api.Job, and
-// decodes the whole job only for a parent, which the agent renders from.
-// Children's events are nearly all of a busy stream.
-func decodeJobEvent(e *api.Event) (*api.Job, error) {
+// client) a child is decoded straight into the record the cache keeps of it
+// (jobs.DecodeChildRecord, returned as rec, with job its compact form for
+// the job's identity), and only a parent, which the agent renders from, is
+// decoded whole. Children's events are nearly all of a busy stream. The
+// digest of a child's spec, which finds hand edits, costs several times the
+// rest: it is carried over from the cache while the child's
+// JobModifyIndex is the one the cache holds (a status change), and
+// computed only for a new spec.
+func (w *Watcher) decodeJobEvent(e *api.Event) (job *api.Job, rec *jobs.ChildRecord, err error) {
 	if raw, ok := e.Payload["Job"].(json.RawMessage); ok {
-		job, err := jobs.DecodeCompactChild(raw)
-		if err != nil || !isParent(job) {
-			return job, err
+		rec, err := jobs.DecodeChildRecord(raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		if job := rec.Job(); !isParent(job) {
+			d, ok := w.cache.digestAt(jobNamespace(job), rec.ID(), rec.JobModifyIndex())
+			if !ok {
+				// Unknown stays unknown on error: never a reason to
+				// replace a pod.
+				d, _ = jobs.DigestChildJSON(raw)
+			}
+			return job, rec.WithDigest(d), nil
 		}
 	}
-	var job *api.Job
-	err := DecodePayload(e, "Job", &job)
-	return job, err
+	err = DecodePayload(e, "Job", &job)
+	return job, nil, err
 }
 
 // allocPayload is the part of an allocation event's payload the cache keeps,

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// renderedDigests are the digests of a set's revisions rendered for its
+// ordinals. Rendering and digesting a child costs about as much as a whole
+// steady pass, and a revision's rendering for an ordinal never changes, so
+// each is computed once; a pass keeps only those it used.
+type renderedDigests struct {
+	prev, used map[renderKey]jobs.SpecDigest
+}
+
+// renderKey names one rendering: a revision (immutable under its name) for
+// one ordinal with the set's claims, which set the volume sources.
+type renderKey struct {
+	revision string
+	ordinal  int
+	claims   string
+}
+
+// changed returns the fields of pod d's child that differ from its
+// revision rendered for its ordinal: a hand edit (`nomad job run` of a
+// changed child, `nomad job revert`). Nil when they match, or when either
+// digest is unknown: an unreadable spec is never a reason to replace a pod.
+func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision, d nomad.PodDetail) []string {
+	if !d.Digest.Known() {
+		return nil
+	}
+	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: strings.Join(spec.VolumeClaims, ",")}
+	want, ok := r.used[k]
+	if !ok {
+		want, ok = r.prev[k]
+	}
+	if !ok {
+		// An error leaves the digest unknown, which matches: the
+		// revision's own rendering errors show when a pod is created.
+		if child, err := jobs.RenderChild(spec, rev, d.Pod.Ordinal); err == nil {
+			want, _ = jobs.DigestChild(child)
+		}
+	}
+	r.used[k] = want
+	return want.Changed(d.Digest)
+}
+
+// renderedDigests returns the set's cached renderings for one pass.
+func (c *controller) renderedDigests(key backend.SetKey) *renderedDigests {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &renderedDigests{used: map[renderKey]jobs.SpecDigest{}}
+	if old := c.rendered[key]; old != nil {
+		r.prev = old.used
+	}
+	return r
+}
+
+// keepRendered keeps the renderings a pass used for the next one.
+func (c *controller) keepRendered(key backend.SetKey, r *renderedDigests) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rendered == nil {
+		c.rendered = map[backend.SetKey]*renderedDigests{}
+	}
+	r.prev = nil
+	c.rendered[key] = r
+}
+
+// noteEdit says once per edit, in the set's events and the log, that a
+// child was changed by hand and which fields, before the reconciler
+// replaces it from its revision (a budgeted, ordered repair): the parent
+// job is the one source of truth.
+func (c *controller) noteEdit(p *pass, d nomad.PodDetail, rev reconciler.Revision, changed []string) {
+	child := p.key.Namespace + "/" + d.JobID
+	c.mu.Lock()
+	seen := c.edits[child] == d.JobModifyIndex
+	if !seen {
+		if c.edits == nil {
+			c.edits = map[string]uint64{}
+		}
+		c.edits[child] = d.JobModifyIndex
+	}
+	c.mu.Unlock()
+	if seen {
+		return
+	}
+	c.views.event(p.key, p.now, "Edited", fmt.Sprintf(
+		"%s was changed outside nomad-statefulset (%s); it is replaced from its revision %s, as the parent job says",
+		d.JobID, strings.Join(changed, ", "), rev.Name))
+	c.log.Info("a child was edited by hand; replacing it from its revision", "set", p.key.String(), "child", d.JobID, "fields", changed)
+}

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+)
+
+// TestHandEditedChildIsReplacedAndNamed is issue 20's `nomad job run` of
+// an edited child: the drift check compared only the identity env, meta,
+// tags and volume sources, so an added env var stood for good. The child
+// Nomad has is now compared whole with its revision rendered for its
+// ordinal: an edit of any field makes the pod drifted, which the reconciler
+// replaces from its revision (CauseRepair, within the budget), and the
+// set's events name the fields once per edit. A child as rendered is left
+// alone.
+func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(j *api.Job)
+		// field is the one the event must name; "" for no edit.
+		field string
+	}{
+		{"as rendered", func(*api.Job) {}, ""},
+		{"an env var added", func(j *api.Job) {
+			if j.TaskGroups[0].Tasks[0].Env == nil {
+				j.TaskGroups[0].Tasks[0].Env = map[string]string{}
+			}
+			j.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1"
+		}, "Group.Tasks[app].Env"},
+		{"the command changed", func(j *api.Job) {
+			j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "sleep 3600"}
+		}, "Group.Tasks[app].Config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
+			r := newSyncRig(t, parent)
+			r.sync(t) // stores the revision
+			spec, err := jobs.Parse(parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			revs, err := r.c.store.ListRevisions(context.Background(), r.key)
+			if err != nil || len(revs) != 1 {
+				t.Fatalf("revisions %v, %v", revs, err)
+			}
+			child, err := jobs.RenderChild(spec, revs[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(child)
+			child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(1)), ptr(uint64(30)), ptr(uint64(30)), ptr(uint64(20))
+			child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
+			alloc := &api.AllocationListStub{ID: "a0", Namespace: "default", JobID: "web-0", NodeID: "n1",
+				ClientStatus: "running", DesiredStatus: "run", CreateIndex: 31, ModifyIndex: 32,
+				DeploymentStatus: &api.AllocDeploymentStatus{Healthy: ptr(true), Timestamp: r.now.Add(-time.Hour)},
+				TaskStates:       map[string]*api.TaskState{"app": {State: "running", StartedAt: r.now.Add(-time.Hour)}}}
+			vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
+			r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, child},
+				Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
+
+			r.sync(t)
+			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
+			d, _ := r.c.views.get(r.key)
+			if tc.field == "" {
+				if replaced || hasEvent(d, "Edited") {
+					t.Fatalf("a child as rendered was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
+				}
+				return
+			}
+			if !replaced {
+				t.Fatalf("an edited child was not replaced: calls %v", r.eff.calls)
+			}
+			if !hasEvent(d, "Edited", "web-0 was changed outside nomad-statefulset", tc.field) {
+				t.Fatalf("no event names %s: %+v", tc.field, d.Events)
+			}
+			// Once per edit, however many passes see it.
+			r.sync(t)
+			d, _ = r.c.views.get(r.key)
+			n := 0
+			for _, e := range d.Events {
+				if e.Type == "Edited" {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d Edited events for one edit, want 1", n)
+			}
+		})
+	}
+}

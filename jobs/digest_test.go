@@ -1,0 +1,141 @@
+package jobs
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// TestDigestOfRegisteredChildMatches: a child rendered here and the same
+// child registered on a real Nomad agent and read back
+// (testdata/<name>.child.registered.json) have equal digests: what Nomad
+// fills in itself is not an edit.
+func TestDigestOfRegisteredChildMatches(t *testing.T) {
+	for _, name := range examples {
+		t.Run(name, func(t *testing.T) {
+			spec, rev := mustSpecRev(t, submitted(t, name))
+			reg := loadJob(t, filepath.Join("testdata", name+".child.registered.json"))
+			_, ord, _, _ := ParseChild(reg)
+			sent, err := RenderChild(spec, rev, ord)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := DigestChild(sent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DigestChild(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch := want.Changed(got); len(ch) != 0 {
+				t.Fatalf("Nomad's own defaults read as edits of %v", ch)
+			}
+		})
+	}
+}
+
+// TestDigestNamesHandEdits: any hand edit of a child is found, and named
+// by field, while what the daemon or Nomad sets on its own is not an edit:
+// the count (put back in place), the spread constraints and affinities the
+// agent adds at creation, and Nomad's defaults.
+func TestDigestNamesHandEdits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(j *api.Job)
+		want []string
+	}{
+		{"env var added", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1" }, []string{"Group.Tasks[app].Env"}},
+		{"task config", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "sleep 1"} }, []string{"Group.Tasks[app].Config"}},
+		{"resources", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Resources = &api.Resources{MemoryMB: ptr(999)} }, []string{"Group.Tasks[app].Resources"}},
+		{"job meta", func(j *api.Job) { j.Meta["owner"] = "me" }, []string{"Meta"}},
+		{"datacenters", func(j *api.Job) { j.Datacenters = []string{"dc9"} }, []string{"Datacenters"}},
+		{"group constraint", func(j *api.Job) {
+			j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${attr.kernel.name}", RTarget: "linux", Operand: "="})
+		}, []string{"Group.Constraints"}},
+		{"task and group at once", func(j *api.Job) {
+			j.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1"
+			j.TaskGroups[0].RestartPolicy.Attempts = ptr(9)
+		}, []string{"Group.RestartPolicy", "Group.Tasks[app].Env"}},
+		{"count (not an edit: put back in place)", func(j *api.Job) { j.TaskGroups[0].Count = ptr(3) }, nil},
+		{"spread affinity (the agent's own)", func(j *api.Job) {
+			j.TaskGroups[0].Affinities = append(j.TaskGroups[0].Affinities, &api.Affinity{LTarget: "${node.unique.id}", RTarget: "n1", Operand: "!=", Weight: pointer(int8(100))})
+		}, nil},
+		{"nothing", func(*api.Job) {}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, rev := mustSpecRev(t, submitted(t, "web"))
+			want, err := RenderChild(spec, rev, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			edited, err := RenderChild(spec, rev, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if edited.TaskGroups[0].Tasks[0].Env == nil {
+				edited.TaskGroups[0].Tasks[0].Env = map[string]string{}
+			}
+			tc.edit(edited)
+			dw, err := DigestChild(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			de, err := DigestChild(edited)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dw.Changed(de); !slices.Equal(got, tc.want) {
+				t.Fatalf("changed fields %v, want %v", got, tc.want)
+			}
+		})
+	}
+	var unknown SpecDigest
+	if got := unknown.Changed(SpecDigest{fields: []fieldSum{{"Meta", 1}}}); got != nil {
+		t.Fatalf("an unknown digest reads as edits of %v", got)
+	}
+}
+
+// TestDecodeChildRecordKeepsWhatPurgeAndDriftNeed: the record a watcher
+// keeps of a child event has the child's kill grace (a purge waits it
+// out; the compact job alone lost kill_timeout and shutdown_delay, so a
+// purged child with kill_timeout = 30s was re-created after 5s), and
+// DigestChildJSON of the event gives the digest of its whole spec.
+func TestDecodeChildRecordKeepsWhatPurgeAndDriftNeed(t *testing.T) {
+	spec, rev := mustSpecRev(t, submitted(t, "web"))
+	child, err := RenderChild(spec, rev, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.TaskGroups[0].Tasks[0].KillTimeout = pointer(30 * time.Second)
+	child.TaskGroups[0].ShutdownDelay = pointer(2 * time.Second)
+	raw, err := json.Marshal(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := DecodeChildRecord(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DigestChildJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = rec.WithDigest(d)
+	if got := rec.KillGrace(); got != 32*time.Second {
+		t.Fatalf("kill grace %v, want 32s", got)
+	}
+	want, err := DigestChild(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Digest().Known() || len(want.Changed(rec.Digest())) != 0 {
+		t.Fatalf("digest %v, want that of the whole child (changed %v)", rec.Digest(), want.Changed(rec.Digest()))
+	}
+}
+
+func pointer[T any](v T) *T { return &v }
