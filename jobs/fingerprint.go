@@ -451,6 +451,9 @@ func (r *ChildRecord) Meta(key string) string { return r.meta.get(key) }
 // Stopped reports whether the job is stopped.
 func (r *ChildRecord) Stopped() bool { return r.stop.ok && r.stop.v }
 
+// Version returns the job's version (0 if unset).
+func (r *ChildRecord) Version() uint64 { return r.version.v }
+
 // ModifyIndex returns the job's ModifyIndex (0 if unset).
 func (r *ChildRecord) ModifyIndex() uint64 { return r.modifyIndex.v }
 

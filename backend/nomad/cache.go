@@ -36,6 +36,14 @@ type allocState struct {
 	id, nodeID                  string
 	clientStatus, desiredStatus string
 	createIndex, modifyIndex    uint64
+	// allocModifyIndex is when a server last changed the allocation: an
+	// allocation Nomad updated in place for a new registration of its job
+	// has it above the job's JobModifyIndex.
+	allocModifyIndex uint64
+	// jobVersion is the job version the allocation runs, known from a
+	// list stub (events do not carry it).
+	jobVersion      uint64
+	jobVersionKnown bool
 	// modifyTime is in Unix nanoseconds, as Nomad gives it.
 	modifyTime int64
 	// healthKnown is set once the deployment reported the allocation's
@@ -134,7 +142,10 @@ func (c *Cache) stateOf(a *allocPayload) allocState {
 	st := allocState{
 		id: a.ID, nodeID: internNode(c.nodes, a.NodeID),
 		clientStatus: internStatus(a.ClientStatus), desiredStatus: internStatus(a.DesiredStatus),
-		createIndex: a.CreateIndex, modifyIndex: a.ModifyIndex, modifyTime: a.ModifyTime,
+		createIndex: a.CreateIndex, modifyIndex: a.ModifyIndex, allocModifyIndex: a.AllocModifyIndex, modifyTime: a.ModifyTime,
+	}
+	if a.JobVersion != nil {
+		st.jobVersion, st.jobVersionKnown = *a.JobVersion, true
 	}
 	if d := a.DeploymentStatus; d != nil && d.Healthy != nil {
 		st.healthKnown, st.healthy, st.healthTime = true, *d.Healthy, d.Timestamp
@@ -513,7 +524,7 @@ func stubPayload(a *api.AllocationListStub) *allocPayload {
 	return &allocPayload{
 		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, JobID: a.JobID,
 		DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus, DeploymentStatus: a.DeploymentStatus,
-		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, ModifyTime: a.ModifyTime,
+		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, JobVersion: &a.JobVersion, ModifyTime: a.ModifyTime,
 		TaskStates: stubTaskStates(a.TaskStates),
 	}
 }

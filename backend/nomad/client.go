@@ -237,6 +237,7 @@ type allocStub struct {
 	DesiredStatus, ClientStatus  string
 	DeploymentStatus             *api.AllocDeploymentStatus
 	CreateIndex, ModifyIndex     uint64
+	JobVersion                   uint64
 	ModifyTime                   int64
 	TaskStates                   map[string]*taskStatePayload
 }
@@ -257,7 +258,7 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.
 		allocs[i] = &api.AllocationListStub{
 			ID: r.ID, Namespace: r.Namespace, NodeID: r.NodeID, JobID: r.JobID,
 			DesiredStatus: r.DesiredStatus, ClientStatus: r.ClientStatus, DeploymentStatus: r.DeploymentStatus,
-			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, ModifyTime: r.ModifyTime,
+			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobVersion: r.JobVersion, ModifyTime: r.ModifyTime,
 		}
 		if len(r.TaskStates) > 0 {
 			allocs[i].TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))

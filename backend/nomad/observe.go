@@ -201,6 +201,24 @@ func newestAllocAfter(allocs []allocState, index uint64) *allocState {
 	return best
 }
 
+// updatedInPlace returns the newest allocation that a server updated in
+// place to run the job registered at index as version, or nil: an event
+// says so by its AllocModifyIndex, a list stub by its JobVersion.
+func updatedInPlace(allocs []allocState, index, version uint64) *allocState {
+	var best *allocState
+	for i := range allocs {
+		a := &allocs[i]
+		current := a.allocModifyIndex > index || (a.jobVersionKnown && a.jobVersion == version)
+		if !current || a.desiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		if best == nil || a.createIndex > best.createIndex || (a.createIndex == best.createIndex && a.id > best.id) {
+			best = a
+		}
+	}
+	return best
+}
+
 // allocStopped reports whether an allocation can no longer be running
 // anywhere. Lost allocations are only taken as stopped once their client
 // must have stopped them itself (see lostAllocMargin).
@@ -329,9 +347,19 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 	// so JobVersion is unknown there; but an allocation placed for this
 	// registration is created after it, and Nomad moves JobModifyIndex only
 	// when the spec changes.
+	//
+	// A registration Nomad applies in place (only the count changed: the
+	// agent putting a scaled child back to 1) places no allocation: the
+	// running one is updated to the new version, which moves its
+	// AllocModifyIndex past the registration. It is the pod's allocation.
+	// An old allocation of a registration that replaces it is never
+	// updated in place, only stopped.
 	a := newestAlloc(ch.allocs)
 	if !stopped {
 		a = newestAllocAfter(ch.allocs, job.JobModifyIndex())
+		if a == nil {
+			a = updatedInPlace(ch.allocs, job.JobModifyIndex(), job.Version())
+		}
 	}
 	if a == nil {
 		return d, true

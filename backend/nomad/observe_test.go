@@ -437,3 +437,73 @@ func permutations(n int) [][]int {
 	}
 	return out
 }
+
+// TestObserveChildUpdatedInPlace is issue 20's `nomad job scale`: the agent
+// puts a scaled child back to count 1 by registering it again, which Nomad
+// applies in place: no allocation is placed, the running one is updated to
+// the new version. The pod used to wait for an allocation created after the
+// registration that never came, Pending for good. The in-place updated
+// allocation (an event's AllocModifyIndex past the registration, a list
+// stub's JobVersion equal to the job's) is now the pod's; an old one that a
+// registration replaces is never taken for it, nor is one being stopped.
+func TestObserveChildUpdatedInPlace(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	for _, tc := range []struct {
+		name string
+		// fill puts the original allocation a1 (created at 11) and the
+		// extra a2 (created at 21, for the scale) into c.
+		fill      func(c *Cache, a1, a2 *api.AllocationListStub)
+		wantAlloc string
+		wantReady bool
+	}{
+		{"events: a1 updated in place, a2 stopped", func(c *Cache, a1, a2 *api.AllocationListStub) {
+			p := stubPayload(a1)
+			p.JobVersion, p.AllocModifyIndex, p.ModifyIndex = nil, 31, 31
+			c.upsertAllocPayload(p, 31)
+			p2 := stubPayload(a2)
+			p2.JobVersion, p2.AllocModifyIndex = nil, 31
+			c.upsertAllocPayload(p2, 32)
+		}, "a1", true},
+		{"re-list: a1 at the job's version", func(c *Cache, a1, a2 *api.AllocationListStub) {
+			a1.JobVersion = 2
+			a2.JobVersion = 1
+			c.Replace(Snapshot{Index: 40, Jobs: []*api.Job{scaledBack()}, Allocs: []*api.AllocationListStub{a1, a2}})
+		}, "a1", true},
+		{"re-list: a1 not updated yet (a replacing registration)", func(c *Cache, a1, a2 *api.AllocationListStub) {
+			a1.JobVersion = 0
+			a2.JobVersion = 1
+			c.Replace(Snapshot{Index: 40, Jobs: []*api.Job{scaledBack()}, Allocs: []*api.AllocationListStub{a1, a2}})
+		}, "", false},
+		{"events: a1 being stopped", func(c *Cache, a1, a2 *api.AllocationListStub) {
+			p := stubPayload(a1)
+			p.JobVersion, p.AllocModifyIndex, p.ModifyIndex, p.DesiredStatus = nil, 31, 31, "stop"
+			c.upsertAllocPayload(p, 31)
+		}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			a1 := alloc("a1", "web-0", "running", "run", ptr(true), 11, now)
+			a2 := alloc("a2", "web-0", "complete", "stop", nil, 21, now)
+			c.Replace(Snapshot{Index: 30, Jobs: []*api.Job{scaledBack()}})
+			tc.fill(c, a1, a2)
+			obs := c.Observe(key, nil, now)
+			if len(obs.Pods) != 1 {
+				t.Fatalf("pods %+v", obs.Pods)
+			}
+			p := obs.Pods[0]
+			if p.AllocID != tc.wantAlloc || p.Pod.Ready != tc.wantReady {
+				t.Fatalf("pod judged by %q (ready %v), want %q (ready %v): %+v", p.AllocID, p.Pod.Ready, tc.wantAlloc, tc.wantReady, p)
+			}
+		})
+	}
+}
+
+// scaledBack is web-0 registered at 10 (version 0), scaled to 2 at 20
+// (version 1) and put back to 1 at 30 (version 2).
+func scaledBack() *api.Job {
+	j := childJob("web", "0", "r", false, 30)
+	j.Version = ptr(uint64(2))
+	j.TaskGroups[0].Count = ptr(1)
+	return j
+}

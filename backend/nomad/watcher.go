@@ -363,7 +363,13 @@ type allocPayload struct {
 	DesiredStatus, ClientStatus  string
 	DeploymentStatus             *api.AllocDeploymentStatus
 	CreateIndex, ModifyIndex     uint64
-	ModifyTime                   int64
+	// AllocModifyIndex moves only when a server changes the allocation
+	// (an in-place update to a new job version, a stop), never for a
+	// client's report. Events carry it; list stubs carry JobVersion
+	// instead (nil in events).
+	AllocModifyIndex uint64
+	JobVersion       *uint64
+	ModifyTime       int64
 	// TaskStates are decoded without their events (taskStatePayload).
 	TaskStates map[string]*taskStatePayload
 	// Job is set when Nomad includes the job, which lets the watcher adopt
