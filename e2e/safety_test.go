@@ -196,9 +196,14 @@ func TestVerbPurgeChild(t *testing.T) {
 		return nil
 	})
 	waitConverged(t, c, d, "pg", 2, nil)
-	// The time is measured, not asserted (timed assertions flake on these
-	// shared machines); BENCHMARKS.md records it.
-	t.Logf("pg-1 restored %v after nomad job stop -purge", time.Since(start).Round(100*time.Millisecond))
+	// BENCHMARKS.md records the time; the bound asserted is issue 20's
+	// contract for a purge, generous against the kill grace waited out
+	// (5 s + PurgeMargin) so that a loaded machine does not fail it.
+	took := time.Since(start)
+	t.Logf("pg-1 restored %v after nomad job stop -purge", took.Round(100*time.Millisecond))
+	if took > otherBound {
+		t.Errorf("the purge took %v to restore, over the issue's bound of %v", took.Round(100*time.Millisecond), otherBound)
+	}
 	goneAt := <-gone
 	alloc, _, err := c.Nomad.Client.Allocations().Info(WaitJobHealthy(t, c.Nomad.Client, "default", "pg-1", time.Minute).ID, nil)
 	if err != nil {
