@@ -76,6 +76,8 @@ func (r verbRig) restored(t *testing.T, verb string, start time.Time, bound time
 	return took
 }
 
+func ptrInt(v int) *int { return &v }
+
 // newestAlloc returns the newest allocation of child id.
 func (r verbRig) newestAlloc(t *testing.T, id string) *nomadapi.AllocationListStub {
 	t.Helper()
@@ -294,10 +296,87 @@ func TestVerbs(t *testing.T) {
 		})
 	})
 
+	// The same verbs with the daemon down while they happen: it learns
+	// of them from its first full list, not from the event stream, and
+	// must come to the same outcome (issue 20, contract 7).
+	t.Run("job scale while the daemon is down", func(t *testing.T) {
+		before := r.identityLines(t, 2)
+		old := r.newestAlloc(t, "vb-2")
+		job, _, err := jobs.Info("vb-2", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Stop()
+		two := 2
+		if _, _, err := jobs.Scale("vb-2", *job.TaskGroups[0].Name, &two, "e2e: scale a child by hand", false, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		d.Start()
+		r.restored(t, "nomad job scale, daemon started after it", start, otherBound, func() error {
+			j, _, err := jobs.Info("vb-2", nil)
+			if err != nil {
+				return err
+			}
+			if *j.TaskGroups[0].Count != 1 {
+				return fmt.Errorf("vb-2's count is %d", *j.TaskGroups[0].Count)
+			}
+			return nil
+		})
+		a, _, err := allocs.Info(old.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.ClientStatus != "running" || a.DesiredStatus != "run" {
+			t.Fatalf("vb-2's original allocation is %s/%s, want it still running", a.ClientStatus, a.DesiredStatus)
+		}
+		if n := r.identityLines(t, 2); n != before {
+			t.Fatalf("vb-2's volume has %d starts, want %d: its task started again", n, before)
+		}
+	})
+
+	t.Run("job run of an edited child while the daemon is down", func(t *testing.T) {
+		before := r.identityLines(t, 0)
+		job, _, err := jobs.Info("vb-0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptrInt(32)
+		d.Stop()
+		if _, _, err := jobs.Register(job, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		d.Start()
+		r.restored(t, "nomad job run of an edited child, daemon started after it", start, otherBound, func() error {
+			j, _, err := jobs.Info("vb-0", nil)
+			if err != nil {
+				return err
+			}
+			if *j.TaskGroups[0].Tasks[0].Resources.MemoryMB == 32 || *j.Stop {
+				return fmt.Errorf("vb-0 still has the edit (stopped %v)", *j.Stop)
+			}
+			if a := r.newestAlloc(t, "vb-0"); !Healthy(a) {
+				return fmt.Errorf("vb-0 not healthy yet")
+			}
+			return r.event("Edited", "vb-0 was changed outside nomad-statefulset", "Group.Tasks[app].Resources")
+		})
+		if n := r.identityLines(t, 0); n != before+1 {
+			t.Fatalf("vb-0's volume has %d starts, want %d", n, before+1)
+		}
+	})
+
 	t.Run("volume delete while scaled away", func(t *testing.T) {
 		vols := HostVolumes(t, c.Nomad.Client, "default", "data-vb-2")
 		if len(vols) != 1 {
 			t.Fatalf("%d data-vb-2 volumes", len(vols))
+		}
+		// A delete Nomad refuses (the volume is in use) changes nothing.
+		if _, _, err := c.Nomad.Client.HostVolumes().Delete(&nomadapi.HostVolumeDeleteRequest{ID: vols[0].ID}, nil); err == nil {
+			t.Fatal("Nomad deleted a volume in use")
+		}
+		if now := HostVolumes(t, c.Nomad.Client, "default", "data-vb-2"); len(now) != 1 || now[0].ID != vols[0].ID {
+			t.Fatalf("a refused delete changed data-vb-2: %+v", now)
 		}
 		updateParent(t, c, verbSet, setMeta("statefulset_replicas", "2"))
 		Eventually(t, 2*time.Minute, "vb-2 to be gone and its volume kept", func() error {
