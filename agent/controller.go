@@ -307,8 +307,8 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	// post_ready hooks should be asked.
 	c.gateChecks(key, obs, spec.Deleted)
 	p.holdReady = c.gatePostReady(ctx, key, obs, now)
-	rendered := c.renderedDigests(key)
-	defer c.keepRendered(key, rendered)
+	rendered := c.renderedDigests(key, *spec)
+	defer c.keepRendered(rendered, len(obs.Pods))
 	for _, d := range obs.Pods {
 		pod := d.Pod
 		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating {

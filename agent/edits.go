@@ -13,9 +13,19 @@ import (
 // renderedDigests are the digests of a set's revisions rendered for its
 // ordinals. Rendering and digesting a child costs about as much as a whole
 // steady pass, and a revision's rendering for an ordinal never changes, so
-// each is computed once; a pass keeps only those it used.
+// each is computed once and kept while a pass uses it. A steady pass
+// allocates nothing here.
 type renderedDigests struct {
-	prev, used map[renderKey]jobs.SpecDigest
+	m map[renderKey]renderedDigest
+	// pass numbers the passes, to drop what the last one did not use.
+	pass uint64
+	// claims is the set's claims of the current pass, joined.
+	claims string
+}
+
+type renderedDigest struct {
+	digest jobs.SpecDigest
+	pass   uint64
 }
 
 // renderKey names one rendering: a revision (immutable under its name) for
@@ -34,42 +44,59 @@ func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision,
 	if !d.Digest.Known() {
 		return nil
 	}
-	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: strings.Join(spec.VolumeClaims, ",")}
-	want, ok := r.used[k]
-	if !ok {
-		want, ok = r.prev[k]
-	}
+	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: r.claims}
+	e, ok := r.m[k]
 	if !ok {
 		// An error leaves the digest unknown, which matches: the
 		// revision's own rendering errors show when a pod is created.
 		if child, err := jobs.RenderChild(spec, rev, d.Pod.Ordinal); err == nil {
-			want, _ = jobs.DigestChild(child)
+			e.digest, _ = jobs.DigestChild(child)
 		}
 	}
-	r.used[k] = want
-	return want.Changed(d.Digest)
+	if !ok || e.pass != r.pass {
+		e.pass = r.pass
+		r.m[k] = e
+	}
+	if e.digest.Equal(d.Digest) {
+		return nil
+	}
+	return e.digest.Changed(d.Digest)
 }
 
 // renderedDigests returns the set's cached renderings for one pass.
-func (c *controller) renderedDigests(key backend.SetKey) *renderedDigests {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := &renderedDigests{used: map[renderKey]jobs.SpecDigest{}}
-	if old := c.rendered[key]; old != nil {
-		r.prev = old.used
-	}
-	return r
-}
-
-// keepRendered keeps the renderings a pass used for the next one.
-func (c *controller) keepRendered(key backend.SetKey, r *renderedDigests) {
+func (c *controller) renderedDigests(key backend.SetKey, spec reconciler.Spec) *renderedDigests {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rendered == nil {
 		c.rendered = map[backend.SetKey]*renderedDigests{}
 	}
-	r.prev = nil
-	c.rendered[key] = r
+	r := c.rendered[key]
+	if r == nil {
+		r = &renderedDigests{m: map[renderKey]renderedDigest{}}
+		c.rendered[key] = r
+	}
+	r.pass++
+	if len(spec.VolumeClaims) == 1 {
+		r.claims = spec.VolumeClaims[0]
+	} else {
+		r.claims = strings.Join(spec.VolumeClaims, ",")
+	}
+	return r
+}
+
+// keepRendered drops the renderings the pass did not use, once they are
+// more than twice the set's pods: old revisions, ordinals scaled away.
+func (c *controller) keepRendered(r *renderedDigests, pods int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(r.m) <= 2*pods+8 {
+		return
+	}
+	for k, e := range r.m {
+		if e.pass != r.pass {
+			delete(r.m, k)
+		}
+	}
 }
 
 // noteEdit says once per edit, in the set's events and the log, that a

@@ -20,13 +20,9 @@ func (c *controller) restoreCounts(ctx context.Context, p *pass) {
 	if p.spec.Deleted {
 		return
 	}
-	drifted := map[int]bool{}
-	for _, pod := range p.in.Pods {
-		drifted[pod.Ordinal] = pod.Drifted
-	}
 	for _, d := range p.obs.Pods {
 		n := jobs.ScaledChild(d.Job)
-		if n == 0 || d.Pod.Terminating || drifted[d.Pod.Ordinal] {
+		if n == 0 || d.Pod.Terminating || drifted(p, d.Pod.Ordinal) {
 			continue
 		}
 		if err := c.restoreCount(ctx, p, d, n); err != nil {
@@ -35,6 +31,16 @@ func (c *controller) restoreCounts(ctx context.Context, p *pass) {
 			c.log.Warn("could not put a scaled child's count back to 1", "set", p.key.String(), "child", d.JobID, "error", err)
 		}
 	}
+}
+
+// drifted reports whether the pass found ordinal's pod drifted.
+func drifted(p *pass, ordinal int) bool {
+	for _, pod := range p.in.Pods {
+		if pod.Ordinal == ordinal {
+			return pod.Drifted
+		}
+	}
+	return false
 }
 
 func (c *controller) restoreCount(ctx context.Context, p *pass, d nomad.PodDetail, n int) error {

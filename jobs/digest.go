@@ -23,6 +23,9 @@ import (
 // it.
 type SpecDigest struct {
 	fields []fieldSum
+	// all sums every field's path and checksum: equal digests have equal
+	// sums, so a steady comparison is one test.
+	all uint64
 }
 
 // fieldSum is the checksum of one field of the normal form. path is
@@ -34,6 +37,19 @@ type fieldSum struct {
 
 // Known reports whether the digest was computed.
 func (d SpecDigest) Known() bool { return d.fields != nil }
+
+// Equal reports whether d and other are known and equal.
+func (d SpecDigest) Equal(other SpecDigest) bool {
+	if !d.Known() || !other.Known() || d.all != other.all || len(d.fields) != len(other.fields) {
+		return false
+	}
+	for i := range d.fields {
+		if d.fields[i] != other.fields[i] {
+			return false
+		}
+	}
+	return true
+}
 
 // Changed returns the fields whose values differ between d and other,
 // sorted ("Group.Tasks[app].Env", "Meta", …); nil when either is unknown
@@ -159,6 +175,16 @@ func digestDoc(doc *revisionDoc) (SpecDigest, error) {
 		d.fields = []fieldSum{}
 	}
 	sort.Slice(d.fields, func(i, j int) bool { return d.fields[i].path < d.fields[j].path })
+	h := fnv.New64a()
+	for _, f := range d.fields {
+		h.Write([]byte(f.path))
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(f.sum >> (8 * i))
+		}
+		h.Write(b[:])
+	}
+	d.all = h.Sum64()
 	return d, nil
 }
 

@@ -107,6 +107,8 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	// Nearly every child is a pod: one allocation, not a doubling series.
+	obs.Pods = make([]PodDetail, 0, len(ids))
 	for _, id := range ids {
 		ch := c.children[key][id]
 		ord, err := strconv.Atoi(ch.job.Meta(jobs.MetaOrdinal))
