@@ -83,6 +83,11 @@ type controller struct {
 	// edits remembers, per child job ("namespace/id"), the JobModifyIndex
 	// of the hand edit last reported, so that it is reported once.
 	edits map[string]uint64
+	// own remembers, per child job ("namespace/id"), the JobModifyIndex of
+	// the daemon's last registration of it: the child Nomad holds at that
+	// index is what Nomad made of the daemon's own rendering, never a
+	// hand edit.
+	own map[string]uint64
 }
 
 type cachedRevisionData struct {
@@ -314,7 +319,7 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating {
 			if !jobs.ChildMatches(*spec, r, pod.Ordinal, d.Job) {
 				pod.Drifted = true
-			} else if changed := rendered.changed(*spec, r, d); len(changed) > 0 {
+			} else if changed := rendered.changed(*spec, r, d, c.isOwn(key, d)); len(changed) > 0 {
 				pod.Drifted = true
 				c.noteEdit(p, d, r, changed)
 			}
@@ -470,6 +475,11 @@ func (c *controller) forget(key backend.SetKey) {
 	for child := range c.edits {
 		if strings.HasPrefix(child, key.String()+"-") {
 			delete(c.edits, child)
+		}
+	}
+	for child := range c.own {
+		if strings.HasPrefix(child, key.String()+"-") {
+			delete(c.own, child)
 		}
 	}
 	c.mu.Unlock()

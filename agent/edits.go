@@ -40,7 +40,13 @@ type renderKey struct {
 // revision rendered for its ordinal: a hand edit (`nomad job run` of a
 // changed child, `nomad job revert`). Nil when they match, or when either
 // digest is unknown: an unreadable spec is never a reason to replace a pod.
-func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision, d nomad.PodDetail) []string {
+//
+// own says the child Nomad holds is the daemon's own registration. Its
+// digest is then what Nomad made of this rendering, and becomes the one
+// later versions are compared with: should Nomad ever store a child in a
+// way the normal form does not model, that is learnt from the daemon's own
+// registration instead of being replaced, again and again, as an edit.
+func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision, d nomad.PodDetail, own bool) []string {
 	if !d.Digest.Known() {
 		return nil
 	}
@@ -52,6 +58,9 @@ func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision,
 		if child, err := jobs.RenderChild(spec, rev, d.Pod.Ordinal); err == nil {
 			e.digest, _ = jobs.DigestChild(child)
 		}
+	}
+	if own && !e.digest.Equal(d.Digest) {
+		e.digest, ok = d.Digest, false
 	}
 	if !ok || e.pass != r.pass {
 		e.pass = r.pass
@@ -97,6 +106,26 @@ func (c *controller) keepRendered(r *renderedDigests, pods int) {
 			delete(r.m, k)
 		}
 	}
+}
+
+// registered records the daemon's own registration of child id at
+// jobModifyIndex (see renderedDigests.changed).
+func (c *controller) registered(key backend.SetKey, id string, jobModifyIndex uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.own == nil {
+		c.own = map[string]uint64{}
+	}
+	c.own[key.Namespace+"/"+id] = jobModifyIndex
+}
+
+// isOwn reports whether pod d's child is, as observed, the daemon's own
+// last registration of it.
+func (c *controller) isOwn(key backend.SetKey, d nomad.PodDetail) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idx, ok := c.own[key.Namespace+"/"+d.JobID]
+	return ok && idx == d.JobModifyIndex
 }
 
 // noteEdit says once per edit, in the set's events and the log, that a

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,70 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 				t.Fatalf("%d Edited events for one edit, want 1", n)
 			}
 		})
+	}
+}
+
+// TestOwnRegistrationIsNeverAnEdit: should Nomad ever store a child in a
+// way the digest's normal form does not model, the child the daemon itself
+// registered would read as edited and be replaced, again and again. The
+// daemon's own registration, as Nomad holds it, is what later versions are
+// compared with instead: it is not replaced, and a hand edit after it is
+// still found, named by the fields the edit changed only.
+func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
+	parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
+	r := newSyncRig(t, parent)
+	r.sync(t) // stores the revision
+	spec, err := jobs.Parse(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := r.c.store.ListRevisions(context.Background(), r.key)
+	if err != nil || len(revs) != 1 {
+		t.Fatalf("revisions %v, %v", revs, err)
+	}
+	relist := func(child *api.Job, jmi uint64) {
+		child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(jmi), ptr(jmi), ptr(jmi), ptr(uint64(20))
+		child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
+		alloc := &api.AllocationListStub{ID: "a0", Namespace: "default", JobID: "web-0", NodeID: "n1",
+			ClientStatus: "running", DesiredStatus: "run", CreateIndex: jmi + 1, ModifyIndex: jmi + 2,
+			DeploymentStatus: &api.AllocDeploymentStatus{Healthy: ptr(true), Timestamp: r.now.Add(-time.Hour)},
+			TaskStates:       map[string]*api.TaskState{"app": {State: "running", StartedAt: r.now.Add(-time.Hour)}}}
+		vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
+		r.cache.Replace(nomad.Snapshot{Index: 100 + jmi, Jobs: []*api.Job{parent, child},
+			Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
+	}
+	stored, err := jobs.RenderChild(spec, revs[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a future Nomad might add to every child on registration.
+	stored.Meta["nomad_added"] = "1"
+	r.c.registered(r.key, "web-0", 30)
+	relist(stored, 30)
+	r.sync(t)
+	d, _ := r.c.views.get(r.key)
+	if slices.Contains(r.eff.calls, "DeletePod 0") || hasEvent(d, "Edited") {
+		t.Fatalf("the daemon's own registration was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
+	}
+
+	edited, err := jobs.RenderChild(spec, revs[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited.Meta["nomad_added"] = "1"
+	edited.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1"
+	relist(edited, 40)
+	r.sync(t)
+	d, _ = r.c.views.get(r.key)
+	if !slices.Contains(r.eff.calls, "DeletePod 0") {
+		t.Fatalf("a hand edit after the daemon's registration was not replaced: %v", r.eff.calls)
+	}
+	for _, e := range d.Events {
+		if e.Type == "Edited" && (!strings.Contains(e.Message, "Group.Tasks[app].Env") || strings.Contains(e.Message, "Meta")) {
+			t.Fatalf("the edit is named %q, want the env only", e.Message)
+		}
+	}
+	if !hasEvent(d, "Edited", "Group.Tasks[app].Env") {
+		t.Fatalf("no Edited event: %+v", d.Events)
 	}
 }

@@ -118,6 +118,7 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 		return err
 	}
 	want := resp.JobModifyIndex
+	c.registered(key, id, want)
 	c.expect.expect(key, "child "+id+" registered", now, func(o nomad.Observation) bool {
 		for _, p := range o.Pods {
 			if p.JobID == id && p.JobModifyIndex >= want {

@@ -64,6 +64,7 @@ func (c *controller) restoreCount(ctx context.Context, p *pass, d nomad.PodDetai
 		return fmt.Errorf("re-registering %s at count 1: %w", d.JobID, err)
 	}
 	id, want := d.JobID, resp.JobModifyIndex
+	c.registered(p.key, id, want)
 	c.expect.expect(p.key, "child "+id+" back to count 1", p.now, func(o nomad.Observation) bool {
 		for _, q := range o.Pods {
 			if q.JobID == id && q.JobModifyIndex >= want {
