@@ -100,16 +100,19 @@ func (m *Manager) callHook(ctx context.Context, h *HookConfig, event plugin.Even
 		resp, err := plugin.Call(ctx, hook, plugin.Event(event), pod)
 		ch <- answer{resp, err}
 	}()
+	deadline, _ := ctx.Deadline()
 	var a answer
 	select {
 	case a = <-ch:
-		if a.err == nil || ctx.Err() == nil {
+		// gRPC runs its own timer on the deadline and can fail the call a
+		// moment before ctx.Err() turns non-nil, so the clock decides.
+		if a.err == nil || (ctx.Err() == nil && time.Now().Before(deadline)) {
 			return a.resp, inst.classify(a.err)
 		}
 	case <-ctx.Done():
 		a.err = ctx.Err()
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("timed out after %s: %w", timeout, a.err)
 	}
 	return nil, fmt.Errorf("calling the hook: %w", a.err)
