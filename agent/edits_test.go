@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // TestHandEditedChildIsReplacedAndNamed is issue 20's `nomad job run` of
@@ -42,26 +40,11 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
 			r := newSyncRig(t, parent)
-			r.sync(t) // stores the revision
-			spec, err := jobs.Parse(parent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			revs, err := r.c.store.ListRevisions(context.Background(), r.key)
-			if err != nil || len(revs) != 1 {
-				t.Fatalf("revisions %v, %v", revs, err)
-			}
-			child, err := jobs.RenderChild(spec, revs[0], 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			child := r.firstChild(t, parent, 0)
 			tc.edit(child)
 			child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(1)), ptr(uint64(30)), ptr(uint64(30)), ptr(uint64(20))
 			child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
-			alloc := &api.AllocationListStub{ID: "a0", Namespace: "default", JobID: "web-0", NodeID: "n1",
-				ClientStatus: "running", DesiredStatus: "run", CreateIndex: 31, ModifyIndex: 32,
-				DeploymentStatus: &api.AllocDeploymentStatus{Healthy: ptr(true), Timestamp: r.now.Add(-time.Hour)},
-				TaskStates:       map[string]*api.TaskState{"app": {State: "running", StartedAt: r.now.Add(-time.Hour)}}}
+			alloc := r.healthyAlloc("web-0", 31)
 			vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
 			r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, child},
 				Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
@@ -106,29 +89,14 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 	parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
 	r := newSyncRig(t, parent)
-	r.sync(t) // stores the revision
-	spec, err := jobs.Parse(parent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	revs, err := r.c.store.ListRevisions(context.Background(), r.key)
-	if err != nil || len(revs) != 1 {
-		t.Fatalf("revisions %v, %v", revs, err)
-	}
+	stored := r.firstChild(t, parent, 0)
 	relist := func(child *api.Job, jmi uint64) {
 		child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(jmi), ptr(jmi), ptr(jmi), ptr(uint64(20))
 		child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
-		alloc := &api.AllocationListStub{ID: "a0", Namespace: "default", JobID: "web-0", NodeID: "n1",
-			ClientStatus: "running", DesiredStatus: "run", CreateIndex: jmi + 1, ModifyIndex: jmi + 2,
-			DeploymentStatus: &api.AllocDeploymentStatus{Healthy: ptr(true), Timestamp: r.now.Add(-time.Hour)},
-			TaskStates:       map[string]*api.TaskState{"app": {State: "running", StartedAt: r.now.Add(-time.Hour)}}}
+		alloc := r.healthyAlloc("web-0", jmi+1)
 		vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
 		r.cache.Replace(nomad.Snapshot{Index: 100 + jmi, Jobs: []*api.Job{parent, child},
 			Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
-	}
-	stored, err := jobs.RenderChild(spec, revs[0], 0)
-	if err != nil {
-		t.Fatal(err)
 	}
 	// What a future Nomad might add to every child on registration.
 	stored.Meta["nomad_added"] = "1"
@@ -140,10 +108,7 @@ func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 		t.Fatalf("the daemon's own registration was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
 	}
 
-	edited, err := jobs.RenderChild(spec, revs[0], 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	edited := r.renderFirst(t, parent, 0)
 	edited.Meta["nomad_added"] = "1"
 	edited.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1"
 	relist(edited, 40)

@@ -44,19 +44,7 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 			sim := nomadsim.NewNomad(fastSim())
 			t.Cleanup(sim.Close)
 			r.c.api = sim
-			r.sync(t) // stores the revision
-			spec, err := jobs.Parse(parent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			revs, err := r.c.store.ListRevisions(ctx, r.key)
-			if err != nil || len(revs) != 1 {
-				t.Fatalf("revisions %v, %v", revs, err)
-			}
-			child, err := jobs.RenderChild(spec, revs[0], 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			child := r.firstChild(t, parent, 0)
 			if _, err := sim.RegisterJob(ctx, child, true, 0); err != nil {
 				t.Fatal(err)
 			}

@@ -96,6 +96,43 @@ func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
 	return r
 }
 
+// firstChild syncs once, so that the set's first revision is stored, and
+// returns ordinal ord's child rendered from that revision as the daemon
+// registers it.
+func (r *syncRig) firstChild(t *testing.T, parent *api.Job, ord int) *api.Job {
+	t.Helper()
+	r.sync(t)
+	return r.renderFirst(t, parent, ord)
+}
+
+// renderFirst renders ordinal ord's child from the set's one stored
+// revision.
+func (r *syncRig) renderFirst(t *testing.T, parent *api.Job, ord int) *api.Job {
+	t.Helper()
+	spec, err := jobs.Parse(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := r.c.store.ListRevisions(context.Background(), r.key)
+	if err != nil || len(revs) != 1 {
+		t.Fatalf("revisions %v, %v", revs, err)
+	}
+	child, err := jobs.RenderChild(spec, revs[0], ord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return child
+}
+
+// healthyAlloc is child's allocation "a0" on node n1, running and healthy
+// for an hour, created at index create.
+func (r *syncRig) healthyAlloc(child string, create uint64) *api.AllocationListStub {
+	return &api.AllocationListStub{ID: "a0", Namespace: "default", JobID: child, NodeID: "n1",
+		ClientStatus: "running", DesiredStatus: "run", CreateIndex: create, ModifyIndex: create + 1,
+		DeploymentStatus: &api.AllocDeploymentStatus{Healthy: ptr(true), Timestamp: r.now.Add(-time.Hour)},
+		TaskStates:       map[string]*api.TaskState{"app": {State: "running", StartedAt: r.now.Add(-time.Hour)}}}
+}
+
 func (r *syncRig) sync(t *testing.T) {
 	t.Helper()
 	r.eff.calls, r.queue.added, r.queue.after = nil, nil, nil
@@ -276,19 +313,7 @@ func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
 	sim := nomadsim.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
 	r.c.api = sim
-	r.sync(t) // stores the revision
-	spec, err := jobs.Parse(parent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	revs, err := r.c.store.ListRevisions(context.Background(), r.key)
-	if err != nil || len(revs) != 1 {
-		t.Fatalf("revisions %v, %v", revs, err)
-	}
-	child, err := jobs.RenderChild(spec, revs[0], 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	child := r.firstChild(t, parent, 0)
 	child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(0)), ptr(uint64(20)), ptr(uint64(20)), ptr(uint64(20))
 	vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
 	node := func(eligibility string, modify uint64) *api.NodeListStub {
