@@ -107,7 +107,7 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !c.cache.HasFineNodeOutside(used) {
 			return spreadUnsatisfiable(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
 		}
-		spreadChild(child, spec, used)
+		jobs.SpreadChild(child, spec.Spread, spec.SpreadRequired, used)
 	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
@@ -23,28 +20,6 @@ import (
 // default topology spreading. It is soft unless statefulset_spread_required:
 // when no node with a value of its own can take it, it goes where it can.
 // Nothing running, and no existing volume, is ever moved.
-
-// spreadValue is the value of attr ("${meta.rack}", …) on node.
-func spreadValue(attr string, node *api.Node) string {
-	name := strings.TrimSuffix(strings.TrimPrefix(attr, "${"), "}")
-	switch {
-	case name == "node.unique.id":
-		return node.ID
-	case name == "node.unique.name":
-		return node.Name
-	case name == "node.datacenter":
-		return node.Datacenter
-	case name == "node.class":
-		return node.NodeClass
-	case name == "node.pool":
-		return node.NodePool
-	case strings.HasPrefix(name, "meta."):
-		return node.Meta[strings.TrimPrefix(name, "meta.")]
-	case strings.HasPrefix(name, "attr."):
-		return node.Attributes[strings.TrimPrefix(name, "attr.")]
-	}
-	return ""
-}
 
 // usedSpreadValues returns the values of the set's spread attribute on the
 // nodes that hold its other ordinals: their live allocations and their
@@ -80,7 +55,7 @@ func (c *controller) usedSpreadValues(ctx context.Context, spec reconciler.Spec,
 			if err != nil {
 				return nil, err
 			}
-			val = spreadValue(spec.Spread, n)
+			val = nomad.NodeValue(n, spec.Spread)
 		}
 		if val != "" && !slices.Contains(out, val) {
 			out = append(out, val)
@@ -98,22 +73,6 @@ func spreadConstraints(attr string, used []string) []plugin.Constraint {
 	}
 	return out
 }
-
-// spreadChild makes a child without volumes avoid the spread values its
-// set's other ordinals use: affinities when soft, constraints when hard.
-// (A child with claims follows its volumes, which were spread already.)
-func spreadChild(child *api.Job, spec reconciler.Spec, used []string) {
-	g := child.TaskGroups[0]
-	for _, v := range used {
-		if spec.SpreadRequired {
-			g.Constraints = append(g.Constraints, &api.Constraint{LTarget: spec.Spread, RTarget: v, Operand: "!="})
-		} else {
-			g.Affinities = append(g.Affinities, &api.Affinity{LTarget: spec.Spread, RTarget: v, Operand: "!=", Weight: ptrInt8(100)})
-		}
-	}
-}
-
-func ptrInt8(v int8) *int8 { return &v }
 
 // spreadRetry is how soon a step held by a hard spread is tried again; a
 // node event (a node joining, a drain ending) looks at the set sooner.

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
@@ -182,20 +180,15 @@ func orUnknown(s string) string {
 	return s
 }
 
-// podState names a pod's state as DESIGN §2 does: Available is Ready for
-// min_ready_seconds.
 // nodeReason names why a pod's node keeps it down or moving: NodeDown (its
 // allocation's node, or for a pod not placed yet its volume's node, is down
 // or disconnected), NodeDraining (its node is being drained; the daemon
 // moves it within the budget), WaitingForNode (not placed, and its volume's
 // node takes no new allocations). "" when its nodes are fine.
 func nodeReason(p nomad.PodDetail, nodes map[string]nomad.NodeState, volumeNodes []string) string {
-	down := func(n nomad.NodeState) bool {
-		return n.Status == api.NodeStatusDown || n.Status == api.NodeStatusDisconnected
-	}
 	if n, ok := nodes[p.NodeID]; ok && p.NodeID != "" && p.Pod.Phase != reconciler.PhasePending {
 		switch {
-		case down(n):
+		case n.Down():
 			return "NodeDown"
 		case n.Draining:
 			return "NodeDraining"
@@ -206,7 +199,7 @@ func nodeReason(p nomad.PodDetail, nodes map[string]nomad.NodeState, volumeNodes
 	}
 	for _, id := range volumeNodes {
 		if n, ok := nodes[id]; ok {
-			if down(n) {
+			if n.Down() {
 				return "NodeDown"
 			}
 			return "WaitingForNode"

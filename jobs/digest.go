@@ -80,7 +80,7 @@ func (d SpecDigest) Changed(other SpecDigest) []string {
 }
 
 // operandNotEqual is the operand of the constraints and affinities the
-// agent adds to a child without volumes to spread it (agent/spread.go).
+// daemon adds to a child without volumes to spread it (SpreadChild).
 const operandNotEqual = "!="
 
 // DigestChild computes the SpecDigest of a child job, as rendered or as

@@ -224,3 +224,18 @@ func TestIsNotFound(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeValue reads every attribute statefulset_spread may name.
+func TestNodeValue(t *testing.T) {
+	n := &api.Node{ID: "id-1", Name: "n1", Datacenter: "dc2", NodeClass: "big", NodePool: "pool-a",
+		Meta: map[string]string{"rack": "r7"}, Attributes: map[string]string{"kernel.name": "linux"}}
+	for attr, want := range map[string]string{
+		"${node.unique.id}": "id-1", "${node.unique.name}": "n1", "${node.datacenter}": "dc2",
+		"${node.class}": "big", "${node.pool}": "pool-a", "${meta.rack}": "r7", "${attr.kernel.name}": "linux",
+		"${meta.missing}": "",
+	} {
+		if got := nomad.NodeValue(n, attr); got != want {
+			t.Errorf("NodeValue(%s) = %q, want %q", attr, got, want)
+		}
+	}
+}

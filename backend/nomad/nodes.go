@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -31,6 +32,36 @@ func (n NodeState) Fine() bool {
 }
 
 // nodeStateOfStub reads a node list stub.
+// Down reports whether the node is down or disconnected: its allocations
+// are not running, or not known to be.
+func (n NodeState) Down() bool {
+	return n.Status == api.NodeStatusDown || n.Status == api.NodeStatusDisconnected
+}
+
+// NodeValue is the value on node of a Nomad attribute interpolation that
+// statefulset_spread may name ("${node.unique.id}", "${meta.rack}", …); ""
+// when the node has none.
+func NodeValue(node *api.Node, attr string) string {
+	name := strings.TrimSuffix(strings.TrimPrefix(attr, "${"), "}")
+	switch {
+	case name == "node.unique.id":
+		return node.ID
+	case name == "node.unique.name":
+		return node.Name
+	case name == "node.datacenter":
+		return node.Datacenter
+	case name == "node.class":
+		return node.NodeClass
+	case name == "node.pool":
+		return node.NodePool
+	case strings.HasPrefix(name, "meta."):
+		return node.Meta[strings.TrimPrefix(name, "meta.")]
+	case strings.HasPrefix(name, "attr."):
+		return node.Attributes[strings.TrimPrefix(name, "attr.")]
+	}
+	return ""
+}
+
 func nodeStateOfStub(n *api.NodeListStub) NodeState {
 	st := NodeState{Draining: n.Drain, Eligible: n.SchedulingEligibility != api.NodeSchedulingIneligible, Status: n.Status}
 	if st.Fine() {
