@@ -467,65 +467,12 @@ func TestVerbPurgeUnderOnDelete(t *testing.T) {
 		update = st.Status.UpdateRevision
 		return nil
 	})
-	vols := HostVolumes(t, c.Nomad.Client, "default", "data-po-1")
-	if len(vols) != 1 {
-		t.Fatalf("%d data-po-1 volumes", len(vols))
-	}
-	identity := filepath.Join(c.Nomad.HostVolumesDir, vols[0].ID, "identity")
-	oldAlloc := WaitJobHealthy(t, c.Nomad.Client, "default", "po-1", time.Minute)
-	pids := allocPIDs(oldAlloc.ID)
-	if len(pids) == 0 {
-		t.Fatalf("found no process of po-1's allocation %s", oldAlloc.ID)
-	}
-	// Nomad sends no event of a purged job's allocation ending, so the
-	// watchdog is told when the old task's processes are gone, and the
-	// new task must start after that (as in TestVerbPurgeChild).
-	gone := make(chan time.Time, 1)
-	go func() {
-		for {
-			alive := false
-			for _, pid := range pids {
-				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-					alive = true
-				}
-			}
-			if !alive {
-				now := time.Now()
-				c.Watchdog.ForgetAllocs(oldAlloc.ID)
-				gone <- now
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	start := time.Now()
-	if _, _, err := c.Nomad.Client.Jobs().Deregister("po-1", true, nil); err != nil {
-		t.Fatalf("purging po-1: %v", err)
-	}
-	Eventually(t, time.Minute, "po-1 to come back after the purge, on its volume", func() error {
-		b, err := os.ReadFile(identity)
-		if err != nil || strings.Count(string(b), "po-1") != 2 {
-			return fmt.Errorf("identity %q %v", b, err)
-		}
-		return nil
-	})
+	p := purgeChild(t, c, "po-1")
 	waitConverged(t, c, d, "po", 2, func(o int, r string) error {
 		if want := map[int]string{0: old, 1: update}[o]; r != want {
 			return fmt.Errorf("po-%d at %s, want %s", o, r, want)
 		}
 		return nil
 	})
-	took := time.Since(start)
-	t.Logf("po-1 restored at the update revision %v after nomad job stop -purge", took.Round(100*time.Millisecond))
-	if took > otherBound {
-		t.Errorf("the purge took %v to restore, over the issue's bound of %v", took.Round(100*time.Millisecond), otherBound)
-	}
-	goneAt := <-gone
-	alloc, _, err := c.Nomad.Client.Allocations().Info(WaitJobHealthy(t, c.Nomad.Client, "default", "po-1", time.Minute).ID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if started := alloc.TaskStates["app"].StartedAt; !goneAt.Before(started) {
-		t.Fatalf("the new po-1 task started at %s, before the old one's processes were gone (%s)", started, goneAt)
-	}
+	p.restoredInOrder(t, c)
 }

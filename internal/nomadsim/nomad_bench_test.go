@@ -97,7 +97,16 @@ func BenchmarkListHostVolumes(b *testing.B) {
 
 // BenchmarkRegisterJob is one check-and-set update of a child job: the call
 // alone, the scheduler's work left queued.
-func BenchmarkRegisterJob(b *testing.B) {
+func BenchmarkRegisterJob(b *testing.B) { benchmarkRevisions(b, false) }
+
+// BenchmarkRolloutLifecycle is one revision of a child end to end: the
+// register, the plan, the old allocation stopping, the new one starting
+// and becoming healthy, the deployment settling.
+func BenchmarkRolloutLifecycle(b *testing.B) { benchmarkRevisions(b, true) }
+
+// benchmarkRevisions registers a new revision of one child per iteration,
+// and with settle runs the scheduler and clients to rest after each.
+func benchmarkRevisions(b *testing.B, settle bool) {
 	s := NewNomad(NomadConfig{Manual: true})
 	defer s.Close()
 	ctx := context.Background()
@@ -114,28 +123,8 @@ func BenchmarkRegisterJob(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-// BenchmarkRolloutLifecycle is one revision of a child end to end: the
-// register, the plan, the old allocation stopping, the new one starting
-// and becoming healthy, the deployment settling.
-func BenchmarkRolloutLifecycle(b *testing.B) {
-	s := NewNomad(NomadConfig{Manual: true})
-	defer s.Close()
-	ctx := context.Background()
-	j := testJob("web-0")
-	resp, err := s.RegisterJob(ctx, j, true, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		j.Meta["statefulset_revision"] = fmt.Sprint(i)
-		resp, err = s.RegisterJob(ctx, j, true, resp.JobModifyIndex)
-		if err != nil {
-			b.Fatal(err)
+		if !settle {
+			continue
 		}
 		s.Settle()
 		if i%1000 == 999 {
