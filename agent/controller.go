@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -74,20 +73,40 @@ type controller struct {
 	// JobModifyIndex: computing it is half of a steady-state reconcile, and
 	// it changes only when the parent job does.
 	revData map[backend.SetKey]cachedRevisionData
-	// unblocked remembers, per child job ("namespace/id"), the node change
-	// (FineSince) for which Nomad was last asked to place it again.
-	unblocked map[string]uint64
+	// unblocked remembers, per child job, the node change (FineSince) for
+	// which Nomad was last asked to place it again.
+	unblocked childIndexes
 	// rendered caches, per set, the digest of each revision rendered for
 	// each ordinal that has a pod: what hand edits are found against.
 	rendered map[backend.SetKey]*renderedDigests
-	// edits remembers, per child job ("namespace/id"), the JobModifyIndex
-	// of the hand edit last reported, so that it is reported once.
-	edits map[string]uint64
-	// own remembers, per child job ("namespace/id"), the JobModifyIndex of
-	// the daemon's last registration of it: the child Nomad holds at that
-	// index is what Nomad made of the daemon's own rendering, never a
-	// hand edit.
-	own map[string]uint64
+	// edits remembers, per child job, the JobModifyIndex of the hand edit
+	// last reported, so that it is reported once.
+	edits childIndexes
+	// own remembers, per child job, the JobModifyIndex of the daemon's last
+	// registration of it: the child Nomad holds at that index is what Nomad
+	// made of the daemon's own rendering, never a hand edit.
+	own childIndexes
+}
+
+// childIndexes holds one Nomad index per child job, grouped by set so that
+// forgetting a set drops its children's and no other set's (a prefix of
+// child IDs would also match set "web-db" when forgetting "web"). The
+// controller's mu guards it.
+type childIndexes map[backend.SetKey]map[string]uint64
+
+func (m childIndexes) get(key backend.SetKey, child string) (uint64, bool) {
+	idx, ok := m[key][child]
+	return idx, ok
+}
+
+func (m *childIndexes) set(key backend.SetKey, child string, idx uint64) {
+	if *m == nil {
+		*m = childIndexes{}
+	}
+	if (*m)[key] == nil {
+		(*m)[key] = map[string]uint64{}
+	}
+	(*m)[key][child] = idx
 }
 
 type cachedRevisionData struct {
@@ -224,10 +243,10 @@ func (c *controller) unblock(ctx context.Context, p *pass) {
 		if !fine || since <= d.JobModifyIndex {
 			continue
 		}
-		child := p.key.Namespace + "/" + d.JobID
 		c.mu.Lock()
-		done := c.unblocked[child] >= since
+		asked, _ := c.unblocked.get(p.key, d.JobID)
 		c.mu.Unlock()
+		done := asked >= since
 		if done {
 			continue
 		}
@@ -239,10 +258,7 @@ func (c *controller) unblock(ctx context.Context, p *pass) {
 			continue
 		}
 		c.mu.Lock()
-		if c.unblocked == nil {
-			c.unblocked = map[string]uint64{}
-		}
-		c.unblocked[child] = since
+		c.unblocked.set(p.key, d.JobID, since)
 		c.mu.Unlock()
 		c.views.event(p.key, p.now, "Unblock", fmt.Sprintf("%s: its volume's node is eligible again; asked Nomad to place it", d.JobID))
 		c.log.Info("asked Nomad to place a blocked child again", "set", p.key.String(), "child", d.JobID)
@@ -467,21 +483,9 @@ func (c *controller) forget(key backend.SetKey) {
 	delete(c.lastSpec, key)
 	delete(c.revData, key)
 	delete(c.rendered, key)
-	for child := range c.unblocked {
-		if strings.HasPrefix(child, key.String()+"-") {
-			delete(c.unblocked, child)
-		}
-	}
-	for child := range c.edits {
-		if strings.HasPrefix(child, key.String()+"-") {
-			delete(c.edits, child)
-		}
-	}
-	for child := range c.own {
-		if strings.HasPrefix(child, key.String()+"-") {
-			delete(c.own, child)
-		}
-	}
+	delete(c.unblocked, key)
+	delete(c.edits, key)
+	delete(c.own, key)
 	c.mu.Unlock()
 	c.expect.forget(key)
 	c.backoff.forget(key)

@@ -113,10 +113,7 @@ func (c *controller) keepRendered(r *renderedDigests, pods int) {
 func (c *controller) registered(key backend.SetKey, id string, jobModifyIndex uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.own == nil {
-		c.own = map[string]uint64{}
-	}
-	c.own[key.Namespace+"/"+id] = jobModifyIndex
+	c.own.set(key, id, jobModifyIndex)
 }
 
 // isOwn reports whether pod d's child is, as observed, the daemon's own
@@ -124,7 +121,7 @@ func (c *controller) registered(key backend.SetKey, id string, jobModifyIndex ui
 func (c *controller) isOwn(key backend.SetKey, d nomad.PodDetail) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	idx, ok := c.own[key.Namespace+"/"+d.JobID]
+	idx, ok := c.own.get(key, d.JobID)
 	return ok && idx == d.JobModifyIndex
 }
 
@@ -133,14 +130,11 @@ func (c *controller) isOwn(key backend.SetKey, d nomad.PodDetail) bool {
 // replaces it from its revision (a budgeted, ordered repair): the parent
 // job is the one source of truth.
 func (c *controller) noteEdit(p *pass, d nomad.PodDetail, rev reconciler.Revision, changed []string) {
-	child := p.key.Namespace + "/" + d.JobID
 	c.mu.Lock()
-	seen := c.edits[child] == d.JobModifyIndex
+	reported, _ := c.edits.get(p.key, d.JobID)
+	seen := reported == d.JobModifyIndex
 	if !seen {
-		if c.edits == nil {
-			c.edits = map[string]uint64{}
-		}
-		c.edits[child] = d.JobModifyIndex
+		c.edits.set(p.key, d.JobID, d.JobModifyIndex)
 	}
 	c.mu.Unlock()
 	if seen {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
@@ -124,5 +125,36 @@ func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 	}
 	if !hasEvent(d, "Edited", "Group.Tasks[app].Env") {
 		t.Fatalf("no Edited event: %+v", d.Events)
+	}
+}
+
+// TestForgetKeepsOtherSetsChildren: forgetting set "web" drops what the
+// daemon remembers of web's children only; set "web-db", whose children's
+// names also start with "web-", keeps its own.
+func TestForgetKeepsOtherSetsChildren(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
+	db := backend.SetKey{Namespace: "default", Name: "web-db"}
+	r.c.registered(r.key, "web-0", 30)
+	r.c.registered(db, "web-db-0", 40)
+	r.c.mu.Lock()
+	r.c.edits.set(db, "web-db-0", 41)
+	r.c.unblocked.set(db, "web-db-0", 42)
+	r.c.mu.Unlock()
+
+	r.c.forget(r.key)
+
+	if r.c.isOwn(r.key, nomad.PodDetail{JobID: "web-0", JobModifyIndex: 30}) {
+		t.Fatal("web-0's registration is still remembered after web was forgotten")
+	}
+	if !r.c.isOwn(db, nomad.PodDetail{JobID: "web-db-0", JobModifyIndex: 40}) {
+		t.Fatal("forgetting web dropped web-db-0's registration")
+	}
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	if idx, _ := r.c.edits.get(db, "web-db-0"); idx != 41 {
+		t.Fatalf("forgetting web dropped web-db-0's reported edit (%d)", idx)
+	}
+	if idx, _ := r.c.unblocked.get(db, "web-db-0"); idx != 42 {
+		t.Fatalf("forgetting web dropped web-db-0's unblock (%d)", idx)
 	}
 }
