@@ -218,6 +218,7 @@ func (a *Agent) lead(ctx context.Context) error {
 		metrics: a.metrics, views: a.views,
 		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
 		provisioner: a.plugins.Provisioner(), hooks: a.plugins,
+		termStart: a.opts.Clock(),
 	}
 	c.effector = c
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},

@@ -82,6 +82,14 @@ type controller struct {
 	// edits remembers, per child job, the JobModifyIndex of the hand edit
 	// last reported, so that it is reported once.
 	edits childIndexes
+	// termStart is when this leadership term began: a child missing since
+	// before it may have been purged unseen (unwatchedGone). Zero in tests
+	// that do not model a term.
+	termStart time.Time
+	// vanished holds, per set seen in this term, the ordinals found missing
+	// at its first pass and when each may be created again
+	// (unwatchedGone).
+	vanished map[backend.SetKey]map[int]time.Time
 	// own remembers, per child job, the JobModifyIndex of the daemon's last
 	// registration of it: the child Nomad holds at that index is what Nomad
 	// made of the daemon's own rendering, never a hand edit.
@@ -159,6 +167,10 @@ type pass struct {
 	// spreading must see them before the watcher does (a Parallel set
 	// creates every volume in one pass).
 	placed map[int][]string
+	// unwatched are the ordinals whose child vanished before this term
+	// began and must wait out its kill grace before being created again,
+	// with how long each still waits (unwatchedGone).
+	unwatched map[int]time.Duration
 }
 
 // effector carries out the reconciler's actions, as Kubernetes'
@@ -352,6 +364,7 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	for _, v := range obs.Volumes {
 		p.in.Volumes = append(p.in.Volumes, v.Volume)
 	}
+	p.unwatched = c.unwatchedGone(p)
 	return p, nil
 }
 
@@ -379,7 +392,14 @@ func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (a
 		if dependsOnHeld(a, heldOrdinals, len(res.held)) {
 			continue
 		}
-		deleted, err := c.effector.execute(ctx, p, a)
+		var deleted bool
+		var err error
+		if left, ok := p.unwatched[a.Ordinal]; ok && a.Type == reconciler.ActionCreatePod {
+			err = &deferError{wait: left, kind: "KillGrace", reason: "its child vanished from Nomad while no leader watched " +
+				"(a purge?), and its old task may still be stopping on its node"}
+		} else {
+			deleted, err = c.effector.execute(ctx, p, a)
+		}
 		var why *deferError
 		if errors.As(err, &why) {
 			c.hold(p, a, why)
@@ -486,6 +506,7 @@ func (c *controller) forget(key backend.SetKey) {
 	delete(c.unblocked, key)
 	delete(c.edits, key)
 	delete(c.own, key)
+	delete(c.vanished, key)
 	c.mu.Unlock()
 	c.expect.forget(key)
 	c.backoff.forget(key)

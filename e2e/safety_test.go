@@ -151,8 +151,27 @@ func TestVerbPurgeChild(t *testing.T) {
 	d := c.StartDaemon()
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "pg", meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
 	waitConverged(t, c, d, "pg", 2, nil)
-	p := purgeChild(t, c, "pg-1")
+	p := purgeChild(t, c, "pg-1", nil)
 	waitConverged(t, c, d, "pg", 2, nil)
+	p.restoredInOrder(t, c)
+}
+
+// TestVerbPurgeWhileDaemonDown is issue 20's seventh point for a purge: the
+// daemon is down when the child is purged and starts again at once. No
+// leader saw the purge, and Nomad has already forgotten the allocation, so
+// the restarted daemon saw only a missing child and created it at once,
+// while the old task (which ignores SIGINT, Nomad's kill signal, so it
+// lives out its 5 s kill_timeout) still ran. A child missing at the start of a leadership
+// term now waits out its kill grace first. Leadership moving to another
+// daemon is the same case: the new term starts after the purge.
+func TestVerbPurgeWhileDaemonDown(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "pd", meta: map[string]string{"statefulset_replicas": "2"},
+		script: `trap '' INT TERM; echo "$STATEFULSET_POD_NAME" >> /data/identity; while true; do sleep 1; done`}.hcl())
+	waitConverged(t, c, d, "pd", 2, nil)
+	p := purgeChild(t, c, "pd-1", d)
+	waitConverged(t, c, d, "pd", 2, nil)
 	p.restoredInOrder(t, c)
 }
 
@@ -170,8 +189,10 @@ type purge struct {
 // each start, so a second line proves the same volume. The old task's
 // processes are watched until they are gone: that, not Nomad (which
 // forgets a purged job's allocations without an event), is the proof that
-// the new task starts only after the old one ended.
-func purgeChild(t *testing.T, c *Cluster, child string) *purge {
+// the new task starts only after the old one ended. With unwatched set,
+// that daemon is stopped before the purge and started again right after
+// it, so that no leader sees the purge.
+func purgeChild(t *testing.T, c *Cluster, child string, unwatched *Daemon) *purge {
 	t.Helper()
 	vols := HostVolumes(t, c.Nomad.Client, "default", "data-"+child)
 	if len(vols) != 1 {
@@ -201,9 +222,15 @@ func purgeChild(t *testing.T, c *Cluster, child string) *purge {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	if unwatched != nil {
+		unwatched.Stop()
+	}
 	p.start = time.Now()
 	if _, _, err := c.Nomad.Client.Jobs().Deregister(child, true, nil); err != nil {
 		t.Fatalf("purging %s: %v", child, err)
+	}
+	if unwatched != nil {
+		unwatched.Start()
 	}
 	// Before the fix it took the periodic re-list (270 s); a minute is
 	// far more than the kill grace the daemon waits out.

@@ -467,7 +467,7 @@ func TestVerbPurgeUnderOnDelete(t *testing.T) {
 		update = st.Status.UpdateRevision
 		return nil
 	})
-	p := purgeChild(t, c, "po-1")
+	p := purgeChild(t, c, "po-1", nil)
 	waitConverged(t, c, d, "po", 2, func(o int, r string) error {
 		if want := map[int]string{0: old, 1: update}[o]; r != want {
 			return fmt.Errorf("po-%d at %s, want %s", o, r, want)

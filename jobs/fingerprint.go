@@ -240,6 +240,23 @@ func newChildRecord(j *api.Job) *ChildRecord {
 // defaultKillTimeout is Nomad's kill_timeout when a task sets none.
 const defaultKillTimeout = 5 * time.Second
 
+// KillGrace is the longest a task of job may still run after Nomad was told
+// to stop it: its group's and its own shutdown_delay, then its kill_timeout.
+func KillGrace(job *api.Job) time.Duration {
+	var grace time.Duration
+	if job != nil {
+		for _, g := range job.TaskGroups {
+			if g != nil {
+				grace = max(grace, killGrace(g))
+			}
+		}
+	}
+	if grace == 0 {
+		return defaultKillTimeout
+	}
+	return grace
+}
+
 // killGrace is the longest a group's task may run after a stop: its
 // shutdown_delays, then its kill_timeout.
 func killGrace(g *api.TaskGroup) time.Duration {

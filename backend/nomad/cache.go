@@ -264,7 +264,11 @@ func isParent(j *api.Job) bool {
 
 // Snapshot is a full listing, used to replace the cache's contents.
 type Snapshot struct {
-	Index   uint64
+	Index uint64
+	// At is when the listing was taken: a child it no longer holds while
+	// the cache saw its allocations still running was purged unseen, and
+	// is held as stopping for its kill grace from then.
+	At      time.Time
 	Jobs    []*api.Job
 	Allocs  []*api.AllocationListStub
 	Volumes []*api.HostVolumeStub
@@ -282,6 +286,7 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	defer c.mu.Unlock()
 	touched := c.setsLocked()
 	purged := c.purged
+	stopping := c.stoppingChildrenLocked(s.Index, s.At)
 	c.reset()
 	for _, j := range s.Jobs {
 		if k, ok := c.upsertJobLocked(j); ok {
@@ -310,6 +315,17 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 		}
 	}
 	c.replaceNodesLocked(s.Nodes)
+	for _, st := range stopping {
+		if c.children[st.key][st.id] != nil {
+			continue // the listing holds the child (or a new one of its ID)
+		}
+		if c.children[st.key] == nil {
+			c.children[st.key] = map[string]*child{}
+		}
+		c.children[st.key][st.id] = st.child
+		c.owner[st.key.Namespace+"/"+st.id] = st.key
+		touched[st.key] = struct{}{}
+	}
 	// A purged parent is remembered until its children are gone.
 	for k, j := range purged {
 		if _, back := c.parents[k]; !back && len(c.children[k]) > 0 {
@@ -322,6 +338,40 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	c.listIndex = s.Index
 	c.synced = true
 	return sortedKeys(touched)
+}
+
+// stoppingChild is a child carried over a re-list as a purged stand-in.
+type stoppingChild struct {
+	key   backend.SetKey
+	id    string
+	child *child
+}
+
+// stoppingChildrenLocked returns the children a re-list at index, taken at
+// at, must not simply drop when it no longer holds them: those already
+// held as purged (their kill grace still runs), and those whose
+// allocations the cache last saw running, which can only have gone by a
+// purge whose event was missed (a stream cut short). Dropping either would
+// free the ordinal while its old task may still be stopping. A child
+// registered after the listing's index is not one it could have held.
+// The caller holds mu.
+func (c *Cache) stoppingChildrenLocked(index uint64, at time.Time) []stoppingChild {
+	var out []stoppingChild
+	for k, kids := range c.children {
+		for id, ch := range kids {
+			switch {
+			case ch.job == nil:
+			case ch.purged:
+				out = append(out, stoppingChild{k, id, ch})
+			case !allTerminal(ch.allocs) && ch.job.ModifyIndex() <= index:
+				cp := *ch
+				cp.job = ch.job.WithStop()
+				cp.purged, cp.purgedAt = true, at
+				out = append(out, stoppingChild{k, id, &cp})
+			}
+		}
+	}
+	return out
 }
 
 func sortedKeys(m map[backend.SetKey]struct{}) []backend.SetKey {

@@ -299,6 +299,22 @@ func TestCachePurgeSequences(t *testing.T) {
 			c.RemoveJob("default", "web-0", 8, t0)
 			c.upsertAllocPayload(running(5), 5)
 		}, grace},
+		// A re-list knows nothing of a purge: it must not end the grace
+		// the purge event started.
+		{"purge, then a re-list", func(c *Cache) {
+			c.RemoveJob("default", "web-0", 6, t0)
+			c.Replace(Snapshot{Index: 9, At: t0.Add(time.Second)})
+		}, grace},
+		// The stream was cut and the purge event lost: the re-list no
+		// longer holds a child whose allocation last ran, which only a
+		// purge does. Its grace runs from the listing.
+		{"purge missed, then a re-list", func(c *Cache) {
+			c.Replace(Snapshot{Index: 9, At: t0})
+		}, grace},
+		{"allocation ended, purge missed, then a re-list", func(c *Cache) {
+			c.upsertAllocPayload(complete(6), 6)
+			c.Replace(Snapshot{Index: 9, At: t0})
+		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCache()

@@ -170,7 +170,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Index: index}
+	snap := Snapshot{Index: index, At: time.Now()}
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
 	for _, s := range stubs {
