@@ -319,3 +319,45 @@ func TestLostNodeComesBack(t *testing.T) {
 		t.Fatalf("ln-1 did not come back on its volume: %+v", after)
 	}
 }
+
+// TestPurgedNodeReplacedOnNewVolume: the client holding an ordinal and its
+// volume dies for good and its node is purged from Nomad. `pod replace
+// -new-volume` rebuilds the ordinal on a fresh volume on another node; the
+// watchdog sees no two tasks of one ordinal. It used to stall twice: the
+// lost allocation's wait ran out with no event to look again on (the set
+// sat Terminating until the periodic re-list), and Nomad refuses to delete
+// a volume of a node it no longer knows without force.
+func TestPurgedNodeReplacedOnNewVolume(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "pn", meta: map[string]string{
+		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
+	waitConverged(t, m.Cluster, d, "pn", 2, nil)
+	vols := HostVolumes(t, m.Server.Client, "default", "data-pn-1")
+	if len(vols) != 1 {
+		t.Fatalf("%d data-pn-1 volumes", len(vols))
+	}
+	victim := m.clientOf(vols[0].NodeID)
+	if victim == nil {
+		t.Fatalf("no client holds %s", vols[0].Name)
+	}
+	victim.KillHard()
+	Eventually(t, 3*time.Minute, "the killed client's node to be down", func() error {
+		n, _, err := m.Server.Client.Nodes().Info(victim.NodeID, nil)
+		if err != nil || n.Status != "down" {
+			return fmt.Errorf("node %v %v", n.Status, err)
+		}
+		return nil
+	})
+	if _, _, err := m.Server.Client.Nodes().Purge(victim.NodeID, nil); err != nil {
+		t.Fatalf("purging the dead node: %v", err)
+	}
+	if out, err := d.CLI("pod", "replace", "-yes", "-new-volume", "pn", "1"); err != nil {
+		t.Fatalf("pod replace -new-volume: %v\n%s", err, out)
+	}
+	waitConverged(t, m.Cluster, d, "pn", 2, nil)
+	after := HostVolumes(t, m.Server.Client, "default", "data-pn-1")
+	if len(after) != 1 || after[0].ID == vols[0].ID || after[0].NodeID == victim.NodeID {
+		t.Fatalf("pn-1 is not on a fresh volume elsewhere: before %+v, after %+v", vols, after)
+	}
+}

@@ -264,8 +264,11 @@ func TestVerbs(t *testing.T) {
 			}
 			return r.event("Edited", "vb-1 was changed outside nomad-statefulset", "Group.Tasks[app].Env")
 		})
-		if n := r.identityLines(t, 1); n != before+1 {
-			t.Fatalf("vb-1's volume has %d starts, want %d", n, before+1)
+		// The edit is itself a destructive update: Nomad may start the
+		// edited task (one start) before the daemon's repair, a stop and a
+		// re-create, starts it again (another). Either way on one volume.
+		if n := r.identityLines(t, 1); n != before+1 && n != before+2 {
+			t.Fatalf("vb-1's volume has %d starts, want %d or %d", n, before+1, before+2)
 		}
 	})
 
@@ -286,7 +289,7 @@ func TestVerbs(t *testing.T) {
 			if _, ok := j.TaskGroups[0].Tasks[0].Env["DEBUG"]; ok || *j.Stop {
 				return fmt.Errorf("vb-1 still runs the reverted-to version")
 			}
-			if n := r.identityLines(t, 1); n != before+1 {
+			if n := r.identityLines(t, 1); n < before+1 {
 				return fmt.Errorf("vb-1 not started again (%d starts)", n)
 			}
 			if a := r.newestAlloc(t, "vb-1"); !Healthy(a) {
@@ -294,6 +297,11 @@ func TestVerbs(t *testing.T) {
 			}
 			return nil
 		})
+		// As for the edit: Nomad's own start of the reverted-to version
+		// may come before the daemon's repair.
+		if n := r.identityLines(t, 1); n > before+2 {
+			t.Fatalf("vb-1's volume has %d starts, want at most %d", n, before+2)
+		}
 	})
 
 	// The same verbs with the daemon down while they happen: it learns

@@ -218,9 +218,16 @@ func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) 
 	return vols, nil
 }
 
-// DeleteHostVolume implements API.
+// DeleteHostVolume implements API. A volume whose node Nomad no longer
+// knows (`nomad node purge` of a machine gone for good) cannot be deleted
+// by its client, and Nomad refuses to drop it without force; its data went
+// with the machine, so it is then deleted with force. A volume on a node
+// that is only down is never forced: its data may come back with it.
 func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) error {
 	_, _, err := n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
+	if err != nil && !IsNotFound(err) && n.volumeNodeGone(ctx, namespace, id) {
+		_, _, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id, Force: true}, write(ctx, namespace))
+	}
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound
@@ -228,6 +235,18 @@ func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) err
 		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, denied("DeleteHostVolume", namespace, err))
 	}
 	return nil
+}
+
+// volumeNodeGone reports whether Nomad holds volume id on a node it no
+// longer knows. Any error reading either says no: only Nomad's own "no such
+// node" lets a delete be forced.
+func (n *Client) volumeNodeGone(ctx context.Context, namespace, id string) bool {
+	v, _, err := n.c.HostVolumes().Get(id, query(ctx, namespace))
+	if err != nil || v == nil || v.NodeID == "" {
+		return false
+	}
+	_, _, err = n.c.Nodes().Info(v.NodeID, query(ctx, ""))
+	return IsNotFound(err)
 }
 
 // allocStub is the part of Nomad's allocation list stub that the cache

@@ -83,7 +83,8 @@ type Observation struct {
 	Stopped      []StoppedChild
 	Volumes      []VolumeDetail
 	// RecheckAfter is how soon the observation changes by the clock alone
-	// (a purged child's kill grace running out); zero when it does not.
+	// (a purged child's kill grace, or a lost allocation's wait, running
+	// out); zero when it does not.
 	RecheckAfter time.Duration
 	// Nodes holds the state of the nodes of the set's allocations and
 	// volumes that are not plainly fine (draining, ineligible or not
@@ -127,6 +128,15 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 			}
 			if obs.RecheckAfter == 0 || left < obs.RecheckAfter {
 				obs.RecheckAfter = left
+			}
+		}
+		for i := range ch.allocs {
+			// A lost allocation turns stopped by the clock alone, with no
+			// event (its node is gone): look again when it does.
+			if a := &ch.allocs[i]; a.clientStatus == api.AllocClientStatusLost {
+				if left := lostWaitLeft(a, ch.job, now); left > 0 && (obs.RecheckAfter == 0 || left < obs.RecheckAfter) {
+					obs.RecheckAfter = left
+				}
 			}
 		}
 		if d, ok := podFromChild(ch, ord, now); ok {
@@ -229,13 +239,19 @@ func allocStopped(a *allocState, job *jobs.ChildRecord, now time.Time) bool {
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed:
 		return true
 	case api.AllocClientStatusLost:
-		wait := defaultLostWait
-		if d := job.StopOnClientAfter(); d > 0 {
-			wait = d + lostAllocMargin
-		}
-		return now.Sub(time.Unix(0, a.modifyTime)) >= wait
+		return lostWaitLeft(a, job, now) <= 0
 	}
 	return false
+}
+
+// lostWaitLeft is how long a lost allocation is still held as possibly
+// running: until its client must have stopped it itself.
+func lostWaitLeft(a *allocState, job *jobs.ChildRecord, now time.Time) time.Duration {
+	wait := defaultLostWait
+	if d := job.StopOnClientAfter(); d > 0 {
+		wait = d + lostAllocMargin
+	}
+	return time.Unix(0, a.modifyTime).Add(wait).Sub(now)
 }
 
 // WaitingForHealth is the NotReady of a running pod whose allocation Nomad

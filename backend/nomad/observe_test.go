@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -522,4 +523,37 @@ func scaledBack() *api.Job {
 	j.Version = ptr(uint64(2))
 	j.TaskGroups[0].Count = ptr(1)
 	return j
+}
+
+// TestObserveLostAllocationRechecksWhenItsWaitEnds: a lost allocation (its
+// node purged, or down past the server's heartbeat) is held as Terminating
+// until its client must have stopped it. Nothing in Nomad changes when that
+// wait ends, so the observation says when to look again; without it the
+// set waited for the periodic re-list (TestPurgedNodeReplacedOnNewVolume
+// sat Terminating for minutes).
+func TestObserveLostAllocationRechecksWhenItsWaitEnds(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	t0 := time.Unix(1000, 0)
+	c := NewCache()
+	lost := alloc("a1", "web-0", "lost", "stop", ptr(true), 5, t0)
+	c.Replace(Snapshot{Index: 6, Jobs: []*api.Job{childJob("web", "0", "r", false, 4)}, Allocs: []*api.AllocationListStub{lost}})
+	// The child is rendered with the default stop_on_client_after.
+	wait := jobs.DefaultStopOnClientAfter + lostAllocMargin
+	for _, tc := range []struct {
+		at          time.Duration
+		terminating bool
+		recheck     time.Duration
+	}{
+		{0, true, wait},
+		{time.Minute, true, wait - time.Minute},
+		{wait, false, 0},
+	} {
+		obs := c.Observe(key, nil, t0.Add(tc.at))
+		if len(obs.Pods) != 1 || obs.Pods[0].Pod.Terminating != tc.terminating {
+			t.Fatalf("at +%v: pods %+v, want one, terminating %v", tc.at, obs.Pods, tc.terminating)
+		}
+		if obs.RecheckAfter != tc.recheck {
+			t.Fatalf("at +%v: recheck after %v, want %v", tc.at, obs.RecheckAfter, tc.recheck)
+		}
+	}
 }
