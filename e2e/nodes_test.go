@@ -261,9 +261,11 @@ func TestSpreadByDefault(t *testing.T) {
 // TestHardSpreadThatCannotBeMet: with statefulset_spread_required and four
 // replicas on three nodes, the fourth ordinal waits, and the set says why
 // (the Held condition, SpreadUnsatisfiable); the first three are spread.
+// When a fourth node joins, the Node event (not a timer: the periodic
+// re-list is an hour away) places the fourth ordinal there.
 func TestHardSpreadThatCannotBeMet(t *testing.T) {
 	m := NewMultiCluster(t, 3)
-	d := StartDaemon(t, m.Server, m.Consul)
+	d := StartDaemon(t, m.Server, m.Consul, `resync_interval = "1h"`)
 	RegisterHCL(t, m.Server.Client, setSpec{name: "hs", meta: map[string]string{
 		"statefulset_replicas": "4", "statefulset_pod_management_policy": "Parallel", "statefulset_spread_required": "true"}}.hcl())
 	Eventually(t, convergeTimeout, "three ordinals up and the fourth held by the spread", func() error {
@@ -283,6 +285,17 @@ func TestHardSpreadThatCannotBeMet(t *testing.T) {
 	nodes := nodesOf(t, m, "hs", 4)
 	if len(nodes) != 3 || nodes[0] == nodes[1] || nodes[1] == nodes[2] || nodes[0] == nodes[2] {
 		t.Fatalf("ordinals on nodes %v, want 0..2 on three distinct nodes and 3 nowhere", nodes)
+	}
+
+	m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": "r3"}))
+	waitConverged(t, m.Cluster, d, "hs", 4, nil)
+	nodes = nodesOf(t, m, "hs", 4)
+	distinct := map[string]bool{}
+	for _, n := range nodes {
+		distinct[n] = true
+	}
+	if len(nodes) != 4 || len(distinct) != 4 {
+		t.Fatalf("ordinals on nodes %v, want four distinct nodes once the fourth joined", nodes)
 	}
 }
 
