@@ -101,6 +101,8 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 		state := podState(p.Pod, spec.MinReadySeconds, now)
 		if why := nodeReason(p, obs.Nodes, volumeNodes[p.Pod.Ordinal]); why != "" && state != "Terminating" {
 			state = why
+		} else if state == "Pending" && p.Blocked != "" {
+			state = "Blocked"
 		}
 		counts[state]++
 		pod := client.Pod{
@@ -108,8 +110,11 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal],
 		}
-		if state == "Running" {
+		switch state {
+		case "Running":
 			pod.NotReady = p.NotReady
+		case "Blocked", "WaitingForNode":
+			pod.NotReady = p.Blocked
 		}
 		pods = append(pods, pod)
 	}

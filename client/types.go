@@ -90,7 +90,8 @@ type Pod struct {
 	ReadySince time.Time `json:"ready_since"`
 	// NotReady says why a pod whose allocation runs is not Ready: the task
 	// that is restarting or dead, the Consul check that is critical, or the
-	// post_ready hook that holds it. Empty otherwise.
+	// post_ready hook that holds it. For a Blocked pod (or one
+	// WaitingForNode) it is Nomad's placement failure. Empty otherwise.
 	NotReady string   `json:"not_ready,omitempty"`
 	Volumes  []string `json:"volumes"`
 }

@@ -374,3 +374,50 @@ func TestPurgedNodeReplacedOnNewVolume(t *testing.T) {
 		t.Fatalf("pn-1 is not on a fresh volume elsewhere: before %+v, after %+v", vols, after)
 	}
 }
+
+// TestBlockedPodSaysWhy is issue 14's honest state for a pod Nomad cannot
+// place: status and the HTTP API show it Blocked, with Nomad's placement
+// failure (from the Evaluation topic), not a bare Pending. Once the
+// template can be placed and the pod replaced, it runs and the reason is
+// gone.
+func TestBlockedPodSaysWhy(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	spec := setSpec{name: "bk", noVolume: true, meta: map[string]string{"statefulset_replicas": "1"},
+		group: `
+    constraint {
+      attribute = "${meta.rack}"
+      value     = "nowhere"
+    }`}
+	RegisterHCL(t, c.Nomad.Client, spec.hcl())
+	Eventually(t, time.Minute, "bk-0 to be Blocked with Nomad's reason", func() error {
+		st, err := setStatus(d, "bk")
+		if err != nil {
+			return err
+		}
+		if len(st.Pods) != 1 || st.Pods[0].State != "Blocked" || !strings.Contains(st.Pods[0].NotReady, "nodes filtered") ||
+			!strings.Contains(st.Pods[0].NotReady, "meta.rack") {
+			return fmt.Errorf("pods %+v", st.Pods)
+		}
+		return nil
+	})
+	out, err := d.CLI("status", "bk")
+	if err != nil || !strings.Contains(out, "Blocked") || !strings.Contains(out, "Nomad could not place it") {
+		t.Fatalf("status does not show bk-0 Blocked with the reason: %v\n%s", err, out)
+	}
+	// As in Kubernetes (after reverting a bad template "you must also
+	// delete any Pods that StatefulSet had already attempted to run with
+	// the bad configuration"), the fixed template does not replace a
+	// pod at the current revision before the progress deadline: the
+	// operator deletes it, here with pod replace.
+	spec.group = ""
+	RegisterHCL(t, c.Nomad.Client, spec.hcl())
+	if out, err := d.CLI("pod", "replace", "-yes", "bk", "0"); err != nil {
+		t.Fatalf("pod replace: %v\n%s", err, out)
+	}
+	waitConverged(t, c, d, "bk", 1, nil)
+	st, err := setStatus(d, "bk")
+	if err != nil || st.Pods[0].NotReady != "" {
+		t.Fatalf("bk-0 placed but still says %q (%v)", st.Pods[0].NotReady, err)
+	}
+}

@@ -29,6 +29,12 @@ type child struct {
 	// purged marks a child Nomad purged while its allocations were still
 	// stopping; it is forgotten once they are terminal.
 	purged bool
+	// placement is the child's last placement failure, from the
+	// Evaluation topic; nil when it has none. evalIndex is the ModifyIndex
+	// of the last evaluation that said how its placement went, so that an
+	// older one arriving late changes nothing.
+	placement *placement
+	evalIndex uint64
 }
 
 // allocState is what the cache keeps of an allocation.
@@ -287,6 +293,7 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	touched := c.setsLocked()
 	purged := c.purged
 	stopping := c.stoppingChildrenLocked(s.Index, s.At)
+	placements := c.placementsLocked()
 	c.reset()
 	for _, j := range s.Jobs {
 		if k, ok := c.upsertJobLocked(j); ok {
@@ -315,6 +322,16 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 		}
 	}
 	c.replaceNodesLocked(s.Nodes)
+	for id, p := range placements {
+		// A listing has no evaluations: a failure still holds for the
+		// same version of the child (blockedReason judges the rest).
+		if k, ok := c.owner[id]; ok {
+			name := id[strings.IndexByte(id, '/')+1:]
+			if ch := c.children[k][name]; ch != nil && ch.job != nil && ch.job.JobModifyIndex() == p.jobModifyIndex {
+				ch.placement, ch.evalIndex = p, p.evalIndex
+			}
+		}
+	}
 	for _, st := range stopping {
 		if c.children[st.key][st.id] != nil {
 			continue // the listing holds the child (or a new one of its ID)
@@ -338,6 +355,20 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	c.listIndex = s.Index
 	c.synced = true
 	return sortedKeys(touched)
+}
+
+// placementsLocked returns the children's placement failures by
+// "namespace/id", to carry over a re-list. The caller holds mu.
+func (c *Cache) placementsLocked() map[string]*placement {
+	out := map[string]*placement{}
+	for k, kids := range c.children {
+		for id, ch := range kids {
+			if ch.placement != nil {
+				out[k.Namespace+"/"+id] = ch.placement
+			}
+		}
+	}
+	return out
 }
 
 // stoppingChild is a child carried over a re-list as a purged stand-in.

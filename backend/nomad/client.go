@@ -292,7 +292,7 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.
 }
 
 // eventTopics are the topics the watcher follows.
-var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode, TopicHostVolume}
+var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode, TopicHostVolume, api.TopicEvaluation}
 
 // TopicHostVolume is Nomad's event topic of dynamic host volumes (events
 // HostVolumeRegistered and HostVolumeDeleted, the volume under the payload

@@ -55,6 +55,9 @@ type PodDetail struct {
 	// task states alone: the Consul checks of its services must confirm it
 	// (DESIGN §2), and without them it is not Ready.
 	HealthMissed bool
+	// Blocked is Nomad's placement failure for a pod whose child has no
+	// allocation since Nomad last failed to place it; empty otherwise.
+	Blocked string
 }
 
 // StoppedChild is a child job that is stopped and fully terminal: its
@@ -140,6 +143,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 			}
 		}
 		if d, ok := podFromChild(ch, ord, now); ok {
+			d.Blocked = ch.blockedReason()
 			obs.Pods = append(obs.Pods, d)
 		} else {
 			obs.Stopped = append(obs.Stopped, StoppedChild{Ordinal: ord, JobID: id, JobModifyIndex: ch.job.JobModifyIndex()})

@@ -306,6 +306,16 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 			for _, k := range w.cache.upsertNode(n, e.Type == "NodeDeregistration", e.Index) {
 				touched[k] = struct{}{}
 			}
+		case api.TopicEvaluation:
+			// Placement failures: a child Nomad could not place is
+			// Blocked, with Nomad's reason, until it is placed.
+			var ev *evalPayload
+			if err := DecodePayload(e, "Evaluation", &ev); err != nil || ev == nil || ev.JobID == "" {
+				continue
+			}
+			if k, ok := w.cache.notePlacement(ev, e.Index); ok {
+				touched[k] = struct{}{}
+			}
 		case api.TopicDeployment:
 			var d *api.Deployment
 			err := DecodePayload(e, "Deployment", &d)

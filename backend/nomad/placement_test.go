@@ -1,0 +1,95 @@
+package nomad
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// TestCachePlacementSequences is issue 14's Blocked state: a child Nomad
+// could not place shows Nomad's reason until it is placed, whatever order
+// the evaluation, allocation and job events come in, and a re-list (which
+// has no evaluations) keeps it.
+func TestCachePlacementSequences(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	now := time.Unix(1000, 0)
+	failed := map[string]*api.AllocationMetric{"g": {NodesEvaluated: 3, NodesFiltered: 3,
+		ConstraintFiltered: map[string]int{"${meta.rack} = nowhere": 3}}}
+	eval := func(status string, idx, jobIdx uint64, f map[string]*api.AllocationMetric) *evalPayload {
+		return &evalPayload{Namespace: "default", JobID: "web-0", Status: status, ModifyIndex: idx, JobModifyIndex: jobIdx, FailedTGAllocs: f}
+	}
+	const want = `Nomad could not place it: group "g": 3 of 3 nodes filtered (${meta.rack} = nowhere: 3)`
+	for _, tc := range []struct {
+		name   string
+		events func(c *Cache)
+		want   string
+	}{
+		{"failed evaluation", func(c *Cache) { c.notePlacement(eval("complete", 12, 10, failed), 12) }, want},
+		{"failed, then the blocked evaluation it made", func(c *Cache) {
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+			c.notePlacement(eval("blocked", 13, 10, nil), 13)
+		}, want},
+		{"failed, then placed by the unblocked evaluation", func(c *Cache) {
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+			c.notePlacement(eval("complete", 14, 10, nil), 14)
+		}, ""},
+		{"failed, then an allocation", func(c *Cache) {
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+			c.upsertAllocPayload(stubPayload(alloc("a1", "web-0", "pending", "run", nil, 15, now)), 15)
+		}, ""},
+		{"an older allocation says nothing", func(c *Cache) {
+			c.upsertAllocPayload(stubPayload(alloc("a0", "web-0", "complete", "stop", nil, 11, now)), 11)
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+		}, want},
+		{"a stale failure after the placement", func(c *Cache) {
+			c.notePlacement(eval("complete", 14, 10, nil), 14)
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+		}, ""},
+		{"a failure of an older version of the child", func(c *Cache) { c.notePlacement(eval("complete", 12, 5, failed), 12) }, ""},
+		{"failed, then the child registered again", func(c *Cache) {
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+			c.UpsertJob(childJob("web", "0", "r", false, 20), 20)
+		}, ""},
+		{"failed, then a re-list", func(c *Cache) {
+			c.notePlacement(eval("complete", 12, 10, failed), 12)
+			c.Replace(Snapshot{Index: 13, At: now, Jobs: []*api.Job{childJob("web", "0", "r", false, 10)}})
+		}, want},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			c.Replace(Snapshot{Index: 10, At: now, Jobs: []*api.Job{childJob("web", "0", "r", false, 10)}})
+			tc.events(c)
+			obs := c.Observe(key, nil, now)
+			if len(obs.Pods) != 1 {
+				t.Fatalf("pods %+v", obs.Pods)
+			}
+			if got := obs.Pods[0].Blocked; got != tc.want {
+				t.Fatalf("Blocked %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlacementFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   map[string]*api.AllocationMetric
+		want string
+	}{
+		{"none", nil, ""},
+		{"filtered and exhausted", map[string]*api.AllocationMetric{"app": {NodesEvaluated: 3, NodesInPool: 3, NodesFiltered: 1,
+			ConstraintFiltered: map[string]int{"missing compatible host volumes": 1}, NodesExhausted: 2, DimensionExhausted: map[string]int{"memory": 2}}},
+			`Nomad could not place it: group "app": 1 of 3 nodes filtered (missing compatible host volumes: 1); 2 nodes exhausted (memory: 2)`},
+		{"no nodes", map[string]*api.AllocationMetric{"app": {}},
+			`Nomad could not place it: group "app": no nodes were eligible for evaluation`},
+		{"quota", map[string]*api.AllocationMetric{"app": {NodesEvaluated: 2, NodesInPool: 2, QuotaExhausted: []string{"cpu exhausted (500 needed > 400 limit)"}}},
+			`Nomad could not place it: group "app": quota exhausted: cpu exhausted (500 needed > 400 limit)`},
+	} {
+		if got := PlacementFailure(tc.in); got != tc.want {
+			t.Errorf("%s: got %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}
