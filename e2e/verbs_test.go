@@ -163,6 +163,19 @@ func TestVerbs(t *testing.T) {
 			if n := r.identityLines(t, 0); n != before+1 {
 				return fmt.Errorf("vb-0's task has not started again (%d starts)", n)
 			}
+			// The pod was not Ready while its task restarted: its
+			// readiness starts again from the new start. Before live
+			// readiness it stayed Available throughout, its ReadySince
+			// latched at the first start.
+			st, err := setStatus(r.d, verbSet)
+			if err != nil {
+				return err
+			}
+			for _, p := range st.Pods {
+				if p.Ordinal == 0 && !p.ReadySince.After(start) {
+					return fmt.Errorf("vb-0 ready since %s, before the restart at %s", p.ReadySince, start)
+				}
+			}
 			return nil
 		})
 		if a := r.newestAlloc(t, "vb-0"); a.ID != old.ID {
