@@ -37,15 +37,7 @@ type verbRig struct {
 // task appends its pod name to /data/identity each time it starts.
 func (r verbRig) identityLines(t *testing.T, ord int) int {
 	t.Helper()
-	vols := HostVolumes(t, r.c.Nomad.Client, "default", fmt.Sprintf("data-%s-%d", verbSet, ord))
-	if len(vols) != 1 {
-		t.Fatalf("%d volumes for ordinal %d", len(vols), ord)
-	}
-	b, err := os.ReadFile(filepath.Join(r.c.Nomad.HostVolumesDir, vols[0].ID, "identity"))
-	if err != nil {
-		t.Fatalf("reading ordinal %d's data: %v", ord, err)
-	}
-	return strings.Count(string(b), fmt.Sprintf("%s-%d\n", verbSet, ord))
+	return starts(t, r.c, fmt.Sprintf("%s-%d", verbSet, ord))
 }
 
 // restored waits for the set to be whole again (3 healthy pods, the
@@ -496,4 +488,102 @@ func TestVerbPurgeUnderOnDelete(t *testing.T) {
 		return nil
 	})
 	p.restoredInOrder(t, c)
+}
+
+// TestChildVerbsUnderEveryPolicy is issue 20's first point across the
+// matrix: under each pod management policy and update strategy, `nomad
+// job stop` and `nomad job stop -purge` of a child bring it back on its
+// volume (under OnDelete at the update revision, as Kubernetes re-creates a
+// deleted pod from the current template), and `nomad job stop -purge` of
+// the parent cascades: every child goes, the set is forgotten, and its
+// volumes are kept (Retain). The watchdog sees no two tasks of one ordinal.
+func TestChildVerbsUnderEveryPolicy(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	type combo struct{ name, policy, strategy string }
+	combos := []combo{
+		{"mx-or", "OrderedReady", "RollingUpdate"},
+		{"mx-pr", "Parallel", "RollingUpdate"},
+		{"mx-od", "OrderedReady", "OnDelete"},
+		{"mx-pd", "Parallel", "OnDelete"},
+	}
+	for _, cb := range combos {
+		RegisterHCL(t, c.Nomad.Client, setSpec{name: cb.name, meta: map[string]string{"statefulset_replicas": "2",
+			"statefulset_pod_management_policy": cb.policy, "statefulset_update_strategy": cb.strategy}}.hcl())
+	}
+	for _, cb := range combos {
+		t.Run(cb.policy+"/"+cb.strategy, func(t *testing.T) {
+			old := waitConverged(t, c, d, cb.name, 2, nil)[0]
+			update := old
+			if cb.strategy == "OnDelete" {
+				updateParent(t, c, cb.name, changeTemplate("v2"))
+				Eventually(t, time.Minute, "the daemon to see the new revision", func() error {
+					st, err := setStatus(d, cb.name)
+					if err != nil {
+						return err
+					}
+					if st.Status.UpdateRevision == old || st.Status.UpdateRevision == "" {
+						return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
+					}
+					update = st.Status.UpdateRevision
+					return nil
+				})
+			}
+			at := func(want map[int]string) func(int, string) error {
+				return func(o int, r string) error {
+					if r != want[o] {
+						return fmt.Errorf("%s-%d at %s, want %s", cb.name, o, r, want[o])
+					}
+					return nil
+				}
+			}
+
+			child := cb.name + "-1"
+			before := starts(t, c, child)
+			start := time.Now()
+			if _, _, err := c.Nomad.Client.Jobs().Deregister(child, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			waitConverged(t, c, d, cb.name, 2, at(map[int]string{0: old, 1: update}))
+			if n := starts(t, c, child); n != before+1 {
+				t.Fatalf("%s's volume has %d starts, want %d", child, n, before+1)
+			}
+			t.Logf("nomad job stop %s: whole again after %v", child, time.Since(start).Round(100*time.Millisecond))
+
+			p := purgeChild(t, c, cb.name+"-0", nil)
+			waitConverged(t, c, d, cb.name, 2, at(map[int]string{0: update, 1: update}))
+			p.restoredInOrder(t, c)
+
+			if _, _, err := c.Nomad.Client.Jobs().Deregister(cb.name, true, nil); err != nil {
+				t.Fatal(err)
+			}
+			Eventually(t, convergeTimeout, "the cascade to finish", func() error {
+				if _, live := healthyRevisions(t, c, cb.name); live != 0 {
+					return fmt.Errorf("%d live children", live)
+				}
+				if _, err := setStatus(d, cb.name); err == nil {
+					return fmt.Errorf("the daemon still shows the set")
+				}
+				return nil
+			})
+			if n := len(HostVolumes(t, c.Nomad.Client, "default", "data-"+cb.name+"-")); n != 2 {
+				t.Fatalf("the purged parent's cascade kept %d volumes, want 2 (Retain)", n)
+			}
+		})
+	}
+}
+
+// starts counts the starts recorded in child's volume: the task appends its
+// pod name to /data/identity each time it starts.
+func starts(t *testing.T, c *Cluster, child string) int {
+	t.Helper()
+	vols := HostVolumes(t, c.Nomad.Client, "default", "data-"+child)
+	if len(vols) != 1 {
+		t.Fatalf("%d data-%s volumes", len(vols), child)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Nomad.HostVolumesDir, vols[0].ID, "identity"))
+	if err != nil {
+		t.Fatalf("reading %s's data: %v", child, err)
+	}
+	return strings.Count(string(b), child+"\n")
 }
