@@ -73,6 +73,15 @@ func oneLeader(t *testing.T, timeout time.Duration, ds ...*Daemon) *Daemon {
 	return leader
 }
 
+// leaderAndFollower waits until one of a and b leads, and returns it first.
+func leaderAndFollower(t *testing.T, a, b *Daemon) (leader, follower *Daemon) {
+	t.Helper()
+	if oneLeader(t, time.Minute, a, b) == a {
+		return a, b
+	}
+	return b, a
+}
+
 // noLeader waits until none of ds leads.
 func noLeader(t *testing.T, timeout time.Duration, ds ...*Daemon) {
 	t.Helper()

@@ -45,21 +45,7 @@ func TestHATakeoverMidRollout(t *testing.T) {
 	c := NewCluster(t)
 	a := c.StartDaemon(haConfig)
 	b := c.StartDaemon(haConfig)
-	var leader, follower *Daemon
-	Eventually(t, time.Minute, "one agent to lead", func() error {
-		ha, hb := health(t, a), health(t, b)
-		switch {
-		case ha.Leader && hb.Leader:
-			t.Fatalf("both agents lead at once")
-		case ha.Leader:
-			leader, follower = a, b
-		case hb.Leader:
-			leader, follower = b, a
-		default:
-			return fmt.Errorf("no leader yet")
-		}
-		return nil
-	})
+	leader, follower := leaderAndFollower(t, a, b)
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "ha", noVolume: true, meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
 	old := waitConverged(t, c, leader, "ha", 3, nil)[0]
 	if _, err := setStatus(follower, "ha"); err == nil {

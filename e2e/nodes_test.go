@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	nomadapi "github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
@@ -41,6 +43,30 @@ func (m *MultiCluster) clientOf(id string) *testagent.NomadAgent {
 		}
 	}
 	return nil
+}
+
+// killNodeOf kills hard (SIGKILL, its executors too: a machine that died)
+// the client holding volume name, waits until Nomad marks its node down,
+// and returns the client and the volume.
+func (m *MultiCluster) killNodeOf(t *testing.T, name string) (*testagent.NomadAgent, *nomadapi.HostVolumeStub) {
+	t.Helper()
+	vols := HostVolumes(t, m.Server.Client, "default", name)
+	if len(vols) != 1 {
+		t.Fatalf("%d %s volumes", len(vols), name)
+	}
+	victim := m.clientOf(vols[0].NodeID)
+	if victim == nil {
+		t.Fatalf("no client holds %s", name)
+	}
+	victim.KillHard()
+	Eventually(t, 3*time.Minute, "the killed client's node to be down", func() error {
+		n, _, err := m.Server.Client.Nodes().Info(victim.NodeID, nil)
+		if err != nil || n.Status != "down" {
+			return fmt.Errorf("node %v %v", n.Status, err)
+		}
+		return nil
+	})
+	return victim, vols[0]
 }
 
 // TestMultiNodeHarness: one server and three clients on loopback, each a
@@ -309,26 +335,10 @@ func TestLostNodeComesBack(t *testing.T) {
 	RegisterHCL(t, m.Server.Client, setSpec{name: "ln", meta: map[string]string{
 		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
 	waitConverged(t, m.Cluster, d, "ln", 2, nil)
-	vols := HostVolumes(t, m.Server.Client, "default", "data-ln-1")
-	if len(vols) != 1 {
-		t.Fatalf("%d data-ln-1 volumes", len(vols))
-	}
-	victim := m.clientOf(vols[0].NodeID)
-	if victim == nil {
-		t.Fatalf("no client holds %s", vols[0].Name)
-	}
-
-	victim.KillHard()
-	Eventually(t, 3*time.Minute, "the killed client's node to be down", func() error {
-		n, _, err := m.Server.Client.Nodes().Info(victim.NodeID, nil)
-		if err != nil || n.Status != "down" {
-			return fmt.Errorf("node %v %v", n.Status, err)
-		}
-		return nil
-	})
+	victim, vol := m.killNodeOf(t, "data-ln-1")
 	victim.Start()
 	waitConverged(t, m.Cluster, d, "ln", 2, nil)
-	if after := HostVolumes(t, m.Server.Client, "default", "data-ln-1"); len(after) != 1 || after[0].ID != vols[0].ID {
+	if after := HostVolumes(t, m.Server.Client, "default", "data-ln-1"); len(after) != 1 || after[0].ID != vol.ID {
 		t.Fatalf("ln-1 did not come back on its volume: %+v", after)
 	}
 }
@@ -346,22 +356,7 @@ func TestPurgedNodeReplacedOnNewVolume(t *testing.T) {
 	RegisterHCL(t, m.Server.Client, setSpec{name: "pn", meta: map[string]string{
 		"statefulset_replicas": "2", "statefulset_pod_management_policy": "Parallel"}}.hcl())
 	waitConverged(t, m.Cluster, d, "pn", 2, nil)
-	vols := HostVolumes(t, m.Server.Client, "default", "data-pn-1")
-	if len(vols) != 1 {
-		t.Fatalf("%d data-pn-1 volumes", len(vols))
-	}
-	victim := m.clientOf(vols[0].NodeID)
-	if victim == nil {
-		t.Fatalf("no client holds %s", vols[0].Name)
-	}
-	victim.KillHard()
-	Eventually(t, 3*time.Minute, "the killed client's node to be down", func() error {
-		n, _, err := m.Server.Client.Nodes().Info(victim.NodeID, nil)
-		if err != nil || n.Status != "down" {
-			return fmt.Errorf("node %v %v", n.Status, err)
-		}
-		return nil
-	})
+	victim, vol := m.killNodeOf(t, "data-pn-1")
 	if _, _, err := m.Server.Client.Nodes().Purge(victim.NodeID, nil); err != nil {
 		t.Fatalf("purging the dead node: %v", err)
 	}
@@ -370,8 +365,8 @@ func TestPurgedNodeReplacedOnNewVolume(t *testing.T) {
 	}
 	waitConverged(t, m.Cluster, d, "pn", 2, nil)
 	after := HostVolumes(t, m.Server.Client, "default", "data-pn-1")
-	if len(after) != 1 || after[0].ID == vols[0].ID || after[0].NodeID == victim.NodeID {
-		t.Fatalf("pn-1 is not on a fresh volume elsewhere: before %+v, after %+v", vols, after)
+	if len(after) != 1 || after[0].ID == vol.ID || after[0].NodeID == victim.NodeID {
+		t.Fatalf("pn-1 is not on a fresh volume elsewhere: before %+v, after %+v", vol, after)
 	}
 }
 

@@ -191,20 +191,7 @@ func TestVerbPurgeWhileLeadershipMoves(t *testing.T) {
 	c := NewCluster(t)
 	a := c.StartDaemon(haConfig)
 	b := c.StartDaemon(haConfig)
-	var leader, follower *Daemon
-	Eventually(t, time.Minute, "one agent to lead", func() error {
-		switch ha, hb := health(t, a), health(t, b); {
-		case ha.Leader && hb.Leader:
-			t.Fatalf("both agents lead at once")
-		case ha.Leader:
-			leader, follower = a, b
-		case hb.Leader:
-			leader, follower = b, a
-		default:
-			return fmt.Errorf("no leader yet")
-		}
-		return nil
-	})
+	leader, follower := leaderAndFollower(t, a, b)
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "pl", meta: map[string]string{"statefulset_replicas": "2"},
 		script: `trap '' INT TERM; echo "$STATEFULSET_POD_NAME" >> /data/identity; while true; do sleep 1; done`}.hcl())
 	waitConverged(t, c, leader, "pl", 2, nil)

@@ -467,19 +467,7 @@ func TestVerbPurgeUnderOnDelete(t *testing.T) {
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: "po", meta: map[string]string{"statefulset_replicas": "2",
 		"statefulset_update_strategy": "OnDelete", "statefulset_pod_management_policy": "Parallel"}}.hcl())
 	old := waitConverged(t, c, d, "po", 2, nil)[0]
-	updateParent(t, c, "po", changeTemplate("v2"))
-	var update string
-	Eventually(t, time.Minute, "the daemon to see the new revision", func() error {
-		st, err := setStatus(d, "po")
-		if err != nil {
-			return err
-		}
-		if st.Status.UpdateRevision == old || st.Status.UpdateRevision == "" {
-			return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
-		}
-		update = st.Status.UpdateRevision
-		return nil
-	})
+	update := newTemplate(t, c, d, "po", old)
 	p := purgeChild(t, c, "po-1", nil)
 	waitConverged(t, c, d, "po", 2, func(o int, r string) error {
 		if want := map[int]string{0: old, 1: update}[o]; r != want {
@@ -516,18 +504,7 @@ func TestChildVerbsUnderEveryPolicy(t *testing.T) {
 			old := waitConverged(t, c, d, cb.name, 2, nil)[0]
 			update := old
 			if cb.strategy == "OnDelete" {
-				updateParent(t, c, cb.name, changeTemplate("v2"))
-				Eventually(t, time.Minute, "the daemon to see the new revision", func() error {
-					st, err := setStatus(d, cb.name)
-					if err != nil {
-						return err
-					}
-					if st.Status.UpdateRevision == old || st.Status.UpdateRevision == "" {
-						return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
-					}
-					update = st.Status.UpdateRevision
-					return nil
-				})
+				update = newTemplate(t, c, d, cb.name, old)
 			}
 			at := func(want map[int]string) func(int, string) error {
 				return func(o int, r string) error {
@@ -586,4 +563,24 @@ func starts(t *testing.T, c *Cluster, child string) int {
 		t.Fatalf("reading %s's data: %v", child, err)
 	}
 	return strings.Count(string(b), child+"\n")
+}
+
+// newTemplate changes set's template and returns the update revision the
+// daemon then reports (old was the revision before).
+func newTemplate(t *testing.T, c *Cluster, d *Daemon, set, old string) string {
+	t.Helper()
+	updateParent(t, c, set, changeTemplate("v2"))
+	var update string
+	Eventually(t, time.Minute, "the daemon to see the new revision", func() error {
+		st, err := setStatus(d, set)
+		if err != nil {
+			return err
+		}
+		if st.Status.UpdateRevision == old || st.Status.UpdateRevision == "" {
+			return fmt.Errorf("update revision %q", st.Status.UpdateRevision)
+		}
+		update = st.Status.UpdateRevision
+		return nil
+	})
+	return update
 }
