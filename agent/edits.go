@@ -34,6 +34,10 @@ type renderKey struct {
 	revision string
 	ordinal  int
 	claims   string
+	// spread is the child's spread record (jobs.MetaSpreadAvoid), and
+	// legacy says it has none: the "!=" rules its digest leaves out.
+	spread string
+	legacy bool
 }
 
 // changed returns the fields of pod d's child that differ from its
@@ -50,12 +54,24 @@ func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision,
 	if !d.Digest.Known() {
 		return nil
 	}
-	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: r.claims}
+	spread, recorded := "", false
+	if d.Job != nil {
+		spread, recorded = d.Job.Meta[jobs.MetaSpreadAvoid]
+	}
+	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: r.claims, spread: spread, legacy: !recorded}
 	e, ok := r.m[k]
 	if !ok {
 		// An error leaves the digest unknown, which matches: the
 		// revision's own rendering errors show when a pod is created.
 		if child, err := jobs.RenderChild(spec, rev, d.Pod.Ordinal); err == nil {
+			// The rendering leaves out the "!=" rules the child's digest
+			// leaves out: those its spread record names, or, for a child
+			// registered before the record existed, all of them.
+			if recorded {
+				child.Meta[jobs.MetaSpreadAvoid] = spread
+			} else {
+				delete(child.Meta, jobs.MetaSpreadAvoid)
+			}
 			e.digest, _ = jobs.DigestChild(child)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // TestHandEditedChildIsReplacedAndNamed is issue 20's `nomad job run` of
@@ -37,6 +38,17 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 		{"the command changed", func(j *api.Job) {
 			j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "sleep 3600"}
 		}, "Group.Tasks[app].Config"},
+		{"spread by the daemon", func(j *api.Job) { jobs.SpreadChild(j, "${node.unique.id}", false, []string{"n2"}) }, ""},
+		// A "!=" rule of the user's used to be left out with spreading's.
+		{"a user's != affinity added by hand", func(j *api.Job) {
+			j.TaskGroups[0].Affinities = append(j.TaskGroups[0].Affinities,
+				&api.Affinity{LTarget: "${node.class}", RTarget: "spot", Operand: "!=", Weight: ptr(int8(50))})
+		}, "Group.Affinities"},
+		{"spread rules of a child registered before the spread record", func(j *api.Job) {
+			delete(j.Meta, jobs.MetaSpreadAvoid)
+			j.TaskGroups[0].Affinities = append(j.TaskGroups[0].Affinities,
+				&api.Affinity{LTarget: "${node.unique.id}", RTarget: "n2", Operand: "!=", Weight: ptr(int8(100))})
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")

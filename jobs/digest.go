@@ -87,15 +87,15 @@ const operandNotEqual = "!="
 // read back from Nomad. Left out, besides what RevisionData leaves out:
 // the count (`nomad job scale` is put back in place, not replaced), the
 // statefulset meta (ParseChild and ChildMatches read it), and the group's
-// "!=" constraints and affinities, which spreading adds to a child at
-// creation from where its set's other ordinals run, so its revision alone
-// cannot say them.
+// "!=" constraints and affinities that spreading added (SpreadChild, as
+// recorded in MetaSpreadAvoid) from where its set's other ordinals run, so
+// its revision alone cannot say them.
 func DigestChild(job *api.Job) (SpecDigest, error) {
 	doc, err := newRevisionDoc(job)
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	return digestDoc(doc)
+	return digestDoc(doc, spreadRulesOf(job.Meta))
 }
 
 // DigestChildJSON is DigestChild of a job's JSON (an event payload, as
@@ -111,13 +111,19 @@ func DigestChildJSON(data []byte) (SpecDigest, error) {
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	return digestDoc(doc)
+	return digestDoc(doc, spreadRulesOf(j.Meta))
 }
 
-func digestDoc(doc *revisionDoc) (SpecDigest, error) {
+// digestDoc digests a child's revision document, leaving out the group's
+// "!=" rules that spread says spreading added.
+func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDigest, error) {
 	g := doc.Group
-	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool { return c != nil && c.Operand == operandNotEqual })
-	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool { return a != nil && a.Operand == operandNotEqual })
+	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
+		return c != nil && c.Operand == operandNotEqual && spread(c.LTarget, c.RTarget)
+	})
+	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
+		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
+	})
 	var d SpecDigest
 	add := func(path string, v any) error {
 		b, err := json.Marshal(v)

@@ -62,7 +62,21 @@ func TestDigestNamesHandEdits(t *testing.T) {
 			j.TaskGroups[0].RestartPolicy.Attempts = ptr(9)
 		}, []string{"Group.RestartPolicy", "Group.Tasks[app].Env"}},
 		{"count (not an edit: put back in place)", func(j *api.Job) { j.TaskGroups[0].Count = ptr(3) }, nil},
-		{"spread affinity (the agent's own)", func(j *api.Job) {
+		{"spread affinity (the agent's own)", func(j *api.Job) { SpreadChild(j, "${node.unique.id}", false, []string{"n1", "n2"}) }, nil},
+		{"spread constraint (the agent's own)", func(j *api.Job) { SpreadChild(j, "${meta.rack}", true, []string{"r1"}) }, nil},
+		// Spreading's rules are recorded, so a "!=" rule of the user's
+		// is seen like any other: it used to be left out with them.
+		{"a user's != affinity added by hand", func(j *api.Job) {
+			j.TaskGroups[0].Affinities = append(j.TaskGroups[0].Affinities, &api.Affinity{LTarget: "${node.class}", RTarget: "spot", Operand: "!=", Weight: pointer(int8(50))})
+		}, []string{"Group.Affinities"}},
+		{"a user's != constraint added by hand beside spreading's", func(j *api.Job) {
+			SpreadChild(j, "${node.unique.id}", true, []string{"n1"})
+			j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.id}", RTarget: "n9", Operand: "!="})
+		}, []string{"Group.Constraints"}},
+		// A child registered before the record existed: every "!=" rule
+		// is left out, as then, so that it is not taken for edited.
+		{"spread rules of a child without a record", func(j *api.Job) {
+			delete(j.Meta, MetaSpreadAvoid)
 			j.TaskGroups[0].Affinities = append(j.TaskGroups[0].Affinities, &api.Affinity{LTarget: "${node.unique.id}", RTarget: "n1", Operand: "!=", Weight: pointer(int8(100))})
 		}, nil},
 		{"nothing", func(*api.Job) {}, nil},

@@ -79,6 +79,9 @@ func RenderChild(spec reconciler.Spec, rev reconciler.Revision, ordinal int) (*a
 	meta[MetaOrdinal] = strconv.Itoa(ordinal)
 	meta[MetaPodName] = pod
 	meta[MetaRevision] = rev.Name
+	// No spread rules yet (SpreadChild adds them); recording that makes
+	// the child's digest see the template's own "!=" rules.
+	meta[MetaSpreadAvoid] = emptySpreadRecord
 
 	g.Count = ptr(1)
 	setHealth(g)
