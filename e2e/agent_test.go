@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -262,4 +264,72 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 
 func sortDurations(d []time.Duration) {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+}
+
+// subsystemLoggers are the named loggers of the daemon, one per subsystem
+// (hclog's Named under the root "nomad-statefulset"). A plugin's logger is
+// named after the plugin, under plugin_manager.
+var subsystemLoggers = []string{"controller", "watcher", "consul_checks", "consul_store", "leader", "plugin_manager"}
+
+// TestLoggerNamesPerSubsystem is issue 17's "one named logger per
+// subsystem", checked on the real daemon: with JSON logs at trace level,
+// every line's @module is the root or the root plus one known subsystem
+// (a plugin's, one level under plugin_manager), no name is doubled
+// ("controller.controller"), and every subsystem logs under its name while
+// a set with a Consul-checked service converges through a Consul lock.
+func TestLoggerNamesPerSubsystem(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon(`log_level = "trace"`, `log_json = true`, haConfig)
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "lg", noVolume: true, meta: map[string]string{"statefulset_replicas": "1"},
+		script: `touch /tmp/healthy; while true; do sleep 1; done`,
+		group:  strings.ReplaceAll(fmt.Sprintf(checkedService, "lg-web"), "/data/", "/tmp/")}.hcl())
+	waitConverged(t, c, d, "lg", 1, nil)
+	d.Stop()
+
+	f, err := os.Open(d.Proc.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const root = "nomad-statefulset"
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	lines := 0
+	for sc.Scan() {
+		var line struct {
+			Module string `json:"@module"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue // the harness's own header lines
+		}
+		lines++
+		parts := strings.Split(line.Module, ".")
+		if parts[0] != root || len(parts) > 3 {
+			t.Errorf("log line of module %q: want %s or %s.<subsystem>", line.Module, root, root)
+			continue
+		}
+		if len(parts) == 1 {
+			continue
+		}
+		if !slices.Contains(subsystemLoggers, parts[1]) {
+			t.Errorf("log line of module %q: %q is no known subsystem %v", line.Module, parts[1], subsystemLoggers)
+		}
+		if len(parts) == 3 && (parts[1] != "plugin_manager" || parts[2] == parts[1]) {
+			t.Errorf("log line of module %q: only a plugin is named under a subsystem (plugin_manager.<plugin>)", line.Module)
+		}
+		seen[parts[1]]++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if lines == 0 {
+		t.Fatalf("no JSON log line in %s", d.Proc.LogPath())
+	}
+	t.Logf("%d JSON log lines; by subsystem: %v", lines, seen)
+	for _, s := range subsystemLoggers {
+		if seen[s] == 0 {
+			t.Errorf("subsystem %s logged nothing under its name (lines by subsystem: %v)", s, seen)
+		}
+	}
 }

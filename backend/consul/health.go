@@ -246,6 +246,8 @@ func (w *CheckWatcher) Err() string {
 // run is one service's blocking-query loop.
 func (w *CheckWatcher) run(ctx context.Context, service string) {
 	log := w.log.With("service", service)
+	log.Debug("following the service's Consul health checks")
+	defer log.Debug("stopped following the service's Consul health checks")
 	var index uint64
 	backoff := healthMinBackoff
 	for {
