@@ -26,13 +26,24 @@ import (
 // leader's allocation hands over to the other, and the set keeps
 // converging, also after the cluster's signing key is rotated. The
 // daemons' environment holds no Nomad token but their workload identity.
+// Consul has ACLs on too (default deny): the daemons' Consul token, holding
+// the README's Consul policy, reaches them only through the Nomad Variable
+// the job's template reads, and the leader lock, the state in KV and the
+// health watches all work with it.
 func TestDeployAsANomadJob(t *testing.T) {
 	root, err := testagent.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewCluster(t, testagent.WithACL())
+	consul := testagent.Consul(t, testagent.WithConsulACL())
+	// Nomad registers the job's services with the management token.
+	nomad := testagent.Nomad(t, testagent.WithConsul(consul), testagent.WithACL(),
+		testagent.WithConfig(fmt.Sprintf("consul {\n  token = %q\n}", consul.Token)))
+	c := &Cluster{Consul: consul, Nomad: nomad, Watchdog: StartWatchdog(t, nomad.Client), t: t}
 	nc := c.Nomad.Client
+	// The README's Consul policy, for the default kv_prefix the example
+	// job's configuration keeps.
+	consulTok := consulToken(t, consul, "nomad-statefulset", strings.ReplaceAll(consulPolicy, "nss-acl/", "nomad-statefulset/"))
 	bin := DaemonBinary(t)
 
 	rules, err := os.ReadFile(filepath.Join(root, "examples", "deploy", "nomad-statefulset.policy.hcl"))
@@ -44,7 +55,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 		t.Fatalf("binding the example policy to the job: %v", err)
 	}
 	if _, _, err := nc.Variables().Create(&nomadapi.Variable{Path: "nomad/jobs/nomad-statefulset",
-		Items: nomadapi.VariableItems{"consul_token": "anonymous"}}, nil); err != nil {
+		Items: nomadapi.VariableItems{"consul_token": consulTok}}, nil); err != nil {
 		t.Fatalf("writing the Consul token variable: %v", err)
 	}
 
@@ -147,6 +158,12 @@ func TestDeployAsANomadJob(t *testing.T) {
 		if !strings.HasPrefix(env["NOMAD_ADDR"], "unix://") {
 			t.Fatalf("a daemon's NOMAD_ADDR is %q, want the Task API socket", env["NOMAD_ADDR"])
 		}
+		if env["CONSUL_HTTP_TOKEN"] != consulTok {
+			t.Fatalf("a daemon's CONSUL_HTTP_TOKEN is not the one in the Nomad Variable (management token: %v)", env["CONSUL_HTTP_TOKEN"] == consul.Token)
+		}
+	}
+	if p, _, err := consul.Client.KV().Get("nomad-statefulset/leader", nil); err != nil || p == nil || p.Session == "" {
+		t.Fatalf("the lock key nomad-statefulset/leader is not held under Consul ACLs: %+v %v", p, err)
 	}
 
 	// Stopping the leader's allocation hands over to the other agent.
