@@ -184,6 +184,57 @@ func TestDeployAsANomadJob(t *testing.T) {
 	}
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "2"))
 	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 2, nil)
+
+	// The README's upgrade path: a new version of the daemon's own job
+	// rolls the agents one at a time (update max_parallel = 1). No poll
+	// ever sees two leaders, both agents end on the new job version, and
+	// the set converges through whichever leads then.
+	own, _, err := nc.Jobs().Info("nomad-statefulset", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.TaskGroups[0].Tasks[0].Env["NSS_E2E_UPGRADE"] = "1"
+	upgraded := time.Now()
+	if _, _, err := nc.Jobs().Register(own, nil); err != nil {
+		t.Fatalf("registering the daemon's job again: %v", err)
+	}
+	j, _, err := nc.Jobs().Info("nomad-statefulset", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := *j.Version
+	if version <= *own.Version {
+		t.Fatalf("the daemon's job is at version %d after the update, was %d", version, *own.Version)
+	}
+	var upgradedLeader string
+	Eventually(t, 3*time.Minute, "both agents on the new job version, one leading", func() error {
+		stubs, _, err := nc.Jobs().Allocations("nomad-statefulset", false, nil)
+		if err != nil {
+			return err
+		}
+		current, leaders := 0, 0
+		for _, a := range addrs() {
+			if h, err := health(a); err == nil && h.Leader {
+				leaders++
+				upgradedLeader = a
+			}
+		}
+		if leaders > 1 {
+			t.Fatalf("two agents lead at once during the rolling update")
+		}
+		for _, st := range stubs {
+			if st.ClientStatus == "running" && st.DesiredStatus == "run" && st.JobVersion == version {
+				current++
+			}
+		}
+		if current != 2 || leaders != 1 {
+			return fmt.Errorf("%d agents at version %d, %d leading", current, version, leaders)
+		}
+		return nil
+	})
+	t.Logf("the rolling update of the daemon's job to version %d took %v, one leader throughout", version, time.Since(upgraded).Round(100*time.Millisecond))
+	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
+	waitConverged(t, c, &Daemon{Addr: upgradedLeader}, "dep", 3, nil)
 }
 
 // daemonEnvs returns the environment of every running process of the
