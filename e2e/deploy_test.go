@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,6 +163,24 @@ func TestDeployAsANomadJob(t *testing.T) {
 		if env["CONSUL_HTTP_TOKEN"] != consulTok {
 			t.Fatalf("a daemon's CONSUL_HTTP_TOKEN is not the one in the Nomad Variable (management token: %v)", env["CONSUL_HTTP_TOKEN"] == consul.Token)
 		}
+	}
+	// The agents are registered in Consul with their HTTP check on
+	// /v1/health passing, and serve Prometheus metrics on that port.
+	Eventually(t, time.Minute, "both agents' Consul service checks to pass", func() error {
+		entries, _, err := consul.Client.Health().Service("nomad-statefulset", "metrics", true, nil)
+		if err != nil || len(entries) != 2 {
+			return fmt.Errorf("%d passing nomad-statefulset services (%v)", len(entries), err)
+		}
+		return nil
+	})
+	resp, err := http.Get(leaderAddr + "/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("nomad_statefulset_leader 1")) {
+		t.Fatalf("the leader's /v1/metrics: %d, no nomad_statefulset_leader 1 in %d bytes", resp.StatusCode, len(body))
 	}
 	if p, _, err := consul.Client.KV().Get("nomad-statefulset/leader", nil); err != nil || p == nil || p.Session == "" {
 		t.Fatalf("the lock key nomad-statefulset/leader is not held under Consul ACLs: %+v %v", p, err)
