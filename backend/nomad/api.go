@@ -55,8 +55,9 @@ type API interface {
 	// when the node comes back, until something evaluates it.
 	EvaluateJob(ctx context.Context, namespace, id string) error
 	// Events subscribes to the event stream from index for the Job,
-	// Allocation, Deployment and HostVolume topics. The channel closes when
-	// the stream ends; the caller then re-lists and subscribes again.
+	// Allocation, Deployment, Node, HostVolume and Evaluation topics. The
+	// channel closes when the stream ends; the caller then re-lists and
+	// subscribes again.
 	//
 	// A payload value is either the typed api object (*api.Job, …) or its
 	// JSON as Nomad sent it (json.RawMessage), which the real client keeps
