@@ -56,10 +56,16 @@ func TestDeployAsANomadJob(t *testing.T) {
 		JobACL: &nomadapi.JobACL{Namespace: "default", JobID: "nomad-statefulset"}}, nil); err != nil {
 		t.Fatalf("binding the example policy to the job: %v", err)
 	}
-	if _, _, err := nc.Variables().Create(&nomadapi.Variable{Path: "nomad/jobs/nomad-statefulset",
-		Items: nomadapi.VariableItems{"consul_token": consulTok}}, nil); err != nil {
-		t.Fatalf("writing the Consul token variable: %v", err)
-	}
+	// A fresh Nomad answers "keyring has not been initialized yet" for a
+	// moment after its leader is elected (CI at bbe7575 met it).
+	Eventually(t, 30*time.Second, "the Consul token to be stored in a Nomad Variable", func() error {
+		_, _, err := nc.Variables().Create(&nomadapi.Variable{Path: "nomad/jobs/nomad-statefulset",
+			Items: nomadapi.VariableItems{"consul_token": consulTok}}, nil)
+		if err != nil && !strings.Contains(err.Error(), "keyring has not been initialized") {
+			return fmt.Errorf("%w: writing the Consul token variable: %w", ErrGiveUp, err)
+		}
+		return err
+	})
 
 	src, err := os.ReadFile(filepath.Join(root, "examples", "deploy", "nomad-statefulset.nomad.hcl"))
 	if err != nil {
