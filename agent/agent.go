@@ -131,11 +131,12 @@ func New(opts Options) (*Agent, error) {
 		Name: "nomad_statefulset_consul_health_queries_total",
 		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",
 	}, func() float64 { return float64(a.consulQueries.Load()) }))
-	a.api = instrumented{inner: opts.Nomad, m: a.metrics}
+	a.api = opts.Nomad
 	a.views = newViews(a.metrics.setPods)
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
 	// does (setupPlugins): the built-in provisioner works through the
-	// agent's instrumented Nomad API, so its calls show in /v1/metrics.
+	// agent's Nomad API, and with the agent's context, so its calls show
+	// in /v1/metrics.
 	builtins := map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(a.api)}
 	maps.Copy(builtins, opts.PluginBuiltins)
 	a.plugins = manager.New(manager.Options{Logger: opts.Logger, Builtins: builtins})
@@ -169,6 +170,9 @@ func (a *Agent) HTTPAddr() string {
 // Run serves HTTP and takes part in leader election until ctx is done. While
 // leader, it watches Nomad and reconciles sets.
 func (a *Agent) Run(ctx context.Context) error {
+	// Every Nomad call the agent makes derives its context from this one,
+	// and so is counted in /v1/metrics and /v1/health.
+	ctx = nomad.WithCallTrace(ctx, a.metrics.observeNomadCall)
 	if err := a.plugins.Start(ctx, a.opts.Plugins); err != nil {
 		return err
 	}

@@ -385,7 +385,7 @@ func startSyncedAgent(t *testing.T) *harness {
 	h := startAgent(t, fastSim())
 	h.waitFor("the agent to list Nomad and watch its events", 5*time.Second, func() (bool, string) {
 		c := h.agent.current.Load()
-		return c != nil && c.cache.Synced() && h.sim.Calls()[nomadsim.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
+		return c != nil && c.cache.Synced() && h.sim.Calls()[nomad.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
 	})
 	return h
 }

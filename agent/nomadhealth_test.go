@@ -27,7 +27,10 @@ type refusingNomad struct {
 
 func (r *refusingNomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, idx uint64) (*api.JobRegisterResponse, error) {
 	if r.refuse.Load() && job.Meta["statefulset_parent"] != "" {
-		return nil, nomadsim.ServerError()
+		// An implementation of nomad.API reports each call it answers.
+		err := nomadsim.ServerError()
+		nomad.TraceCall(ctx, nomad.VerbRegisterJob, &err)
+		return nil, err
 	}
 	return r.Nomad.RegisterJob(ctx, job, enforce, idx)
 }

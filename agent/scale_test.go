@@ -65,7 +65,7 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 			}
 			vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
 			r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, scaled}, Volumes: []*api.HostVolumeStub{vol}})
-			registers := sim.Calls()[nomadsim.VerbRegisterJob]
+			registers := sim.Calls()[nomad.VerbRegisterJob]
 
 			r.sync(t)
 			r.sync(t) // the write is not observed yet: nothing more
@@ -74,7 +74,7 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
-			reRegistered := sim.Calls()[nomadsim.VerbRegisterJob] - registers
+			reRegistered := sim.Calls()[nomad.VerbRegisterJob] - registers
 			if tc.inPlace {
 				if replaced || reRegistered != 1 || *after.TaskGroups[0].Count != 1 || *after.JobModifyIndex <= *scaled.JobModifyIndex {
 					t.Fatalf("replaced %v, re-registered %d times, count now %d (index %d, was %d): want one re-register to count 1 and no replacement",

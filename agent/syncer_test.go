@@ -322,7 +322,7 @@ func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
 	relist := func(n *api.NodeListStub) {
 		r.cache.Replace(nomad.Snapshot{Index: 60, Jobs: []*api.Job{parent, child}, Volumes: []*api.HostVolumeStub{vol}, Nodes: []*api.NodeListStub{n}})
 	}
-	evals := func() int { return sim.Calls()[nomadsim.VerbEvaluateJob] }
+	evals := func() int { return sim.Calls()[nomad.VerbEvaluateJob] }
 
 	// The node is still ineligible: nothing to ask.
 	relist(node(api.NodeSchedulingIneligible, 10))

@@ -10,6 +10,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
+// Adding a call to API touches three files: this one (the method and its
+// entry in Verbs), client.go (the real call) and internal/nomadsim (the
+// simulated one). Metrics, /v1/health, ACL errors and simulated faults all
+// read Verbs and the CallTrace, so none of them changes.
+
 // ErrNotFound is returned by API getters when the object does not exist.
 var ErrNotFound = errors.New("not found")
 
@@ -63,4 +68,78 @@ type API interface {
 	// JSON as Nomad sent it (json.RawMessage), which the real client keeps
 	// so that each payload is decoded once; DecodePayload reads both.
 	Events(ctx context.Context, index uint64) (<-chan *api.Events, error)
+}
+
+// The verbs of API: each is a method name, so that metrics, /v1/health and
+// the simulator's fault injection name a call the same way.
+const (
+	VerbListJobs         = "ListJobs"
+	VerbGetJob           = "GetJob"
+	VerbRegisterJob      = "RegisterJob"
+	VerbDeregisterJob    = "DeregisterJob"
+	VerbListAllocations  = "ListAllocations"
+	VerbCreateHostVolume = "CreateHostVolume"
+	VerbListHostVolumes  = "ListHostVolumes"
+	VerbDeleteHostVolume = "DeleteHostVolume"
+	VerbListNodes        = "ListNodes"
+	VerbGetNode          = "GetNode"
+	VerbEvaluateJob      = "EvaluateJob"
+	VerbEvents           = "Events"
+)
+
+// Verb describes one method of API.
+type Verb struct {
+	// Write is set for the verbs that change Nomad's state. A set at rest
+	// makes none of them: that is the steady-state "zero writes" promise.
+	Write bool
+	// Capability is the Nomad ACL capability the call needs, named in the
+	// PermissionError of a 403, which Nomad answers with a bare
+	// "Permission denied".
+	Capability string
+	// Method and Path are the HTTP route the real client calls (Path up to
+	// the first variable part), so that simulated errors read like real ones.
+	Method, Path string
+}
+
+// Verbs describes every method of API, by name.
+var Verbs = map[string]Verb{
+	VerbListJobs:         {Capability: "list-jobs", Method: "GET", Path: "/v1/jobs"},
+	VerbGetJob:           {Capability: "read-job", Method: "GET", Path: "/v1/job/"},
+	VerbRegisterJob:      {Write: true, Capability: "submit-job", Method: "PUT", Path: "/v1/jobs"},
+	VerbDeregisterJob:    {Write: true, Capability: "submit-job", Method: "DELETE", Path: "/v1/job/"},
+	VerbListAllocations:  {Capability: "read-job", Method: "GET", Path: "/v1/allocations"},
+	VerbCreateHostVolume: {Write: true, Capability: "host-volume-create", Method: "PUT", Path: "/v1/volume/host/create"},
+	VerbListHostVolumes:  {Capability: "host-volume-read", Method: "GET", Path: "/v1/volumes"},
+	VerbDeleteHostVolume: {Write: true, Capability: "host-volume-write", Method: "DELETE", Path: "/v1/volume/host/"},
+	VerbListNodes:        {Capability: "node:read", Method: "GET", Path: "/v1/nodes"},
+	VerbGetNode:          {Capability: "node:read", Method: "GET", Path: "/v1/node/"},
+	VerbEvaluateJob:      {Write: true, Capability: "submit-job", Method: "PUT", Path: "/v1/job/"},
+	VerbEvents:           {Capability: "read-job", Method: "GET", Path: "/v1/event/stream"},
+}
+
+// CallTrace is told the outcome of every API call made with a context that
+// carries it, the way net/http/httptrace hooks the requests of a context.
+// The agent counts its own calls with it: a trace in the context, rather
+// than a wrapper around API, sees only the calls made on the agent's behalf
+// (not a test's calls to a shared simulator), and needs no change when a
+// verb is added.
+type CallTrace func(verb string, err error)
+
+type callTraceKey struct{}
+
+// WithCallTrace returns a copy of ctx that carries trace. A trace already in
+// ctx is replaced.
+func WithCallTrace(ctx context.Context, trace CallTrace) context.Context {
+	return context.WithValue(ctx, callTraceKey{}, trace)
+}
+
+// TraceCall reports one call of verb to ctx's CallTrace, if it has one,
+// with the error *errp the call returns. Every implementation of API calls
+// it exactly once per call, deferred at the top of each method:
+//
+//	defer nomad.TraceCall(ctx, nomad.VerbGetJob, &err)
+func TraceCall(ctx context.Context, verb string, errp *error) {
+	if trace, ok := ctx.Value(callTraceKey{}).(CallTrace); ok && trace != nil {
+		trace(verb, *errp)
+	}
 }

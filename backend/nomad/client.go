@@ -43,17 +43,6 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
 }
 
-// capabilityFor names the Nomad ACL capability each verb needs, so that a
-// 403, which Nomad answers with a bare "Permission denied", can say what the
-// token lacks.
-var capabilityFor = map[string]string{
-	"ListJobs": "list-jobs", "GetJob": "read-job", "RegisterJob": "submit-job",
-	"DeregisterJob": "submit-job", "ListAllocations": "read-job",
-	"CreateHostVolume": "host-volume-create", "ListHostVolumes": "host-volume-read",
-	"DeleteHostVolume": "host-volume-write", "Events": "read-job",
-	"ListNodes": "node:read", "GetNode": "node:read", "EvaluateJob": "submit-job",
-}
-
 // PermissionError is Nomad refusing a call for lack of an ACL capability.
 type PermissionError struct {
 	Verb       string
@@ -75,10 +64,10 @@ func (e *PermissionError) Unwrap() error { return e.Err }
 func denied(verb, namespace string, err error) error {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden {
-		return &PermissionError{Verb: verb, Namespace: namespace, Capability: capabilityFor[verb], Err: err}
+		return &PermissionError{Verb: verb, Namespace: namespace, Capability: Verbs[verb].Capability, Err: err}
 	}
 	if err != nil && strings.Contains(err.Error(), "403") && strings.Contains(err.Error(), "Permission denied") {
-		return &PermissionError{Verb: verb, Namespace: namespace, Capability: capabilityFor[verb], Err: err}
+		return &PermissionError{Verb: verb, Namespace: namespace, Capability: Verbs[verb].Capability, Err: err}
 	}
 	return err
 }
@@ -105,13 +94,14 @@ type jobStub struct {
 
 // ListJobs implements API. The stubs carry only ID, Namespace, Status,
 // Stop, Meta, the three indexes and SubmitTime (see jobStub).
-func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
+func (n *Client) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
+	defer TraceCall(ctx, VerbListJobs, &err)
 	// Nomad leaves Meta out of job stubs unless asked; the watcher needs it
 	// to tell parents and children from every other job without a read each.
 	var raw []jobStub
 	meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, query(ctx, namespace))
 	if err != nil {
-		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied("ListJobs", namespace, err))
+		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied(VerbListJobs, namespace, err))
 	}
 	stubs := make([]*api.JobListStub, len(raw))
 	for i := range raw {
@@ -125,19 +115,21 @@ func (n *Client) ListJobs(ctx context.Context, namespace string) ([]*api.JobList
 }
 
 // GetJob implements API.
-func (n *Client) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
+func (n *Client) GetJob(ctx context.Context, namespace, id string) (_ *api.Job, err error) {
+	defer TraceCall(ctx, VerbGetJob, &err)
 	job, _, err := n.c.Jobs().Info(id, query(ctx, namespace))
 	if err != nil {
 		if IsNotFound(err) {
 			return nil, ErrNotFound
 		}
-		return nil, fmt.Errorf("reading job %s/%s: %w", namespace, id, denied("GetJob", namespace, err))
+		return nil, fmt.Errorf("reading job %s/%s: %w", namespace, id, denied(VerbGetJob, namespace, err))
 	}
 	return job, nil
 }
 
 // RegisterJob implements API.
-func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
+func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (_ *api.JobRegisterResponse, err error) {
+	defer TraceCall(ctx, VerbRegisterJob, &err)
 	ns := ""
 	if job.Namespace != nil {
 		ns = *job.Namespace
@@ -145,28 +137,30 @@ func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mo
 	opts := &api.RegisterOptions{EnforceIndex: enforce, ModifyIndex: modifyIndex}
 	resp, _, err := n.c.Jobs().RegisterOpts(job, opts, write(ctx, ns))
 	if err != nil {
-		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), denied("RegisterJob", ns, err))
+		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), denied(VerbRegisterJob, ns, err))
 	}
 	return resp, nil
 }
 
 // DeregisterJob implements API.
-func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge bool) error {
-	_, _, err := n.c.Jobs().Deregister(id, purge, write(ctx, namespace))
+func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge bool) (err error) {
+	defer TraceCall(ctx, VerbDeregisterJob, &err)
+	_, _, err = n.c.Jobs().Deregister(id, purge, write(ctx, namespace))
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound
 		}
-		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, denied("DeregisterJob", namespace, err))
+		return fmt.Errorf("stopping job %s/%s: %w", namespace, id, denied(VerbDeregisterJob, namespace, err))
 	}
 	return nil
 }
 
 // CreateHostVolume implements API.
-func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
+func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (_ *api.HostVolume, err error) {
+	defer TraceCall(ctx, VerbCreateHostVolume, &err)
 	resp, _, err := n.c.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, write(ctx, vol.Namespace))
 	if err != nil {
-		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, denied("CreateHostVolume", vol.Namespace, err))
+		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, denied(VerbCreateHostVolume, vol.Namespace, err))
 	}
 	if resp == nil || resp.Volume == nil {
 		return nil, fmt.Errorf("creating host volume %s/%s: Nomad returned no volume", vol.Namespace, vol.Name)
@@ -175,45 +169,49 @@ func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*ap
 }
 
 // EvaluateJob implements API.
-func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) error {
-	_, _, err := n.c.Jobs().EvaluateWithOpts(id, api.EvalOptions{}, write(ctx, namespace))
+func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) (err error) {
+	defer TraceCall(ctx, VerbEvaluateJob, &err)
+	_, _, err = n.c.Jobs().EvaluateWithOpts(id, api.EvalOptions{}, write(ctx, namespace))
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound
 		}
-		return fmt.Errorf("evaluating job %s/%s: %w", namespace, id, denied("EvaluateJob", namespace, err))
+		return fmt.Errorf("evaluating job %s/%s: %w", namespace, id, denied(VerbEvaluateJob, namespace, err))
 	}
 	return nil
 }
 
 // GetNode implements API.
-func (n *Client) GetNode(ctx context.Context, id string) (*api.Node, error) {
+func (n *Client) GetNode(ctx context.Context, id string) (_ *api.Node, err error) {
+	defer TraceCall(ctx, VerbGetNode, &err)
 	node, _, err := n.c.Nodes().Info(id, query(ctx, ""))
 	if err != nil {
 		if IsNotFound(err) {
 			return nil, ErrNotFound
 		}
-		return nil, fmt.Errorf("reading node %s: %w", id, denied("GetNode", "", err))
+		return nil, fmt.Errorf("reading node %s: %w", id, denied(VerbGetNode, "", err))
 	}
 	return node, nil
 }
 
 // ListNodes implements API.
-func (n *Client) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
+func (n *Client) ListNodes(ctx context.Context) (_ []*api.NodeListStub, err error) {
+	defer TraceCall(ctx, VerbListNodes, &err)
 	nodes, _, err := n.c.Nodes().List(query(ctx, ""))
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", denied("ListNodes", "", err))
+		return nil, fmt.Errorf("listing nodes: %w", denied(VerbListNodes, "", err))
 	}
 	return nodes, nil
 }
 
 // ListHostVolumes implements API.
-func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
+func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) (_ []*api.HostVolumeStub, err error) {
+	defer TraceCall(ctx, VerbListHostVolumes, &err)
 	q := query(ctx, namespace)
 	q.Prefix = prefix
 	vols, _, err := n.c.HostVolumes().List(nil, q)
 	if err != nil {
-		return nil, fmt.Errorf("listing host volumes in namespace %q: %w", namespace, denied("ListHostVolumes", namespace, err))
+		return nil, fmt.Errorf("listing host volumes in namespace %q: %w", namespace, denied(VerbListHostVolumes, namespace, err))
 	}
 	return vols, nil
 }
@@ -223,8 +221,9 @@ func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) 
 // by its client, and Nomad refuses to drop it without force; its data went
 // with the machine, so it is then deleted with force. A volume on a node
 // that is only down is never forced: its data may come back with it.
-func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) error {
-	_, _, err := n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
+func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) (err error) {
+	defer TraceCall(ctx, VerbDeleteHostVolume, &err)
+	_, _, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
 	if err != nil && !IsNotFound(err) && n.volumeNodeGone(ctx, namespace, id) {
 		_, _, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id, Force: true}, write(ctx, namespace))
 	}
@@ -232,7 +231,7 @@ func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) err
 		if IsNotFound(err) {
 			return ErrNotFound
 		}
-		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, denied("DeleteHostVolume", namespace, err))
+		return fmt.Errorf("deleting host volume %s/%s: %w", namespace, id, denied(VerbDeleteHostVolume, namespace, err))
 	}
 	return nil
 }
@@ -266,10 +265,11 @@ type allocStub struct {
 // are most of a stub's size. The stubs carry only the fields of allocStub,
 // and of a task state only State, Failed, Restarts, StartedAt and
 // FinishedAt.
-func (n *Client) ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error) {
+func (n *Client) ListAllocations(ctx context.Context, namespace string) (_ []*api.AllocationListStub, err error) {
+	defer TraceCall(ctx, VerbListAllocations, &err)
 	var raw []allocStub
 	if _, err := n.c.Raw().Query("/v1/allocations", &raw, query(ctx, namespace)); err != nil {
-		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied("ListAllocations", namespace, err))
+		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied(VerbListAllocations, namespace, err))
 	}
 	allocs := make([]*api.AllocationListStub, len(raw))
 	for i := range raw {
@@ -322,7 +322,8 @@ type rawEvent struct {
 // Events implements API. It reads /v1/event/stream itself, as the api
 // package's EventStream does, but hands each payload object over as its
 // json.RawMessage, so DecodePayload decodes it once into the typed struct.
-func (n *Client) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+func (n *Client) Events(ctx context.Context, index uint64) (_ <-chan *api.Events, err error) {
+	defer TraceCall(ctx, VerbEvents, &err)
 	params := url.Values{}
 	for _, t := range eventTopics {
 		params.Add("topic", string(t)+":*")
@@ -330,7 +331,7 @@ func (n *Client) Events(ctx context.Context, index uint64) (<-chan *api.Events, 
 	params.Set("index", strconv.FormatUint(index, 10))
 	body, err := n.c.Raw().Response("/v1/event/stream?"+params.Encode(), query(ctx, "*"))
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, denied("Events", "*", err))
+		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, denied(VerbEvents, "*", err))
 	}
 	ch := make(chan *api.Events, 10)
 	go func() {

@@ -173,12 +173,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // with the re-list's and the count of one would never be seen.
 func resync(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher) map[string]int {
 	t.Helper()
-	waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomadsim.VerbEvents] > 0 })
+	waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomad.VerbEvents] > 0 })
 	sim.ResetCalls()
 	before := w.Relists()
 	w.RequestResync()
 	waitFor(t, "the re-list and the new subscription", func() bool {
-		return w.Relists() > before && sim.Calls()[nomadsim.VerbEvents] == 1
+		return w.Relists() > before && sim.Calls()[nomad.VerbEvents] == 1
 	})
 	return sim.Calls()
 }
@@ -192,7 +192,7 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	for _, sets := range []int{2, 40} {
 		sim, _, w := watchWorld(t, sets)
 		calls := resync(t, sim, w)
-		want := map[string]int{nomadsim.VerbListJobs: 1, nomadsim.VerbListAllocations: 1, nomadsim.VerbListHostVolumes: 1, nomadsim.VerbListNodes: 1, nomadsim.VerbEvents: 1}
+		want := map[string]int{nomad.VerbListJobs: 1, nomad.VerbListAllocations: 1, nomad.VerbListHostVolumes: 1, nomad.VerbListNodes: 1, nomad.VerbEvents: 1}
 		for verb, n := range calls {
 			if want[verb] != n {
 				t.Errorf("%d sets: a steady-state re-list made %d %s calls, want %d (all calls: %v)", sets, n, verb, want[verb], calls)
@@ -211,7 +211,7 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
 	waitFor(t, "the first list", func() bool { return cache.Synced() })
-	if n := sim.Calls()[nomadsim.VerbGetJob]; n != 8 {
+	if n := sim.Calls()[nomad.VerbGetJob]; n != 8 {
 		t.Fatalf("a cold list read %d jobs, want 8", n)
 	}
 }
@@ -228,8 +228,8 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 	}
 	sim.Settle()
 	calls := resync(t, sim, w)
-	if calls[nomadsim.VerbGetJob] != 1 {
-		t.Fatalf("the re-list read %d jobs, want only the changed one (calls %v)", calls[nomadsim.VerbGetJob], calls)
+	if calls[nomad.VerbGetJob] != 1 {
+		t.Fatalf("the re-list read %d jobs, want only the changed one (calls %v)", calls[nomad.VerbGetJob], calls)
 	}
 	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "set002"}, nil, sim.Now())
 	revs := map[int]string{}

@@ -231,8 +231,9 @@ var _ nomad.API = (*Nomad)(nil)
 // ListJobs implements nomad.API. Stubs carry Meta (as the real API gives
 // with meta=true) and a JobSummary, sorted by namespace and ID like Nomad's
 // index; the returned index is the current Raft index.
-func (s *Nomad) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
-	if err := s.enterRead(ctx, VerbListJobs); err != nil {
+func (s *Nomad) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbListJobs, &err)
+	if err := s.enterRead(ctx, nomad.VerbListJobs); err != nil {
 		return nil, 0, err
 	}
 	s.mu.Lock()
@@ -254,8 +255,9 @@ func (s *Nomad) ListJobs(ctx context.Context, namespace string) ([]*api.JobListS
 }
 
 // GetJob implements nomad.API.
-func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
-	if err := s.enterRead(ctx, VerbGetJob); err != nil {
+func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (_ *api.Job, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbGetJob, &err)
+	if err := s.enterRead(ctx, nomad.VerbGetJob); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -274,8 +276,9 @@ func (s *Nomad) GetJob(ctx context.Context, namespace, id string) (*api.Job, err
 // Nomad's exactly, a stopped job counting as existing; a conflict is a 500
 // api.UnexpectedResponseError whose body starts with
 // api.RegisterEnforceIndexErrPrefix, exactly as the real client returns it.
-func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
-	after, err := s.enter(ctx, VerbRegisterJob)
+func (s *Nomad) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (_ *api.JobRegisterResponse, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbRegisterJob, &err)
+	after, err := s.enter(ctx, nomad.VerbRegisterJob)
 	if err != nil {
 		return nil, err
 	}
@@ -388,8 +391,9 @@ func specChanged(old, next *api.Job) bool {
 // version (Version, JobModifyIndex and ModifyIndex move), and the plan then
 // stops the allocations; purging deletes the job, its allocations staying
 // listed until GC. A job that does not exist is not an error, as in Nomad.
-func (s *Nomad) DeregisterJob(ctx context.Context, namespace, id string, purge bool) error {
-	after, err := s.enter(ctx, VerbDeregisterJob)
+func (s *Nomad) DeregisterJob(ctx context.Context, namespace, id string, purge bool) (err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbDeregisterJob, &err)
+	after, err := s.enter(ctx, nomad.VerbDeregisterJob)
 	if err != nil {
 		return err
 	}
@@ -428,8 +432,9 @@ func (s *Nomad) deregisterJob(namespace, id string, purge bool) {
 // ListAllocations implements nomad.API: every allocation of the namespace
 // ("*" for all) not yet garbage collected, newest first as the api client
 // sorts them, without task states (the daemon asks Nomad to leave them out).
-func (s *Nomad) ListAllocations(ctx context.Context, namespace string) ([]*api.AllocationListStub, error) {
-	if err := s.enterRead(ctx, VerbListAllocations); err != nil {
+func (s *Nomad) ListAllocations(ctx context.Context, namespace string) (_ []*api.AllocationListStub, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbListAllocations, &err)
+	if err := s.enterRead(ctx, nomad.VerbListAllocations); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -457,8 +462,9 @@ func (s *Nomad) ListAllocations(ctx context.Context, namespace string) ([]*api.A
 // of that name yet, as Nomad places it; it is ready at once. A volume with
 // an existing ID is updated. Jobs waiting for a volume of this name are
 // planned again.
-func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
-	after, err := s.enter(ctx, VerbCreateHostVolume)
+func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (_ *api.HostVolume, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbCreateHostVolume, &err)
+	after, err := s.enter(ctx, nomad.VerbCreateHostVolume)
 	if err != nil {
 		return nil, err
 	}
@@ -578,8 +584,9 @@ func (s *Nomad) placeVolume(v *api.HostVolume) error {
 
 // EvaluateJob implements nomad.API: the simulation places what it can at
 // once, so an evaluation changes nothing; it is counted like the real one.
-func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) error {
-	after, err := s.enter(ctx, VerbEvaluateJob)
+func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) (err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbEvaluateJob, &err)
+	after, err := s.enter(ctx, nomad.VerbEvaluateJob)
 	if err != nil {
 		return err
 	}
@@ -588,8 +595,9 @@ func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) error {
 
 // GetNode implements nomad.API: a configured node, ready and eligible, in
 // datacenter dc1, with no meta.
-func (s *Nomad) GetNode(ctx context.Context, id string) (*api.Node, error) {
-	if err := s.enterRead(ctx, VerbGetNode); err != nil {
+func (s *Nomad) GetNode(ctx context.Context, id string) (_ *api.Node, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbGetNode, &err)
+	if err := s.enterRead(ctx, nomad.VerbGetNode); err != nil {
 		return nil, err
 	}
 	for _, n := range s.cfg.Nodes {
@@ -603,8 +611,9 @@ func (s *Nomad) GetNode(ctx context.Context, id string) (*api.Node, error) {
 
 // ListNodes implements nomad.API: the configured nodes, all ready, eligible
 // and not draining (the simulation has no drains).
-func (s *Nomad) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
-	if err := s.enterRead(ctx, VerbListNodes); err != nil {
+func (s *Nomad) ListNodes(ctx context.Context) (_ []*api.NodeListStub, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbListNodes, &err)
+	if err := s.enterRead(ctx, nomad.VerbListNodes); err != nil {
 		return nil, err
 	}
 	out := make([]*api.NodeListStub, 0, len(s.cfg.Nodes))
@@ -618,8 +627,9 @@ func (s *Nomad) ListNodes(ctx context.Context) ([]*api.NodeListStub, error) {
 // ListHostVolumes implements nomad.API: volumes of the namespace ("*" for
 // all) whose name or ID starts with prefix, as Nomad's list filters, in
 // namespace and ID order.
-func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error) {
-	if err := s.enterRead(ctx, VerbListHostVolumes); err != nil {
+func (s *Nomad) ListHostVolumes(ctx context.Context, namespace, prefix string) (_ []*api.HostVolumeStub, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbListHostVolumes, &err)
+	if err := s.enterRead(ctx, nomad.VerbListHostVolumes); err != nil {
 		return nil, err
 	}
 	ns := namespaceOrDefault(namespace)
@@ -705,8 +715,9 @@ func (s *Nomad) indexVolumeName(k jobKey, add bool) {
 // DeleteHostVolume implements nomad.API with Nomad's errors: an unknown ID
 // is "no such volume", and a volume claimed by an allocation that is not
 // client-terminal is "in use".
-func (s *Nomad) DeleteHostVolume(ctx context.Context, namespace, id string) error {
-	after, err := s.enter(ctx, VerbDeleteHostVolume)
+func (s *Nomad) DeleteHostVolume(ctx context.Context, namespace, id string) (err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbDeleteHostVolume, &err)
+	after, err := s.enter(ctx, nomad.VerbDeleteHostVolume)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
 // TopicHostVolume is the event topic of dynamic host volumes. The api
@@ -87,14 +89,15 @@ func (s *Nomad) publish(ev *api.Events) {
 // The channel closes when ctx is done. When the stream is ended by the
 // server (CloseEventStreams, SetUnreachable) it first carries one
 // api.Events whose Err says why.
-func (s *Nomad) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
-	if err := s.enterRead(ctx, VerbEvents); err != nil {
+func (s *Nomad) Events(ctx context.Context, index uint64) (_ <-chan *api.Events, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbEvents, &err)
+	if err := s.enterRead(ctx, nomad.VerbEvents); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, UnreachableError(VerbEvents)
+		return nil, UnreachableError(nomad.VerbEvents)
 	}
 	start := s.head
 	if index != 0 {

@@ -12,62 +12,25 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/nomad/api"
-)
 
-// The verbs of nomad.API, as counted by Calls and targeted by FailVerb. They
-// are the method names, so a metric labelled by verb reads the same for the
-// real client and the simulation.
-const (
-	VerbListJobs         = "ListJobs"
-	VerbGetJob           = "GetJob"
-	VerbRegisterJob      = "RegisterJob"
-	VerbDeregisterJob    = "DeregisterJob"
-	VerbListAllocations  = "ListAllocations"
-	VerbCreateHostVolume = "CreateHostVolume"
-	VerbListHostVolumes  = "ListHostVolumes"
-	VerbDeleteHostVolume = "DeleteHostVolume"
-	VerbListNodes        = "ListNodes"
-	VerbEvaluateJob      = "EvaluateJob"
-	VerbGetNode          = "GetNode"
-	VerbEvents           = "Events"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
-
-// WriteVerbs are the verbs that change Nomad's state. The steady-state "zero
-// writes" proof sums Calls over these.
-var WriteVerbs = []string{VerbRegisterJob, VerbDeregisterJob, VerbCreateHostVolume, VerbDeleteHostVolume, VerbEvaluateJob}
 
 // simAddress is the address the simulated errors name, the default address
 // of a Nomad agent.
 const simAddress = "http://127.0.0.1:4646"
 
-// verbRoutes maps each verb to the HTTP method and path the real api client
-// uses, so simulated transport errors read like real ones.
-var verbRoutes = map[string][2]string{
-	VerbListJobs:         {"GET", "/v1/jobs"},
-	VerbGetJob:           {"GET", "/v1/job/"},
-	VerbRegisterJob:      {"PUT", "/v1/jobs"},
-	VerbDeregisterJob:    {"DELETE", "/v1/job/"},
-	VerbListAllocations:  {"GET", "/v1/allocations"},
-	VerbCreateHostVolume: {"PUT", "/v1/volume/host/create"},
-	VerbListHostVolumes:  {"GET", "/v1/volumes"},
-	VerbDeleteHostVolume: {"DELETE", "/v1/volume/host/"},
-	VerbListNodes:        {"GET", "/v1/nodes"},
-	VerbEvaluateJob:      {"PUT", "/v1/job/"},
-	VerbGetNode:          {"GET", "/v1/node/"},
-	VerbEvents:           {"GET", "/v1/event/stream"},
-}
-
 // UnreachableError returns the error the real api client gives for verb when
 // no Nomad agent listens: a *url.Error around a dial error, so that
 // errors.Is(err, syscall.ECONNREFUSED) holds as it does for the real one.
 func UnreachableError(verb string) error {
-	route, ok := verbRoutes[verb]
-	if !ok {
-		route = [2]string{"GET", "/v1/" + verb}
+	method, path := "GET", "/v1/"+verb
+	if v, ok := nomad.Verbs[verb]; ok {
+		method, path = v.Method, v.Path
 	}
 	return &url.Error{
-		Op:  strings.ToUpper(route[0][:1]) + strings.ToLower(route[0][1:]),
-		URL: simAddress + route[1],
+		Op:  strings.ToUpper(method[:1]) + strings.ToLower(method[1:]),
+		URL: simAddress + path,
 		Err: &net.OpError{
 			Op:  "dial",
 			Net: "tcp",
@@ -191,7 +154,7 @@ func (s *Nomad) SetUnreachable(on bool) {
 	s.unreachable = on
 	s.mu.Unlock()
 	if on {
-		s.CloseEventStreams(UnreachableError(VerbEvents))
+		s.CloseEventStreams(UnreachableError(nomad.VerbEvents))
 	}
 }
 
@@ -208,13 +171,16 @@ func (s *Nomad) Calls() map[string]int {
 	return out
 }
 
-// Writes returns the number of calls to the write verbs (WriteVerbs).
+// Writes returns the number of calls to the verbs that change Nomad
+// (nomad.Verbs' Write).
 func (s *Nomad) Writes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, v := range WriteVerbs {
-		n += s.calls[v]
+	for verb, c := range s.calls {
+		if nomad.Verbs[verb].Write {
+			n += c
+		}
 	}
 	return n
 }

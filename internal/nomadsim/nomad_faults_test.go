@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
 var errInjected = errors.New("injected")
@@ -42,37 +44,37 @@ type faultStep struct {
 }
 
 var faultSteps = []faultStep{
-	{VerbListJobs, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListJobs, false, func(ctx context.Context, f *faultScenario) error {
 		_, _, err := f.s.ListJobs(ctx, "*")
 		return err
 	}},
-	{VerbRegisterJob, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbRegisterJob, true, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.RegisterJob(ctx, testJob("new"), true, 0)
 		return err
 	}},
-	{VerbGetJob, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbGetJob, false, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.GetJob(ctx, "default", "pre")
 		return err
 	}},
-	{VerbListAllocations, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListAllocations, false, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.ListAllocations(ctx, "*")
 		return err
 	}},
-	{VerbCreateHostVolume, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbCreateHostVolume, true, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.CreateHostVolume(ctx, &api.HostVolume{Name: "new-vol"})
 		return err
 	}},
-	{VerbListHostVolumes, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListHostVolumes, false, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.ListHostVolumes(ctx, "default", "")
 		return err
 	}},
-	{VerbDeleteHostVolume, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbDeleteHostVolume, true, func(ctx context.Context, f *faultScenario) error {
 		return f.s.DeleteHostVolume(ctx, "default", f.volID)
 	}},
-	{VerbDeregisterJob, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbDeregisterJob, true, func(ctx context.Context, f *faultScenario) error {
 		return f.s.DeregisterJob(ctx, "default", "pre-stop", false)
 	}},
-	{VerbEvents, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbEvents, false, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.Events(ctx, 0)
 		return err
 	}},
@@ -134,8 +136,8 @@ func TestFaultAtEveryCallIndex(t *testing.T) {
 func TestFailVerbAndUnreachable(t *testing.T) {
 	s := manual(t)
 	ctx := context.Background()
-	s.FailVerb(VerbGetJob, 2, ServerError())
-	s.FailVerb(VerbGetJob, 1, errInjected)
+	s.FailVerb(nomad.VerbGetJob, 2, ServerError())
+	s.FailVerb(nomad.VerbGetJob, 1, errInjected)
 	register(t, s, testJob("web-0"), true, 0)
 	for i, want := range []string{"500", "500", "injected", ""} {
 		_, err := s.GetJob(ctx, "default", "web-0")
@@ -176,17 +178,17 @@ func TestFailVerbAndUnreachable(t *testing.T) {
 	}
 
 	// A call whose context is done never reaches Nomad and is not counted.
-	before := s.Calls()[VerbGetJob]
+	before := s.Calls()[nomad.VerbGetJob]
 	done, cancelDone := context.WithCancel(ctx)
 	cancelDone()
 	if _, err := s.GetJob(done, "default", "web-0"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	if s.Calls()[VerbGetJob] != before {
+	if s.Calls()[nomad.VerbGetJob] != before {
 		t.Fatal("a cancelled call was counted")
 	}
 
-	s.FailVerb(VerbListJobs, 5, errInjected)
+	s.FailVerb(nomad.VerbListJobs, 5, errInjected)
 	s.ClearFaults()
 	if _, _, err := s.ListJobs(ctx, "default"); err != nil {
 		t.Fatalf("after ClearFaults: %v", err)
