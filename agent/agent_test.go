@@ -608,3 +608,56 @@ func TestAgentSaysAVolumeStartsEmpty(t *testing.T) {
 		return false, fmt.Sprint(h.view("nv").Events)
 	})
 }
+
+// counterByVerb returns the agent's nomad_api_calls_total for one verb.
+func counterByVerb(t *testing.T, a *Agent, verb string) int {
+	t.Helper()
+	mfs, err := a.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "nomad_statefulset_nomad_api_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "verb" && l.GetValue() == verb {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int(total)
+}
+
+// TestAgentMetricsCountItsOwnCallsOnly: the calls the agent makes through
+// its context's nomad.CallTrace are counted, those of the built-in volume
+// provisioner included, and the calls others make to the same Nomad (here
+// the test's own registration of the parent, and its polling) are not.
+func TestAgentMetricsCountItsOwnCallsOnly(t *testing.T) {
+	h := startSyncedAgent(t)
+	before := h.sim.Calls()
+	h.register(parentJob("own", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("own", 3, nil)
+	// Stopped, the agent has no call in flight: each it made is both in
+	// Nomad's count and, once returned, in its metrics.
+	h.stop()
+	after := h.sim.Calls()
+	for verb, v := range nomad.Verbs {
+		if !v.Write {
+			continue
+		}
+		want := after[verb] - before[verb]
+		if verb == nomad.VerbRegisterJob {
+			want-- // the test's registration of the parent
+		}
+		if got := counterByVerb(t, h.agent, verb); got != want {
+			t.Errorf("metrics count %d %s calls; the agent made %d (Nomad saw %d)", got, verb, want, after[verb]-before[verb])
+		}
+	}
+	if got := counterByVerb(t, h.agent, nomad.VerbCreateHostVolume); got != 3 {
+		t.Errorf("metrics count %d volume creations by the built-in provisioner, want 3", got)
+	}
+}
