@@ -10,11 +10,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Adding a call to API touches three files: this one (the method and its
-// entry in Verbs), client.go (the real call) and internal/nomadsim (the
-// simulated one). Metrics, /v1/health, ACL errors and simulated faults all
-// read Verbs and the CallTrace, so none of them changes.
-
 // ErrNotFound is returned by API getters when the object does not exist.
 var ErrNotFound = errors.New("not found")
 
@@ -22,6 +17,12 @@ var ErrNotFound = errors.New("not found")
 // wraps a real *api.Client; internal/nomadsim.Nomad simulates it for fast tests,
 // fault injection and scale benchmarks. Keeping it narrow keeps the simulator
 // honest.
+//
+// Adding a call touches three files: this one (the method, its Verb
+// constant and its Verbs entry), client.go (the real call) and
+// internal/nomadsim (the simulated one). Metrics, /v1/health, ACL errors
+// and simulated faults read Verbs and the CallTrace, so none of them
+// changes.
 type API interface {
 	// ListJobs lists the jobs of a namespace ("*" for all namespaces), with
 	// their Meta. Callers may rely only on a stub's ID, Namespace, Status,

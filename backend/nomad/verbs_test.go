@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
@@ -57,10 +58,13 @@ func TestVerbsDescribeEveryMethodOfAPI(t *testing.T) {
 }
 
 // TestClientTracesEveryCallAndNamesItsCapability: the real client reports
-// each call once to the context's CallTrace, with the error it returns, and
-// a 403 names the capability Verbs gives for the verb.
+// each call once to the context's CallTrace, with the error it returns; a
+// 403 names the capability Verbs gives for the verb; and the route Verbs
+// gives is the one the client sends (the simulator's errors name it).
 func TestClientTracesEveryCallAndNamesItsCapability(t *testing.T) {
+	var routes []string // method and path of each request, in order
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		routes = append(routes, r.Method+" "+r.URL.Path)
 		http.Error(w, "Permission denied", http.StatusForbidden)
 	}))
 	defer srv.Close()
@@ -71,8 +75,12 @@ func TestClientTracesEveryCallAndNamesItsCapability(t *testing.T) {
 	client := nomad.NewAPI(c)
 	for verb, v := range nomad.Verbs {
 		t.Run(verb, func(t *testing.T) {
+			routes = nil
 			var calls []tracedCall
 			err := nomadsim.CallVerb(recordCalls(&calls), client, verb)
+			if len(routes) == 0 || !strings.HasPrefix(routes[0], v.Method+" "+v.Path) {
+				t.Errorf("%s sent %v; Verbs gives %s %s", verb, routes, v.Method, v.Path)
+			}
 			var perm *nomad.PermissionError
 			if !errors.As(err, &perm) || perm.Verb != verb || perm.Capability != v.Capability {
 				t.Fatalf("%s answered 403 with %v; want a PermissionError naming %s and %q", verb, err, verb, v.Capability)

@@ -38,43 +38,42 @@ func newFaultScenario(t *testing.T) *faultScenario {
 }
 
 type faultStep struct {
-	verb  string
-	write bool
-	run   func(ctx context.Context, f *faultScenario) error
+	verb string
+	run  func(ctx context.Context, f *faultScenario) error
 }
 
 var faultSteps = []faultStep{
-	{nomad.VerbListJobs, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListJobs, func(ctx context.Context, f *faultScenario) error {
 		_, _, err := f.s.ListJobs(ctx, "*")
 		return err
 	}},
-	{nomad.VerbRegisterJob, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbRegisterJob, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.RegisterJob(ctx, testJob("new"), true, 0)
 		return err
 	}},
-	{nomad.VerbGetJob, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbGetJob, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.GetJob(ctx, "default", "pre")
 		return err
 	}},
-	{nomad.VerbListAllocations, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListAllocations, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.ListAllocations(ctx, "*")
 		return err
 	}},
-	{nomad.VerbCreateHostVolume, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbCreateHostVolume, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.CreateHostVolume(ctx, &api.HostVolume{Name: "new-vol"})
 		return err
 	}},
-	{nomad.VerbListHostVolumes, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbListHostVolumes, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.ListHostVolumes(ctx, "default", "")
 		return err
 	}},
-	{nomad.VerbDeleteHostVolume, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbDeleteHostVolume, func(ctx context.Context, f *faultScenario) error {
 		return f.s.DeleteHostVolume(ctx, "default", f.volID)
 	}},
-	{nomad.VerbDeregisterJob, true, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbDeregisterJob, func(ctx context.Context, f *faultScenario) error {
 		return f.s.DeregisterJob(ctx, "default", "pre-stop", false)
 	}},
-	{nomad.VerbEvents, false, func(ctx context.Context, f *faultScenario) error {
+	{nomad.VerbEvents, func(ctx context.Context, f *faultScenario) error {
 		_, err := f.s.Events(ctx, 0)
 		return err
 	}},
@@ -112,10 +111,11 @@ func TestFaultAtEveryCallIndex(t *testing.T) {
 						t.Fatalf("call %d (%s): got %v, want the injected error", n, st.verb, err)
 					}
 					applied := f.s.Index() != before
-					if st.write && applied != lose {
+					write := nomad.Verbs[st.verb].Write
+					if write && applied != lose {
 						t.Fatalf("call %d (%s): write applied = %v with lose-response = %v", n, st.verb, applied, lose)
 					}
-					if !st.write && applied {
+					if !write && applied {
 						t.Fatalf("call %d (%s): a read changed the state", n, st.verb)
 					}
 				}

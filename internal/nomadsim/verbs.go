@@ -9,8 +9,9 @@ import (
 )
 
 // CallVerb calls the method of impl that verb names (see nomad.Verbs) with
-// ctx and empty arguments: the zero value, or a new empty value for a
-// pointer. It returns the call's error. Tests use it to hold every
+// ctx and placeholder arguments: "x" for a string (an ID or namespace that
+// exists nowhere; an empty one would change the request's path), a new
+// empty value for a pointer, the zero value otherwise. It returns the call's error. Tests use it to hold every
 // implementation of nomad.API to the same rules for every verb, a verb
 // added later included, without a hand-written call per verb.
 func CallVerb(ctx context.Context, impl nomad.API, verb string) error {
@@ -22,9 +23,12 @@ func CallVerb(ctx context.Context, impl nomad.API, verb string) error {
 	args := []reflect.Value{reflect.ValueOf(ctx)}
 	for i := 1; i < t.NumIn(); i++ {
 		in := t.In(i)
-		if in.Kind() == reflect.Pointer {
+		switch in.Kind() {
+		case reflect.String:
+			args = append(args, reflect.ValueOf("x").Convert(in))
+		case reflect.Pointer:
 			args = append(args, reflect.New(in.Elem()))
-		} else {
+		default:
 			args = append(args, reflect.Zero(in))
 		}
 	}
