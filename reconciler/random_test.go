@@ -140,7 +140,7 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(13) {
+		switch rng.IntN(15) {
 		case 0:
 			w.spec.Replicas = rng.IntN(6)
 			w.logf("spec: replicas=%d", w.spec.Replicas)
@@ -184,6 +184,13 @@ func randomRun(seed uint64) (err error) {
 					Token: fmt.Sprint("r", w.steps), NewVolume: rng.IntN(2) == 0}
 				w.spec.Replacements = []Replacement{req}
 				w.logf("user: pod replace %d new-volume=%v", req.Ordinal, req.NewVolume)
+			}
+		case 13, 14:
+			// A wait from outside the algorithm, and sometimes a
+			// required spread.
+			w.hold(rng)
+			if rng.IntN(4) == 0 {
+				w.spec.SpreadRequired = !w.spec.SpreadRequired
 			}
 		case 10:
 			// The retention policies may be switched at any time; only

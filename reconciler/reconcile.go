@@ -66,6 +66,8 @@ type reconciler struct {
 	// for the condition messages.
 	waitPod int
 	waitWhy string
+	// held are the holds that kept a step from happening (Output.Held).
+	held []Hold
 
 	status Status
 }
@@ -84,13 +86,14 @@ func Reconcile(in Input) Output {
 	r.observe()
 	r.countStatus()
 	r.syncPods()
+	r.fixChildren()
 	r.status.Ordinals = r.nextRecords(false, true)
 	r.cleanupScaledVolumes()
 	r.recordMembership()
 	r.finishStatus()
 	r.trimHistory(r.status.CurrentRevision)
-	requeue := r.conditions()
-	return Output{Actions: r.actions, Status: r.status, Requeue: requeue}
+	requeue := soonestOf(r.conditions(), r.holdRequeue())
+	return Output{Actions: r.actions, Status: r.status, Requeue: requeue, Held: r.held}
 }
 
 // normalize replaces out-of-range spec values by safe ones, so that a bad
@@ -311,8 +314,19 @@ func (r *reconciler) recordNumber(rec OrdinalRecord) int64 {
 	return rec.RevisionNumber
 }
 
+// deletePod takes pod p down for cause, unless a hold keeps that step from
+// happening: the caller then goes on as if it had (the pod stays counted as
+// acted on, which can only make the decision more careful). A pod that ended
+// with nothing left running is purged.
 func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
-	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason, Cause: cause})
+	if disrupts(cause) && !finished(p) {
+		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok {
+			r.noteHeld(h)
+			return
+		}
+	}
+	purge := finished(p) && p.AllTerminal
+	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason, Cause: cause, Purge: purge})
 	// Like the status adjustment in updateStatefulSet: a pod being deleted
 	// no longer counts as current or updated.
 	if !p.Terminating {
@@ -448,9 +462,13 @@ func (r *reconciler) processReplica(i int) bool {
 		return true
 	}
 	if s.pod == noPod {
+		held, unspread := r.createHeld(r.spec.OrdinalsStart + i)
+		if held {
+			return true
+		}
 		rev := r.newPodRevision(i)
 		r.createVolumes(i)
-		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod"})
+		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod", Unspread: unspread})
 		s.acted, s.created, s.createdRev, s.createdNum = true, true, rev.Name, rev.Number
 		r.wait(i, "to be created")
 		return true
@@ -506,12 +524,16 @@ func (r *reconciler) createVolumes(i int) {
 		return
 	}
 	ord := r.spec.OrdinalsStart + i
+	held, unspread := r.createHeld(ord)
+	if held {
+		return
+	}
 	for c, claim := range r.spec.VolumeClaims {
 		if r.hasVolume(i, c) {
 			continue
 		}
 		v := Volume{Claim: claim, Ordinal: ord, Name: VolumeName(claim, r.spec.Name, ord)}
-		r.emit(Action{Type: ActionCreateVolume, Ordinal: ord, Volume: v, Reason: "volume for pod"})
+		r.emit(Action{Type: ActionCreateVolume, Ordinal: ord, Volume: v, Reason: "volume for pod", Unspread: unspread})
 		if c < 64 {
 			r.slots[i].vols |= 1 << c // one CreateVolume per claim, even if called twice
 		}

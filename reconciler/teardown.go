@@ -69,7 +69,7 @@ func (r *reconciler) teardown() Output {
 		r.keepTransition(Condition{Type: ConditionAvailable, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
 		r.keepTransition(Condition{Type: ConditionRolloutStuck, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
 	}
-	return Output{Actions: r.actions, Status: r.status}
+	return Output{Actions: r.actions, Status: r.status, Requeue: r.holdRequeue(), Held: r.held}
 }
 
 // highestPod returns the index of a pod with the highest ordinal, or -1 if

@@ -173,6 +173,20 @@ type Pod struct {
 	// first and within maxUnavailable, whatever the update strategy, so
 	// that a drain never takes more of the set down at once than the budget.
 	NodeDraining bool
+	// AllTerminal means nothing of the pod runs any more: every allocation
+	// of its child is terminal. Only such a pod may be purged (removed
+	// from Nomad at once) rather than stopped and watched until it ends.
+	AllTerminal bool
+	// ScaledCount is the count of a child someone scaled above 1 by hand
+	// (`nomad job scale`), zero otherwise. The reconciler puts it back to 1
+	// in place (ActionRestoreCount) so that the original allocation keeps
+	// running and only the extra ones stop.
+	ScaledCount int
+	// NodeBack means the pod has no allocation, every node holding its
+	// volumes became eligible after its child was registered, and Nomad was
+	// not asked to place it since: Nomad blocked the placement while that
+	// node was ineligible (a drain) and does not retry by itself.
+	NodeBack bool
 }
 
 // Volume is an observed per-ordinal volume.
@@ -295,6 +309,60 @@ type Input struct {
 	JobVersion uint64
 	// Now is the time of this decision; the reconciler reads no clock.
 	Now time.Time
+	// Holds are the waits the world outside the algorithm imposes on one
+	// ordinal's steps: a crash-loop backoff, a kill grace, a lifecycle hook
+	// that said wait, a plugin that is down, a spread that cannot be met.
+	// The reconciler honours each until its Until (it emits no action the
+	// hold covers), reports it in Output.Held, and asks to be called again
+	// when it ends.
+	Holds []Hold
+}
+
+// HoldStep is the kind of step a Hold keeps from happening.
+type HoldStep string
+
+const (
+	// StepCreate covers creating an ordinal's pod and its volumes.
+	StepCreate HoldStep = "Create"
+	// StepDisrupt covers taking an ordinal's live pod down on purpose: an
+	// update, a repair, a drain's evacuation, a scale-down, the set's
+	// deletion and a pod replace. Removing a pod that already ended, or a
+	// duplicate, is never held.
+	StepDisrupt HoldStep = "Disrupt"
+)
+
+// Hold reasons: why a step of one ordinal must wait.
+const (
+	// HoldBackOff: the ordinal's pod keeps failing; it is created again
+	// after an exponential backoff, not in a hot loop.
+	HoldBackOff = "BackOff"
+	// HoldKillGrace: the ordinal's child vanished while no leader watched
+	// (a purge?), and its old task may still be stopping on its node.
+	HoldKillGrace = "KillGrace"
+	// HoldHookWaiting: a pre_update or pre_delete hook asked to wait.
+	HoldHookWaiting = "HookWaiting"
+	// HoldPluginUnavailable: the volume provisioner plugin is down.
+	HoldPluginUnavailable = "PluginUnavailable"
+	// HoldSpreadUnsatisfiable: no node with a spread value of its own can
+	// take the ordinal. Under a soft spread (Spec.SpreadRequired false) the
+	// reconciler does not wait: it creates the ordinal without the spread
+	// rule (Action.Unspread). Under a required spread it waits.
+	HoldSpreadUnsatisfiable = "SpreadUnsatisfiable"
+)
+
+// Hold is one wait on one ordinal's step; see Input.Holds.
+type Hold struct {
+	// Ordinal is the ordinal whose step waits.
+	Ordinal int
+	// Step is what waits.
+	Step HoldStep
+	// Until is when the wait ends; a hold whose Until is not after Now has
+	// ended.
+	Until time.Time
+	// Reason is one of the Hold* reasons.
+	Reason string
+	// Message explains the wait to a human.
+	Message string
 }
 
 // ActionType names an effect the caller must carry out.
@@ -324,6 +392,12 @@ const (
 	// ActionDeleteSetState removes the set's revision history and status;
 	// it comes last in a cascading delete.
 	ActionDeleteSetState ActionType = "DeleteSetState"
+	// ActionRestoreCount puts the count of a child scaled up by hand back
+	// to 1, in place (Pod.ScaledCount).
+	ActionRestoreCount ActionType = "RestoreCount"
+	// ActionEvaluatePod asks Nomad to place a blocked child again once the
+	// node holding its volumes is eligible again (Pod.NodeBack).
+	ActionEvaluatePod ActionType = "EvaluatePod"
 )
 
 // DeleteCause says why a pod is deleted, so the caller can run the right
@@ -377,6 +451,15 @@ type Action struct {
 	// Ordinals is set on RecordOrdinals: the records to store in the
 	// status the caller last read (the rest of that status unchanged).
 	Ordinals []OrdinalRecord
+	// Purge is set on a DeletePod of a pod that ended with nothing left
+	// running (Pod.AllTerminal): its child is removed from Nomad at once.
+	// Nomad counts a failed allocation that may not be rescheduled toward
+	// the group, so a stopped child registered again would never be placed.
+	Purge bool
+	// Unspread is set on CreatePod and CreateVolume when no node with a
+	// spread value of its own can take the ordinal and the spread is soft:
+	// the ordinal goes where it fits, next to another.
+	Unspread bool
 }
 
 // Output is the decision of one reconcile.
@@ -387,6 +470,10 @@ type Output struct {
 	// Status is the status to record once the actions have been carried out.
 	Status Status
 	// Requeue, if non-zero, is how long from Now the set should be looked at
-	// again even without new events (minReadySeconds, progress deadline).
+	// again even without new events (minReadySeconds, progress deadline,
+	// the end of a hold).
 	Requeue time.Duration
+	// Held are the holds that kept a step from happening in this decision,
+	// in the order the steps were reached.
+	Held []Hold
 }

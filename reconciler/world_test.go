@@ -79,6 +79,13 @@ type world struct {
 	// waitingForNode those that cannot be placed until a drain is lifted
 	// (Nomad blocks them: no node, so no NodeDraining).
 	onDrainingNode, waitingForNode map[int]bool
+	// nodeBack marks the pods Nomad blocked while their volume's node was
+	// drained: once the drain is lifted they stay unplaced until the set
+	// asks Nomad to evaluate them again (EvaluatePod), as real Nomad does.
+	nodeBack map[int]bool
+	// holds are the waits the agent would pass in (backoff, kill grace,
+	// hooks, plugin outages, unmet spreads).
+	holds []Hold
 
 	last  Output
 	trace []string
@@ -108,7 +115,7 @@ func newWorld(spec Spec, template string) *world {
 	}
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
-		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}}
+		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]bool{}}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -163,6 +170,7 @@ func (w *world) input() Input {
 		Previous:   w.status,
 		JobVersion: w.jobVersion,
 		Now:        w.now,
+		Holds:      slices.Clone(w.holds),
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
@@ -170,6 +178,7 @@ func (w *world) input() Input {
 	for i := range in.Pods {
 		in.Pods[i].Drifted = w.drifted(in.Pods[i])
 		in.Pods[i].NodeDraining = w.onDrainingNode[in.Pods[i].Ordinal]
+		in.Pods[i].NodeBack = w.nodeBack[in.Pods[i].Ordinal]
 	}
 	return in
 }
@@ -198,11 +207,45 @@ func (w *world) drain(ord int) {
 	}
 }
 
-// liftDrains ends every drain: the nodes are eligible again.
+// liftDrains ends every drain: the nodes are eligible again. A pod Nomad
+// blocked meanwhile stays blocked (nodeBack) until it is evaluated again.
 func (w *world) liftDrains() {
+	for o, waiting := range w.waitingForNode {
+		if waiting && w.podIndex(o) >= 0 {
+			w.nodeBack[o] = true
+		}
+	}
 	w.draining = map[int]bool{}
 	w.onDrainingNode = map[int]bool{}
-	w.waitingForNode = map[int]bool{}
+}
+
+// activeHold returns the hold in force on ord's step, as the agent would
+// honour it.
+func (w *world) activeHold(ord int, step HoldStep) (Hold, bool) {
+	for _, h := range w.holds {
+		if h.Ordinal == ord && h.Step == step && h.Until.After(w.now) {
+			return h, true
+		}
+	}
+	return Hold{}, false
+}
+
+// checkCreateHold is the hold promise for creates: nothing of an ordinal is
+// created while a hold on its creation is in force, except that a soft
+// spread that cannot be met lets it be created without the spread rule
+// (and only then is the rule dropped).
+func (w *world) checkCreateHold(a Action) error {
+	h, held := w.activeHold(a.Ordinal, StepCreate)
+	soft := held && h.Reason == HoldSpreadUnsatisfiable && !w.spec.SpreadRequired
+	switch {
+	case held && !soft:
+		return fmt.Errorf("%s of ordinal %d while held (%s until %s)", a.Type, a.Ordinal, h.Reason, h.Until.Sub(w.now))
+	case soft && !a.Unspread:
+		return fmt.Errorf("%s of ordinal %d with the spread rule, which no node can meet (soft spread)", a.Type, a.Ordinal)
+	case !soft && a.Unspread:
+		return fmt.Errorf("%s of ordinal %d drops the spread rule with no unmet spread", a.Type, a.Ordinal)
+	}
+	return nil
 }
 
 func (w *world) logf(format string, args ...any) {
@@ -360,6 +403,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		}
 		w.revisions = slices.Delete(w.revisions, i, i+1)
 	case ActionCreateVolume:
+		if err := w.checkCreateHold(a); err != nil {
+			return err
+		}
 		if w.hasVolume(a.Volume.Claim, a.Volume.Ordinal) {
 			return fmt.Errorf("volume %s created twice", a.Volume.Name)
 		}
@@ -395,6 +441,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		if w.podIndex(a.Ordinal) >= 0 {
 			return fmt.Errorf("second pod for ordinal %d", a.Ordinal)
 		}
+		if err := w.checkCreateHold(a); err != nil {
+			return err
+		}
 		if w.revision(a.Revision.Name) == nil {
 			return fmt.Errorf("pod created at unstored revision %s", a.Revision.Name)
 		}
@@ -420,6 +469,7 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		// it is placed on another node.
 		w.onDrainingNode[a.Ordinal] = false
 		w.waitingForNode[a.Ordinal] = w.draining[a.Ordinal] && len(w.spec.VolumeClaims) > 0
+		delete(w.nodeBack, a.Ordinal)
 		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending})
 		w.podsCreated++
 	case ActionDeletePod:
@@ -433,10 +483,38 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		if i < 0 {
 			return fmt.Errorf("deleting a pod that is not there or already terminating")
 		}
-		w.pods[i].Terminating = true
+		p := w.pods[i]
+		// A live member is taken down only when no hold on its disruption
+		// (a hook that said wait) is in force.
+		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate {
+			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+		}
 		w.podsDeleted++
+		if a.Purge {
+			// A purge removes the child from Nomad at once: safe only when
+			// nothing of it runs, or one ordinal could run twice.
+			if !finishedPod(p) || !p.AllTerminal {
+				return fmt.Errorf("pod %d purged while something of it may run (phase %s, all terminal %v)", a.Ordinal, p.Phase, p.AllTerminal)
+			}
+			w.pods = slices.Delete(w.pods, i, i+1)
+			break
+		}
+		w.pods[i].Terminating = true
 	case ActionRecordOrdinals:
 		w.status.Ordinals = a.Ordinals
+	case ActionRestoreCount:
+		i := w.podIndex(a.Ordinal)
+		if i < 0 || w.pods[i].Terminating || w.pods[i].ScaledCount < 2 || w.drifted(w.pods[i]) {
+			return fmt.Errorf("count restored on ordinal %d, which is not a live child scaled by hand", a.Ordinal)
+		}
+		w.pods[i].ScaledCount = 0
+	case ActionEvaluatePod:
+		i := w.podIndex(a.Ordinal)
+		if i < 0 || w.pods[i].Terminating || !w.nodeBack[a.Ordinal] {
+			return fmt.Errorf("evaluation asked for ordinal %d, which is not blocked on a node that is back", a.Ordinal)
+		}
+		delete(w.nodeBack, a.Ordinal)
+		w.waitingForNode[a.Ordinal] = false
 	case ActionDeleteSetState:
 		if len(w.pods) > 0 {
 			return fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
@@ -477,7 +555,7 @@ func (w *world) canMove(p Pod) bool {
 		return true
 	case p.Phase == PhasePending:
 		// A pod whose volume's node is draining is not placed until the
-		// drain is lifted (the node is ineligible).
+		// drain is lifted (the node is ineligible) and Nomad is asked again.
 		return !w.waitingForNode[p.Ordinal]
 	case p.Phase == PhaseRunning && !p.Ready:
 		return !w.isBroken(p)
@@ -495,6 +573,7 @@ func (w *world) move(i int) {
 	switch {
 	case p.Terminating:
 		w.logf("world: pod %d gone", p.Ordinal)
+		delete(w.nodeBack, p.Ordinal)
 		w.pods = slices.Delete(w.pods, i, i+1)
 	case p.Phase == PhasePending:
 		w.logf("world: pod %d running", p.Ordinal)
@@ -514,18 +593,46 @@ func (w *world) advanceAll() {
 	}
 }
 
+// hold imposes a random wait on a random ordinal's step, as the agent's
+// backoffs, kill graces, hooks, plugins and spreads do.
+func (w *world) hold(rng *rand.Rand) {
+	if w.spec.Replicas == 0 {
+		return
+	}
+	h := Hold{
+		Ordinal: w.spec.OrdinalsStart + rng.IntN(w.spec.Replicas+1),
+		Step:    []HoldStep{StepCreate, StepDisrupt}[rng.IntN(2)],
+		Until:   w.now.Add(time.Duration(1+rng.IntN(20)) * time.Second),
+	}
+	if h.Step == StepCreate {
+		h.Reason = []string{HoldBackOff, HoldKillGrace, HoldPluginUnavailable, HoldSpreadUnsatisfiable}[rng.IntN(4)]
+	} else {
+		h.Reason = HoldHookWaiting
+	}
+	h.Message = "chaos"
+	w.holds = append(w.holds, h)
+	w.logf("chaos: hold %s of ordinal %d for %s (%s)", h.Step, h.Ordinal, h.Until.Sub(w.now), h.Reason)
+}
+
 // chaos does something bad to a random pod: it fails, is stopped from
-// outside, loses readiness, or drifts.
+// outside, loses readiness, drifts, or is scaled by hand.
 func (w *world) chaos(rng *rand.Rand) {
 	if len(w.pods) == 0 {
 		return
 	}
 	i := rng.IntN(len(w.pods))
 	p := &w.pods[i]
-	switch rng.IntN(4) {
+	switch rng.IntN(5) {
 	case 0:
 		w.logf("chaos: pod %d failed", p.Ordinal)
 		p.Phase, p.Ready, p.ReadySince = PhaseFailed, false, time.Time{}
+		// Most failed allocations are over; sometimes one still stops.
+		p.AllTerminal = rng.IntN(4) != 0
+	case 4:
+		if !p.Terminating {
+			p.ScaledCount = 2 + rng.IntN(3)
+			w.logf("chaos: pod %d scaled by hand to %d", p.Ordinal, p.ScaledCount)
+		}
 	case 1:
 		w.logf("chaos: pod %d stopped", p.Ordinal)
 		p.Terminating = true
@@ -544,10 +651,13 @@ func (w *world) converged() bool {
 	if w.spec.Deleted {
 		return w.stateDeleted && len(w.pods) == 0
 	}
-	if len(w.last.Actions) > 0 || len(w.pods) != w.spec.Replicas {
+	if len(w.last.Actions) > 0 || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas {
 		return false
 	}
 	for _, p := range w.pods {
+		if p.ScaledCount > 1 && !w.drifted(p) {
+			return false
+		}
 		if !w.inRange(p.Ordinal) || !w.healthy(p) || (w.drifted(p) && w.repairable(p)) {
 			return false
 		}
