@@ -29,6 +29,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 	spec.WhenDeleted = []RetentionPolicy{Retain, Delete}[flags>>4&1]
 	spec.Paused = flags>>5&1 == 1
 	spec.Deleted = b(40)&0x80 != 0
+	spec.SpreadRequired = b(40)&0x40 != 0
 	if b(48)&0x10 != 0 {
 		spec.VolumeClaims = []string{"data"}
 	}
@@ -67,6 +68,18 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 			Terminating: c[2]&0x20 != 0,
 			Drifted:     c[2]&0x40 != 0,
 			Created:     t0.Add(-time.Duration(c[3]) * time.Second),
+			AllTerminal: c[3]&0x02 != 0,
+			NodeBack:    c[3]&0x04 != 0,
+			ScaledCount: int(c[3] >> 6),
+		}
+		if c[0]&0x40 != 0 {
+			// A hold on this ordinal, some already over.
+			in.Holds = append(in.Holds, Hold{
+				Ordinal: p.Ordinal,
+				Step:    []HoldStep{StepCreate, StepDisrupt}[c[0]>>5&1],
+				Until:   t0.Add(time.Duration(int(c[3]&0x38>>3)-2) * time.Second),
+				Reason:  []string{HoldBackOff, HoldKillGrace, HoldHookWaiting, HoldSpreadUnsatisfiable}[c[0]&3],
+			})
 		}
 		if p.Ready && c[3]&1 == 0 {
 			p.ReadySince = t0.Add(-time.Duration(c[3]>>1) * time.Second)

@@ -19,6 +19,11 @@ import (
 //     one that was not condemned while its policy said Delete;
 //   - never a DeleteRevision of a live revision;
 //   - DeleteSetState only last, when no pod is left;
+//   - nothing created, and no live pod taken down, while a hold on that
+//     step is in force (but for a soft spread, created without its rule);
+//   - a purge only of a pod that ended with nothing running; a count
+//     restored only on a live, undrifted child scaled by hand; an
+//     evaluation only of a pending child blocked on a node that is back;
 //   - the decision is deterministic and leaves the input unchanged.
 func checkSafety(in Input) (Output, error) {
 	before := cloneInput(in)
@@ -53,6 +58,9 @@ func checkSafety(in Input) (Output, error) {
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {
+		if err := checkHoldsAndFixes(in, spec, a); err != nil {
+			return out, err
+		}
 		switch a.Type {
 		case ActionCreatePod:
 			if monotonic && len(created) > 0 {
@@ -140,5 +148,56 @@ func cloneInput(in Input) Input {
 	c.Volumes = slices.Clone(in.Volumes)
 	c.Previous.Conditions = slices.Clone(in.Previous.Conditions)
 	c.Previous.Ordinals = slices.Clone(in.Previous.Ordinals)
+	c.Holds = slices.Clone(in.Holds)
 	return c
+}
+
+// checkHoldsAndFixes checks one action against the holds in force and the
+// facts RestoreCount, EvaluatePod and a purge depend on.
+func checkHoldsAndFixes(in Input, spec Spec, a Action) error {
+	held := func(step HoldStep) (Hold, bool) {
+		for _, h := range in.Holds {
+			if h.Ordinal == a.Ordinal && h.Step == step && h.Until.After(in.Now) {
+				return h, true
+			}
+		}
+		return Hold{}, false
+	}
+	switch a.Type {
+	case ActionCreatePod, ActionCreateVolume:
+		h, ok := held(StepCreate)
+		soft := ok && h.Reason == HoldSpreadUnsatisfiable && !spec.SpreadRequired
+		if ok && !soft {
+			return fmt.Errorf("%s %d while held (%s)", a.Type, a.Ordinal, h.Reason)
+		}
+		if soft != a.Unspread {
+			return fmt.Errorf("%s %d: Unspread %v, soft spread unmet %v", a.Type, a.Ordinal, a.Unspread, soft)
+		}
+	case ActionDeletePod:
+		ended := a.Pod.Phase == PhaseFailed || a.Pod.Phase == PhaseSucceeded
+		if h, ok := held(StepDisrupt); ok && !ended && a.Cause != CauseDuplicate {
+			return fmt.Errorf("DeletePod %d (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+		}
+		if a.Purge && (!ended || !a.Pod.AllTerminal) {
+			return fmt.Errorf("DeletePod %d purges a pod that may still run: %+v", a.Ordinal, a.Pod)
+		}
+	case ActionRestoreCount:
+		if a.Pod.ScaledCount < 2 || a.Pod.Terminating || a.Pod.Drifted || spec.Deleted {
+			return fmt.Errorf("RestoreCount %d of a pod that is not a live, undrifted child scaled by hand: %+v", a.Ordinal, a.Pod)
+		}
+	case ActionEvaluatePod:
+		if !a.Pod.NodeBack || a.Pod.Terminating || a.Pod.Phase != PhasePending || spec.Deleted {
+			return fmt.Errorf("EvaluatePod %d of a pod not blocked on a node that is back: %+v", a.Ordinal, a.Pod)
+		}
+	}
+	if a.Type == ActionRestoreCount || a.Type == ActionEvaluatePod {
+		found := false
+		for _, p := range in.Pods {
+			found = found || p == a.Pod
+		}
+		if !found {
+			return fmt.Errorf("%s of a pod not observed: %+v", a.Type, a.Pod)
+		}
+	}
+	return nil
 }
