@@ -26,7 +26,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
-	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // Options configure an Agent. cmd/ builds them from the config file.
@@ -87,7 +86,6 @@ type Agent struct {
 	store   backend.Store
 	elector backend.Elector
 	metrics *metrics
-	views   *views
 	http    *httpServer
 	// plugins runs the volume provisioner and the lifecycle hooks.
 	plugins *manager.Manager
@@ -132,7 +130,6 @@ func New(opts Options) (*Agent, error) {
 		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",
 	}, func() float64 { return float64(a.consulQueries.Load()) }))
 	a.api = opts.Nomad
-	a.views = newViews(a.metrics.setPods)
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
 	// does (setupPlugins): the built-in provisioner works through the
 	// agent's Nomad API, and with the agent's context, so its calls show
@@ -217,20 +214,22 @@ func (a *Agent) lead(ctx context.Context) error {
 	q := newQueue(a.opts.RetryBaseDelay, a.opts.RetryMaxDelay)
 	cache := nomad.NewCache()
 	c := &controller{
-		log: log, api: a.api, store: a.store, cache: cache, queue: q,
-		expect: newExpectations(a.opts.ExpectationTTL), clock: a.opts.Clock,
-		metrics: a.metrics, views: a.views,
-		lastSpec: map[backend.SetKey]reconciler.Spec{}, backoff: newCrashBackoff(),
-		provisioner: a.plugins.Provisioner(), hooks: a.plugins,
-		termStart: a.opts.Clock(),
+		log: log, store: a.store, cache: cache, queue: q, clock: a.opts.Clock,
+		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins,
+		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
 	}
-	c.effector = c
+	control := &podControl{
+		log: log, api: a.api, store: a.store, cache: cache, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
+		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event,
+	}
+	c.effector = control
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
 		a.log.Named("watcher"), func(k backend.SetKey) {
 			q.Add(k.String())
 			a.depth.Store(int64(q.Len()))
 		})
 	c.requestResync = c.watcher.RequestResync
+	control.requestResync = c.watcher.RequestResync
 	if a.opts.ConsulHealth != nil {
 		w := consul.NewCheckWatcher(ctx, consul.CheckWatcherConfig{
 			API: a.opts.ConsulHealth, Logger: a.log.Named("consul_checks"), Clock: a.opts.Clock,
@@ -264,7 +263,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	<-ctx.Done()
 	q.ShutDown()
 	wg.Wait()
-	a.views.reset()
+	c.sets.dropAll()
 	log.Info("stopped leading: all reconcile work has ended")
 	return nil
 }

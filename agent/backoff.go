@@ -2,10 +2,9 @@ package agent
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // Crash-loop backoff for pods that end Failed again and again. Kubernetes
@@ -19,68 +18,59 @@ const (
 	crashBackoffReset = 10 * time.Minute
 )
 
+// crashRecord counts an ordinal's recent failures.
 type crashRecord struct {
 	count int
 	last  time.Time
 }
 
-// crashBackoff tracks, per set and ordinal, how often a pod ended Failed.
-type crashBackoff struct {
-	mu sync.Mutex
-	m  map[string]crashRecord
-}
-
-func newCrashBackoff() *crashBackoff { return &crashBackoff{m: map[string]crashRecord{}} }
-
-func crashKey(key backend.SetKey, ordinal int) string { return fmt.Sprintf("%s/%d", key, ordinal) }
-
-// failed records that the ordinal's pod ended Failed at now.
-func (b *crashBackoff) failed(key backend.SetKey, ordinal int, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	k := crashKey(key, ordinal)
-	r := b.m[k]
+// crashed records that the ordinal's failed pod was removed at now, to be
+// recreated.
+func (st *setState) crashed(ordinal int, now time.Time) {
+	if st.crashes == nil {
+		st.crashes = map[int]crashRecord{}
+	}
+	r := st.crashes[ordinal]
 	if now.Sub(r.last) > crashBackoffReset {
 		r.count = 0
 	}
 	r.count++
 	r.last = now
-	b.m[k] = r
+	st.crashes[ordinal] = r
 }
 
-// remaining is how long the ordinal must still wait before it is recreated.
-// The first failure is recreated at once, as Kubernetes does.
-func (b *crashBackoff) remaining(key backend.SetKey, ordinal int, now time.Time) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.m[crashKey(key, ordinal)]
-	if !ok || r.count < 2 || now.Sub(r.last) > crashBackoffReset {
-		return 0
-	}
-	return r.last.Add(exponential(crashBackoffBase, crashBackoffMax, r.count-2)).Sub(now)
-}
-
-// deferError defers an action: a crash-loop backoff, a lifecycle hook that
-// holds the step, or a plugin that is down. The set is looked at again
-// after wait; nothing failed, so it is not retried with error backoff.
-type deferError struct {
-	wait   time.Duration
-	kind   string // the event type shown on the set: BackOff, HookWaiting, PluginUnavailable
-	reason string
-}
-
-func (e *deferError) Error() string {
-	return fmt.Sprintf("%s; trying again in %s", e.reason, e.wait.Round(time.Second))
-}
-
-// forget drops every ordinal's record of a set that is gone.
-func (b *crashBackoff) forget(key backend.SetKey) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	prefix := key.String() + "/"
-	for k := range b.m {
-		if len(k) > len(prefix) && k[:len(prefix)] == prefix {
-			delete(b.m, k)
+// backoffHolds are the holds the crash-loop backoff puts on creating pods:
+// the first failure is recreated at once, as Kubernetes does, and each
+// later one waits twice as long, up to crashBackoffMax.
+func (st *setState) backoffHolds(now time.Time) []reconciler.Hold {
+	var out []reconciler.Hold
+	for ord, r := range st.crashes {
+		if now.Sub(r.last) > crashBackoffReset {
+			delete(st.crashes, ord)
+			continue
+		}
+		if r.count < 2 {
+			continue
+		}
+		until := r.last.Add(exponential(crashBackoffBase, crashBackoffMax, r.count-2))
+		if until.After(now) {
+			out = append(out, reconciler.Hold{Ordinal: ord, Step: reconciler.StepCreate, Until: until,
+				Reason: reconciler.HoldBackOff, Message: fmt.Sprintf("the pod failed %d times in a row", r.count)})
 		}
 	}
+	return out
+}
+
+// holdError is a step the effector could not take now, and that must wait:
+// a hook that said wait, a plugin that is down, a spread no node meets. The
+// controller records it as a hold for the reconciler's next decisions.
+type holdError struct {
+	step   reconciler.HoldStep
+	reason string // a reconciler.Hold* reason
+	wait   time.Duration
+	msg    string
+}
+
+func (e *holdError) Error() string {
+	return fmt.Sprintf("%s; trying again in %s", e.msg, e.wait.Round(time.Second))
 }

@@ -1,15 +1,12 @@
 package agent
 
 import (
-	"slices"
-	"strings"
 	"time"
-
-	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -25,38 +22,6 @@ type checkSource interface {
 	Checks(key backend.SetKey, allocID string) (consul.AllocChecks, bool)
 }
 
-// consulServices returns the names of the parent's services that Consul
-// holds (provider "consul", the default), group and task level, sorted and
-// without duplicates. A name with an interpolation (${…}) is left out: it
-// is not known until Nomad renders it per allocation, so its checks are
-// not watched.
-func consulServices(parent *api.Job) []string {
-	if parent == nil || len(parent.TaskGroups) == 0 || parent.TaskGroups[0] == nil {
-		return nil
-	}
-	g := parent.TaskGroups[0]
-	var out []string
-	add := func(ss []*api.Service) {
-		for _, s := range ss {
-			if s == nil || s.Name == "" || strings.Contains(s.Name, "${") {
-				continue
-			}
-			if s.Provider != "" && s.Provider != api.ServiceProviderConsul {
-				continue
-			}
-			out = append(out, s.Name)
-		}
-	}
-	add(g.Services)
-	for _, t := range g.Tasks {
-		if t != nil {
-			add(t.Services)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // gateChecks keeps the set's Consul watches to the services of its parent
 // (none once it is deleted) and applies their checks to the pods of obs,
 // in place; see applyChecks. Without Consul (-dev) it does nothing: the
@@ -67,7 +32,7 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 	}
 	var services []string
 	if !deleted {
-		services = consulServices(obs.Parent)
+		services = jobs.ConsulServices(obs.Parent)
 	}
 	c.checks.Watch(key, services)
 	applyChecks(c.checks, key, obs.Pods, len(services) > 0)

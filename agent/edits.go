@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -88,17 +87,11 @@ func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision,
 	return e.digest.Changed(d.Digest)
 }
 
-// renderedDigests returns the set's cached renderings for one pass.
-func (c *controller) renderedDigests(key backend.SetKey, spec reconciler.Spec) *renderedDigests {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.rendered == nil {
-		c.rendered = map[backend.SetKey]*renderedDigests{}
-	}
-	r := c.rendered[key]
-	if r == nil {
-		r = &renderedDigests{m: map[renderKey]renderedDigest{}}
-		c.rendered[key] = r
+// begin starts a pass over the set's pods: entries not used by this pass
+// are dropped at its end (trim).
+func (r *renderedDigests) begin(spec reconciler.Spec) *renderedDigests {
+	if r.m == nil {
+		r.m = map[renderKey]renderedDigest{}
 	}
 	r.pass++
 	if len(spec.VolumeClaims) == 1 {
@@ -109,11 +102,10 @@ func (c *controller) renderedDigests(key backend.SetKey, spec reconciler.Spec) *
 	return r
 }
 
-// keepRendered drops the renderings the pass did not use, once they are
-// more than twice the set's pods: old revisions, ordinals scaled away.
-func (c *controller) keepRendered(r *renderedDigests, pods int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// trim drops the digests this pass did not use once there are clearly more
+// than the pods need (a rollout leaves the old revision's behind), so the
+// cache stays bounded by the set's size.
+func (r *renderedDigests) trim(pods int) {
 	if len(r.m) <= 2*pods+8 {
 		return
 	}
@@ -124,21 +116,11 @@ func (c *controller) keepRendered(r *renderedDigests, pods int) {
 	}
 }
 
-// registered records the daemon's own registration of child id at
-// jobModifyIndex (see renderedDigests.changed).
-func (c *controller) registered(key backend.SetKey, id string, jobModifyIndex uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.own.set(key, id, jobModifyIndex)
-}
-
-// isOwn reports whether pod d's child is, as observed, the daemon's own
-// last registration of it.
-func (c *controller) isOwn(key backend.SetKey, d nomad.PodDetail) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	idx, ok := c.own.get(key, d.JobID)
-	return ok && idx == d.JobModifyIndex
+// isOwn reports whether the child Nomad holds is at the index of the
+// daemon's own last registration of it.
+func (st *setState) isOwn(d nomad.PodDetail) bool {
+	m, ok := st.children[d.JobID]
+	return ok && m.own == d.JobModifyIndex
 }
 
 // noteEdit says once per edit, in the set's events and the log, that a
@@ -146,17 +128,12 @@ func (c *controller) isOwn(key backend.SetKey, d nomad.PodDetail) bool {
 // replaces it from its revision (a budgeted, ordered repair): the parent
 // job is the one source of truth.
 func (c *controller) noteEdit(p *pass, d nomad.PodDetail, rev reconciler.Revision, changed []string) {
-	c.mu.Lock()
-	reported, _ := c.edits.get(p.key, d.JobID)
-	seen := reported == d.JobModifyIndex
-	if !seen {
-		c.edits.set(p.key, d.JobID, d.JobModifyIndex)
-	}
-	c.mu.Unlock()
-	if seen {
+	m := p.st.child(d.JobID)
+	if m.edited == d.JobModifyIndex {
 		return
 	}
-	c.views.event(p.key, p.now, "Edited", fmt.Sprintf(
+	m.edited = d.JobModifyIndex
+	c.sets.event(p.key, p.now, "Edited", fmt.Sprintf(
 		"%s was changed outside nomad-statefulset (%s); it is replaced from its revision %s, as the parent job says",
 		d.JobID, strings.Join(changed, ", "), rev.Name))
 	c.log.Info("a child was edited by hand; replacing it from its revision", "set", p.key.String(), "child", d.JobID, "fields", changed)

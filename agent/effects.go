@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
@@ -21,11 +23,34 @@ func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), effectTimeout)
 }
 
-// execute carries out one action against Nomad, the store and the plugins
-// (the controller is its own effector). It reports whether the set's stored
-// state was deleted (the end of a cascading delete).
-func (c *controller) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
-	key, spec, obs, revs, now := p.key, p.spec, p.obs, p.revs, p.now
+// podControl carries out the reconciler's actions against Nomad, the store
+// and the plugins, as Kubernetes' StatefulPodControl carries out the
+// StatefulSet controller's: it decides nothing. It holds only its own
+// dependencies; what it learns (a write to expect, a hold it met, a failure
+// to back off from) goes to the set's state it is given.
+type podControl struct {
+	log   hclog.Logger
+	api   nomad.API
+	store backend.Store
+	cache *nomad.Cache
+	// provisioner makes and removes the per-ordinal volumes.
+	provisioner plugin.VolumeProvisioner
+	// hooks runs lifecycle hooks; nil runs none.
+	hooks HookRunner
+	clock func() time.Time
+	// expectTTL is how long a write may stay unobserved before the cache
+	// is distrusted and re-listed.
+	expectTTL time.Duration
+	// requestResync asks the watcher for a full re-list.
+	requestResync func()
+	// event adds an event to the set's view.
+	event func(key backend.SetKey, now time.Time, typ, msg string)
+}
+
+// execute carries out one action. It reports whether the set's stored state
+// was deleted (the end of a cascading delete). A step that must wait
+// returns a *holdError.
+func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
 	ectx, cancel := effectContext(ctx)
 	defer cancel()
 	switch act.Type {
@@ -34,39 +59,28 @@ func (c *controller) execute(ctx context.Context, p *pass, act reconciler.Action
 		// touched; the rest of the status waits for the end of the pass.
 		rec := p.prev
 		rec.Ordinals = act.Ordinals
-		return false, c.store.PutStatus(ectx, key, rec)
+		return false, e.store.PutStatus(ectx, p.key, rec)
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
-		return false, c.store.PutRevision(ectx, key, act.Revision)
+		return false, e.store.PutRevision(ectx, p.key, act.Revision)
 	case reconciler.ActionDeleteRevision:
-		return false, c.store.DeleteRevision(ectx, key, act.Revision.Name)
+		return false, e.store.DeleteRevision(ectx, p.key, act.Revision.Name)
 	case reconciler.ActionCreateVolume:
-		return false, c.createVolume(ectx, p, act)
+		return false, e.createVolume(ectx, p, act)
 	case reconciler.ActionDeleteVolume:
-		return false, c.deleteVolume(ectx, key, obs, act)
+		return false, e.deleteVolume(ectx, p, act)
 	case reconciler.ActionCreatePod:
-		return false, c.createPod(ectx, key, spec, obs, act, now)
+		return false, e.createPod(ectx, p, act)
 	case reconciler.ActionDeletePod:
-		if err := c.runHooks(ctx, key, obs, act); err != nil {
+		if err := e.runHooks(ctx, p, act); err != nil {
 			return false, err
 		}
-		// A drifted child (CauseRepair) is stopped like an outdated one; the
-		// next pass creates it again from its revision. Re-registering in
-		// place would let Nomad run the old and new allocation side by side.
-		return false, c.deletePod(ectx, key, obs, act, now)
+		return false, e.deletePod(ectx, p, act)
+	case reconciler.ActionRestoreCount:
+		return false, e.restoreCount(ectx, p, act)
+	case reconciler.ActionEvaluatePod:
+		return false, e.evaluatePod(ectx, p, act)
 	case reconciler.ActionDeleteSetState:
-		for _, s := range obs.Stopped {
-			// Purge the stopped children so nothing of the set is left.
-			if err := c.api.DeregisterJob(ectx, key.Namespace, s.JobID, true); err != nil && !errors.Is(err, nomad.ErrNotFound) {
-				return false, err
-			}
-		}
-		if len(revs) == 0 && !p.found {
-			return true, nil
-		}
-		if err := c.store.DeleteSet(ectx, key); err != nil {
-			return false, err
-		}
-		return true, nil
+		return e.deleteSetState(ectx, p)
 	}
 	return false, fmt.Errorf("unknown action %q", act.Type)
 }
@@ -75,7 +89,35 @@ func childID(key backend.SetKey, ordinal int) string {
 	return reconciler.PodName(key.Name, ordinal)
 }
 
-func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec reconciler.Spec, obs nomad.Observation, act reconciler.Action, now time.Time) error {
+// podDetail returns the observed pod an action on ord acts on: the child
+// named for it, or one adopted under another ID by its meta.
+func podDetail(obs nomad.Observation, key backend.SetKey, ord int) (nomad.PodDetail, bool) {
+	var found nomad.PodDetail
+	ok := false
+	for _, d := range obs.Pods {
+		if d.Pod.Ordinal == ord && (!ok || d.JobID != childID(key, ord)) {
+			found, ok = d, true
+		}
+	}
+	return found, ok
+}
+
+// expectChild records that the set waits until Nomad's child id is seen at
+// JobModifyIndex want or later.
+func (e *podControl) expectChild(st *setState, id, what string, want uint64) {
+	st.child(id).own = want
+	st.expectWrite("child "+id+" "+what, e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+		for _, p := range o.Pods {
+			if p.JobID == id && p.JobModifyIndex >= want {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Action) error {
+	key, spec := p.key, p.spec
 	child, err := jobs.RenderChild(spec, act.Revision, act.Ordinal)
 	if err != nil {
 		return fmt.Errorf("rendering child %s: %w", childID(key, act.Ordinal), err)
@@ -85,72 +127,47 @@ func (c *controller) createPod(ctx context.Context, key backend.SetKey, spec rec
 	// the index we saw, and a new one must not exist at all (index 0). Either
 	// way a second agent or a stale decision cannot overwrite a live child.
 	var index uint64
-	for _, s := range obs.Stopped {
+	for _, s := range p.obs.Stopped {
 		if s.JobID == id {
 			index = s.JobModifyIndex
 		}
 	}
-	for _, p := range obs.Pods {
-		if p.JobID == id {
-			return fmt.Errorf("refusing to create %s: it still has a pod", id)
-		}
+	if slices.ContainsFunc(p.obs.Pods, func(d nomad.PodDetail) bool { return d.JobID == id }) {
+		return fmt.Errorf("refusing to create %s: it still has a pod", id)
 	}
-	if wait := c.backoff.remaining(key, act.Ordinal, now); wait > 0 {
-		// The ordinal keeps failing: recreate it later, not in a hot loop.
-		return &deferError{wait: wait, kind: "BackOff", reason: "the pod keeps failing"}
-	}
-	if len(spec.VolumeClaims) == 0 {
-		used, err := c.usedSpreadValues(ctx, spec, obs, nil, act.Ordinal)
+	if len(spec.VolumeClaims) == 0 && !act.Unspread {
+		used, err := e.usedSpreadValues(ctx, spec, p.obs, nil, act.Ordinal)
 		if err != nil {
 			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
-		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !c.cache.HasFineNodeOutside(used) {
-			return spreadUnsatisfiable(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
+		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !e.cache.HasFineNodeOutside(used) {
+			return spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
 		}
 		jobs.SpreadChild(child, spec.Spread, spec.SpreadRequired, used)
 	}
-	resp, err := c.api.RegisterJob(ctx, child, true, index)
+	resp, err := e.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
 		if nomad.IsConflict(err) {
-			c.requestResync()
+			e.requestResync()
 			return fmt.Errorf("%s changed since it was observed: %w", id, backend.ErrConflict)
 		}
 		return err
 	}
-	want := resp.JobModifyIndex
-	c.registered(key, id, want)
-	c.expect.expect(key, "child "+id+" registered", now, func(o nomad.Observation) bool {
-		for _, p := range o.Pods {
-			if p.JobID == id && p.JobModifyIndex >= want {
-				return true
-			}
-		}
-		return false
-	})
+	e.expectChild(p.st, id, "registered", resp.JobModifyIndex)
 	return nil
 }
 
-func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action, now time.Time) error {
-	id := childID(key, act.Ordinal)
-	for _, p := range obs.Pods {
-		if p.Pod.Ordinal == act.Ordinal && p.JobID != id {
-			// A child for this ordinal under another ID (adopted by meta).
-			id = p.JobID
-		}
+// deletePod stops the child, or purges it when the reconciler says so (a
+// pod that ended with nothing left running). A drifted child (CauseRepair)
+// is stopped like an outdated one and created again from its revision by a
+// later pass: re-registering in place would let Nomad run the old and new
+// allocation side by side.
+func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Action) error {
+	id := childID(p.key, act.Ordinal)
+	if d, ok := podDetail(p.obs, p.key, act.Ordinal); ok {
+		id = d.JobID
 	}
-	// A pod that ended (Failed or Succeeded) with nothing left running is
-	// purged, not stopped: Nomad counts a failed allocation that may not be
-	// rescheduled toward the group, so a stopped child registered again
-	// would never be placed. Purging is safe only because nothing of it
-	// runs; a live pod is stopped and observed until its allocations end.
-	purge := false
-	for _, p := range obs.Pods {
-		if p.JobID == id && p.AllTerminal && (p.Pod.Phase == reconciler.PhaseFailed || p.Pod.Phase == reconciler.PhaseSucceeded) {
-			purge = true
-			c.backoff.failed(key, act.Ordinal, now)
-		}
-	}
-	err := c.api.DeregisterJob(ctx, key.Namespace, id, purge)
+	err := e.api.DeregisterJob(ctx, p.key.Namespace, id, act.Purge)
 	if errors.Is(err, nomad.ErrNotFound) {
 		// Already gone: the goal of the action is met (Kubernetes #136812).
 		return nil
@@ -158,9 +175,14 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 	if err != nil {
 		return err
 	}
-	c.expect.expect(key, "child "+id+" stopping", now, func(o nomad.Observation) bool {
-		for _, p := range o.Pods {
-			if p.JobID == id && !p.Pod.Terminating {
+	if act.Purge && act.Pod.Phase == reconciler.PhaseFailed {
+		// Counted once the failed pod is really gone, so that a retry of
+		// a deregistration that failed does not count it again.
+		p.st.crashed(act.Ordinal, p.now)
+	}
+	p.st.expectWrite("child "+id+" stopping", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+		for _, q := range o.Pods {
+			if q.JobID == id && !q.Pod.Terminating {
 				return false
 			}
 		}
@@ -169,12 +191,71 @@ func (c *controller) deletePod(ctx context.Context, key backend.SetKey, obs noma
 	return nil
 }
 
+// restoreCount re-registers a child scaled up by hand as Nomad has it, at
+// its own revision, with only the count back at 1, fenced on the
+// JobModifyIndex observed: Nomad then stops only the extra allocations and
+// the original keeps running.
+func (e *podControl) restoreCount(ctx context.Context, p *pass, act reconciler.Action) error {
+	d, ok := podDetail(p.obs, p.key, act.Ordinal)
+	if !ok {
+		return nil
+	}
+	job, err := e.api.GetJob(ctx, p.key.Namespace, d.JobID)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", d.JobID, err)
+	}
+	if _, idx := jobs.Version(job); idx != d.JobModifyIndex || !jobs.RestoreCount(job) {
+		// The cache is behind Nomad: the event that says so is on its way.
+		return nil
+	}
+	resp, err := e.api.RegisterJob(ctx, job, true, d.JobModifyIndex)
+	if err != nil {
+		if nomad.IsConflict(err) {
+			e.requestResync()
+		}
+		return fmt.Errorf("re-registering %s at count 1: %w", d.JobID, err)
+	}
+	e.expectChild(p.st, d.JobID, "back to count 1", resp.JobModifyIndex)
+	return nil
+}
+
+// evaluatePod asks Nomad to place a blocked child again, and remembers for
+// which node change it asked, so that it asks once per change.
+func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Action) error {
+	d, ok := podDetail(p.obs, p.key, act.Ordinal)
+	if !ok {
+		return nil
+	}
+	if err := e.api.EvaluateJob(ctx, p.key.Namespace, d.JobID); err != nil {
+		return fmt.Errorf("asking Nomad to place %s again: %w", d.JobID, err)
+	}
+	p.st.child(d.JobID).evaluated = p.nodeBackSince[act.Ordinal]
+	return nil
+}
+
+// deleteSetState purges the set's stopped children, so nothing of it is
+// left in Nomad, then deletes its stored state.
+func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) {
+	for _, s := range p.obs.Stopped {
+		if err := e.api.DeregisterJob(ctx, p.key.Namespace, s.JobID, true); err != nil && !errors.Is(err, nomad.ErrNotFound) {
+			return false, err
+		}
+	}
+	if len(p.revs) == 0 && !p.found {
+		return true, nil
+	}
+	if err := e.store.DeleteSet(ctx, p.key); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. An
 // update and a drift repair both take a member down to recreate it, so both
 // run pre_update; a scale-down, the set's deletion, a drain and a pod replace
 // take it away (for good, until its node is back, or onto a fresh volume),
-// so they run pre_delete. A pod that
-// already ended, or a duplicate, runs none.
+// so they run pre_delete. A pod that already ended, or a duplicate, runs
+// none.
 func hookEvent(act reconciler.Action) (plugin.Event, bool) {
 	if act.Type != reconciler.ActionDeletePod {
 		return "", false
@@ -188,21 +269,20 @@ func hookEvent(act reconciler.Action) (plugin.Event, bool) {
 	return "", false
 }
 
-// runHooks runs the lifecycle hooks for a deletion and defers it while one
-// holds the step. It runs on the worker's context, not effectContext: a
-// hook's own timeout bounds it and may be longer than an effect's.
-func (c *controller) runHooks(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
+// runHooks runs the lifecycle hooks for a deletion; one that holds the step
+// becomes a hold on the ordinal's disruption. It runs on the worker's
+// context, not effectContext: a hook's own timeout bounds it and may be
+// longer than an effect's.
+func (e *podControl) runHooks(ctx context.Context, p *pass, act reconciler.Action) error {
 	event, ok := hookEvent(act)
-	if !ok || c.hooks == nil {
+	if !ok || e.hooks == nil {
 		return nil
 	}
-	pod := plugin.Pod{Namespace: key.Namespace, Set: key.Name, Ordinal: act.Ordinal, Name: childID(key, act.Ordinal), Revision: act.Pod.Revision}
-	for _, p := range obs.Pods {
-		if p.Pod.Ordinal == act.Ordinal {
-			pod.Name, pod.AllocID, pod.NodeID = p.JobID, p.AllocID, p.NodeID
-		}
+	pod := plugin.Pod{Namespace: p.key.Namespace, Set: p.key.Name, Ordinal: act.Ordinal, Name: childID(p.key, act.Ordinal), Revision: act.Pod.Revision}
+	if d, ok := podDetail(p.obs, p.key, act.Ordinal); ok {
+		pod.Name, pod.AllocID, pod.NodeID = d.JobID, d.AllocID, d.NodeID
 	}
-	res := c.hooks.RunHooks(ctx, event, pod)
+	res := e.hooks.RunHooks(ctx, event, pod)
 	if res.Proceed {
 		return nil
 	}
@@ -210,7 +290,8 @@ func (c *controller) runHooks(ctx context.Context, key backend.SetKey, obs nomad
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	return &deferError{wait: wait, kind: "HookWaiting", reason: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
+	return &holdError{step: reconciler.StepDisrupt, reason: reconciler.HoldHookWaiting, wait: wait,
+		msg: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
 }
 
 // findOrdinalRecord returns the record of ord in recs (sorted by ordinal).
@@ -241,54 +322,47 @@ func ordinalNode(p *pass, ord int) string {
 // volumeRequest describes a claim's volume for a provisioner plugin.
 func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
 	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name}
-	if p := obs.Parent; p != nil {
-		if p.NodePool != nil {
-			req.NodePool = *p.NodePool
-		}
-		for _, c := range p.Constraints {
-			req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
-		}
-		req.AccessMode, req.AttachmentMode = jobs.ClaimModes(p, act.Volume.Claim)
+	pl := jobs.PlacementOf(obs.Parent, act.Volume.Claim)
+	req.NodePool, req.AccessMode, req.AttachmentMode = pl.NodePool, pl.AccessMode, pl.AttachmentMode
+	for _, c := range pl.Constraints {
+		req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
 	}
 	return req
 }
 
-// pluginDown turns a plugin outage into a deferral: the step waits and the
-// set says why, rather than failing and retrying hot.
+// pluginDown turns a plugin outage into a hold on the ordinal's creation:
+// the step waits and the set says why, rather than failing and retrying
+// hot.
 func pluginDown(err error) error {
 	if errors.Is(err, plugin.ErrPluginUnavailable) {
-		return &deferError{wait: 15 * time.Second, kind: "PluginUnavailable", reason: err.Error()}
+		return &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: 15 * time.Second, msg: err.Error()}
 	}
 	return err
 }
 
-func (c *controller) createVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+// createVolume creates a claim's volume away from the set's other spread
+// domains, unless the reconciler said to drop the spread rule. A volume for
+// an ordinal that already has one goes to that node: its pod mounts all of
+// them on one node.
+func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.Action) error {
 	key, spec := p.key, p.spec
 	req := volumeRequest(key, p.obs, act)
-	used, err := c.usedSpreadValues(ctx, spec, p.obs, p.placed, act.Ordinal)
-	if err != nil {
-		return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
-	}
-	plain := slices.Clone(req.Constraints)
+	var used []string
 	if node := ordinalNode(p, act.Ordinal); node != "" {
-		// The ordinal already has a volume: its pod mounts all of them on
-		// one node, so a new claim's volume goes to that node.
-		used = nil
-		plain = append(plain, plugin.Constraint{LTarget: "${node.unique.id}", RTarget: node, Operand: "="})
-		req.Constraints = plain
-	}
-	req.Constraints = append(req.Constraints, spreadConstraints(spec.Spread, used)...)
-	vol, err := c.provisioner.CreateVolume(ctx, req)
-	if err != nil && len(used) > 0 && !errors.Is(err, plugin.ErrPluginUnavailable) {
-		if spec.SpreadRequired {
-			return spreadUnsatisfiable(act.Ordinal, spec, used, err)
+		req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: "${node.unique.id}", RTarget: node, Operand: "="})
+	} else if !act.Unspread {
+		var err error
+		if used, err = e.usedSpreadValues(ctx, spec, p.obs, p.placed, act.Ordinal); err != nil {
+			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
-		// Soft spread: no node with a value of its own can take it; it goes
-		// where it can, next to another ordinal.
-		c.log.Info("no node outside the set's other spread domains takes the volume; placing it where it fits",
-			"set", key.String(), "volume", act.Volume.Name, "spread", spec.Spread, "used", used, "error", err)
-		req.Constraints = plain
-		vol, err = c.provisioner.CreateVolume(ctx, req)
+		req.Constraints = append(req.Constraints, spreadConstraints(spec.Spread, used)...)
+	}
+	vol, err := e.provisioner.CreateVolume(ctx, req)
+	if err != nil && len(used) > 0 && !errors.Is(err, plugin.ErrPluginUnavailable) {
+		// No node with a spread value of its own takes it: the reconciler
+		// decides whether to wait (a required spread) or to place it where
+		// it fits (a soft one).
+		return spreadUnmet(act.Ordinal, spec, used, err)
 	}
 	if err != nil {
 		return pluginDown(err)
@@ -302,35 +376,25 @@ func (c *controller) createVolume(ctx context.Context, p *pass, act reconciler.A
 		// gone (deleted by hand, or by pod replace -new-volume) or serves a
 		// new claim: either way its pod starts on empty data, which the
 		// user must be told.
-		c.views.event(key, p.now, "NewVolume", fmt.Sprintf("%s: created empty for %s, which has run before: its data in this volume starts new",
+		e.event(key, p.now, "NewVolume", fmt.Sprintf("%s: created empty for %s, which has run before: its data in this volume starts new",
 			act.Volume.Name, reconciler.PodName(key.Name, act.Ordinal)))
 	}
 	// The watcher sees the volume on the HostVolume topic; until it does,
 	// the set waits rather than act on a cache without it.
-	name, now := vol.Name, c.clock()
-	c.expect.expect(key, "volume "+name+" created", now, func(o nomad.Observation) bool {
-		for _, v := range o.Volumes {
-			if v.Volume.Name == name {
-				return true
-			}
-		}
-		return false
+	name := vol.Name
+	p.st.expectWrite("volume "+name+" created", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+		return slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name })
 	})
 	return nil
 }
 
-func (c *controller) deleteVolume(ctx context.Context, key backend.SetKey, obs nomad.Observation, act reconciler.Action) error {
-	if err := c.provisioner.DeleteVolume(ctx, volumeRequest(key, obs, act)); err != nil {
+func (e *podControl) deleteVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+	if err := e.provisioner.DeleteVolume(ctx, volumeRequest(p.key, p.obs, act)); err != nil {
 		return pluginDown(err)
 	}
-	name, now := act.Volume.Name, c.clock()
-	c.expect.expect(key, "volume "+name+" deleted", now, func(o nomad.Observation) bool {
-		for _, v := range o.Volumes {
-			if v.Volume.Name == name {
-				return false
-			}
-		}
-		return true
+	name := act.Volume.Name
+	p.st.expectWrite("volume "+name+" deleted", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+		return !slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name })
 	})
 	return nil
 }

@@ -44,11 +44,19 @@ func newHTTPServer(addr string, a *Agent) (*httpServer, error) {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("GET /v1/statefulsets", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, a.views.list())
+		list := client.SetList{Sets: []client.SetSummary{}}
+		if c := a.current.Load(); c != nil {
+			list = c.sets.list()
+		}
+		writeJSON(w, http.StatusOK, list)
 	})
 	mux.HandleFunc("GET /v1/statefulset/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		key := backend.SetKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
-		d, ok := a.views.get(key)
+		var d client.SetDetail
+		ok := false
+		if c := a.current.Load(); c != nil {
+			d, ok = c.sets.get(key)
+		}
 		if !ok {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no statefulset " + key.String() + " is known to this agent"})
 			return

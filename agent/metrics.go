@@ -2,7 +2,6 @@ package agent
 
 import (
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,9 +21,6 @@ type metrics struct {
 	leader            prometheus.Gauge
 	// calls remembers failing Nomad verbs for /v1/health.
 	calls callHealth
-
-	mu      sync.Mutex
-	podKeys map[backend.SetKey]map[string]bool
 }
 
 func newMetrics(queueDepth func() float64) *metrics {
@@ -46,7 +42,6 @@ func newMetrics(queueDepth func() float64) *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nomad_statefulset_leader", Help: "1 while this agent is the leader.",
 		}),
-		podKeys: map[backend.SetKey]map[string]bool{},
 	}
 	m.reg.MustRegister(m.reconcileDuration, m.pods, m.apiCalls, m.apiErrors, m.leader,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -56,25 +51,24 @@ func newMetrics(queueDepth func() float64) *metrics {
 	return m
 }
 
-// setPods publishes the pod counts of one set; nil counts remove the set.
-func (m *metrics) setPods(key backend.SetKey, counts map[string]int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for state := range m.podKeys[key] {
+// setPods publishes the pod counts of one set, given the states it
+// published last (kept in the set's state), and returns the states now
+// published; nil counts remove the set.
+func (m *metrics) setPods(key backend.SetKey, prev map[string]bool, counts map[string]int) map[string]bool {
+	for state := range prev {
 		if _, ok := counts[state]; !ok {
 			m.pods.DeleteLabelValues(key.Namespace, key.Name, state)
 		}
 	}
 	if counts == nil {
-		delete(m.podKeys, key)
-		return
+		return nil
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(counts))
 	for state, n := range counts {
 		m.pods.WithLabelValues(key.Namespace, key.Name, state).Set(float64(n))
 		seen[state] = true
 	}
-	m.podKeys[key] = seen
+	return seen
 }
 
 // observeNomadCall counts one Nomad call made on the agent's behalf, by

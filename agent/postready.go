@@ -17,30 +17,13 @@ import (
 // hooks could not be asked at all (the worker's context ended mid-call).
 const postReadyUnasked = time.Second
 
+// maxPostReadyCalls bounds the post_ready hook calls one pass makes at once.
+const maxPostReadyCalls = 8
+
 // notReadyHookHeld is the NotReady of a pod a post_ready hook holds. Its
 // release is announced by the HookDone event, not by a PodReady one.
 const notReadyHookHeld = "a post_ready hook holds it"
 
-// postReadyGate holds a pod's readiness back until the post_ready hooks of
-// its current allocation have said done: "wait until a new member has caught
-// up", as OpenKruise's lifecycle hooks do. A held pod is handed to the
-// reconciler as not Ready, so OrderedReady does not start the next ordinal,
-// a rolling update does not move on, and the set's ready count leaves it out.
-//
-// What the hooks said is remembered per allocation ID, so they run once per
-// allocation and not on every reconcile. The memory lasts one leadership
-// term: a new leader asks once more about every ready pod (hooks must be
-// idempotent). A pod whose hooks say done at the first asking keeps Nomad's
-// ReadySince, so that a new leader does not restart min_ready_seconds for the
-// whole set; one they held counts as ready from the moment they said done.
-//
-// The zero value is ready to use. The mutex guards only the map: hook calls
-// run without it, on the worker that owns the set, so a slow hook holds that
-// set's worker for at most the hooks' timeouts and never another set.
-type postReadyGate struct {
-	mu   sync.Mutex
-	sets map[backend.SetKey]map[string]*readyHold // by allocation ID
-}
 
 // readyHold is what the post_ready hooks last said about one allocation.
 type readyHold struct {
@@ -65,15 +48,19 @@ func gated(d nomad.PodDetail) bool {
 // a held pod's retry time has not come), then marks every pod still held as
 // not Ready in obs.Pods, in place. It returns how soon the set should be
 // looked at again for a held pod, 0 when none is held.
-func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs nomad.Observation, now time.Time) time.Duration {
+func (c *controller) gatePostReady(ctx context.Context, st *setState, key backend.SetKey, obs nomad.Observation, now time.Time) time.Duration {
 	if c.hooks == nil {
 		return 0
 	}
-	due := c.postReady.due(key, obs.Pods, now)
+	due := st.postReadyDue(obs.Pods, now)
 	if len(due) > 0 {
 		results := make([]plugin.HookResult, len(due))
 		pods := make([]plugin.Pod, len(due))
 		var wg sync.WaitGroup
+		// The hooks of many pods run at once, but no more than
+		// maxPostReadyCalls: a set of a thousand fresh pods must not start
+		// a thousand calls.
+		slots := make(chan struct{}, maxPostReadyCalls)
 		for i, d := range due {
 			pods[i] = plugin.Pod{
 				Namespace: key.Namespace, Set: key.Name, Ordinal: d.Pod.Ordinal, Name: d.JobID,
@@ -83,8 +70,9 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 			// have many become ready at once), so the wait is that of the
 			// slowest pod, not the sum.
 			wg.Add(1)
+			slots <- struct{}{}
 			go func() {
-				defer wg.Done()
+				defer func() { <-slots; wg.Done() }()
 				results[i] = c.hooks.RunHooks(ctx, plugin.EventPostReady, pods[i])
 			}()
 		}
@@ -95,38 +83,36 @@ func (c *controller) gatePostReady(ctx context.Context, key backend.SetKey, obs 
 		if ctx.Err() == nil {
 			doneAt := c.clock()
 			for i, res := range results {
-				c.recordPostReady(key, pods[i], res, now, doneAt)
+				c.recordPostReady(st, key, pods[i], res, now, doneAt)
 			}
 		}
 	}
-	return c.postReady.apply(key, obs.Pods, now)
+	return st.applyPostReady(obs.Pods, now)
 }
 
 // recordPostReady remembers one answer and says so in the set's events and
 // the log. Only a change is an event: a pod held across many reconciles
 // adds one event per asking, not one per reconcile.
-func (c *controller) recordPostReady(key backend.SetKey, pod plugin.Pod, res plugin.HookResult, now, doneAt time.Time) {
+func (c *controller) recordPostReady(st *setState, key backend.SetKey, pod plugin.Pod, res plugin.HookResult, now, doneAt time.Time) {
 	log := c.log.With("set", key.String(), "pod", pod.Name, "alloc_id", pod.AllocID)
-	held := c.postReady.record(key, pod.AllocID, res, now, doneAt)
+	held := st.recordPostReady(pod.AllocID, res, now, doneAt)
 	switch {
 	case res.Proceed && held:
 		log.Info("post_ready hooks done; the pod counts as ready")
-		c.views.event(key, now, "HookDone", fmt.Sprintf("%s: post_ready hooks done; it counts as ready", pod.Name))
+		c.sets.event(key, now, "HookDone", fmt.Sprintf("%s: post_ready hooks done; it counts as ready", pod.Name))
 	case !res.Proceed:
 		wait := res.RetryAfter.Round(time.Second)
 		log.Info("post_ready hook holds the pod; it does not count as ready", "hook", res.Hook, "failed", res.Failed, "reason", res.Reason, "retry_after", wait)
-		c.views.event(key, now, "HookWaiting", fmt.Sprintf("%s: %s; it does not count as ready until the hook says done, asking again in %s", pod.Name, res.Reason, wait))
+		c.sets.event(key, now, "HookWaiting", fmt.Sprintf("%s: %s; it does not count as ready until the hook says done, asking again in %s", pod.Name, res.Reason, wait))
 	}
 }
 
 // due returns the pods whose hooks should be asked now, and forgets the
 // answers about allocations the set no longer has.
-func (g *postReadyGate) due(key backend.SetKey, pods []nomad.PodDetail, now time.Time) []nomad.PodDetail {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	holds := g.sets[key]
+func (st *setState) postReadyDue(pods []nomad.PodDetail, now time.Time) []nomad.PodDetail {
+	holds := st.readyHolds
 	if len(pods) == 0 {
-		delete(g.sets, key)
+		st.readyHolds = nil
 		return nil
 	}
 	live := make(map[string]bool, len(pods))
@@ -151,17 +137,11 @@ func (g *postReadyGate) due(key backend.SetKey, pods []nomad.PodDetail, now time
 
 // record stores one answer about an allocation. It reports whether the pod
 // had been held before, which is what makes a done answer news.
-func (g *postReadyGate) record(key backend.SetKey, allocID string, res plugin.HookResult, now, doneAt time.Time) (heldBefore bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.sets == nil {
-		g.sets = map[backend.SetKey]map[string]*readyHold{}
+func (st *setState) recordPostReady(allocID string, res plugin.HookResult, now, doneAt time.Time) (heldBefore bool) {
+	if st.readyHolds == nil {
+		st.readyHolds = map[string]*readyHold{}
 	}
-	holds := g.sets[key]
-	if holds == nil {
-		holds = map[string]*readyHold{}
-		g.sets[key] = holds
-	}
+	holds := st.readyHolds
 	h := holds[allocID]
 	heldBefore = h != nil && !h.done
 	if h == nil {
@@ -186,10 +166,8 @@ func (g *postReadyGate) record(key backend.SetKey, allocID string, res plugin.Ho
 // apply marks the ready pods the hooks have not cleared as not Ready, and
 // moves the ReadySince of the pods they cleared late to when they did. It
 // returns how soon a held pod is due to be asked again, 0 if none is held.
-func (g *postReadyGate) apply(key backend.SetKey, pods []nomad.PodDetail, now time.Time) time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	holds := g.sets[key]
+func (st *setState) applyPostReady(pods []nomad.PodDetail, now time.Time) time.Duration {
+	holds := st.readyHolds
 	var next time.Duration
 	for i := range pods {
 		d := &pods[i]
@@ -218,9 +196,9 @@ func (g *postReadyGate) apply(key backend.SetKey, pods []nomad.PodDetail, now ti
 
 // postReadyView returns obs with the pods the hooks still hold shown as not
 // ready, for the set's view, without asking any hook.
-func (c *controller) postReadyView(key backend.SetKey, obs nomad.Observation) nomad.Observation {
+func (c *controller) postReadyView(st *setState, obs nomad.Observation) nomad.Observation {
 	if c.hooks != nil {
-		c.postReady.apply(key, obs.Pods, c.clock())
+		st.applyPostReady(obs.Pods, c.clock())
 	}
 	return obs
 }
@@ -231,12 +209,4 @@ func soonest(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
-}
-
-// forget drops what the hooks said about the allocations of a set that is
-// gone.
-func (g *postReadyGate) forget(key backend.SetKey) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.sets, key)
 }

@@ -25,7 +25,7 @@ import (
 // nodes that hold its other ordinals: their live allocations and their
 // volumes, observed or created in this pass (placed). Reading a node other than by ID costs a GetNode, made only when a
 // pod or volume is created.
-func (c *controller) usedSpreadValues(ctx context.Context, spec reconciler.Spec, obs nomad.Observation, placed map[int][]string, ord int) ([]string, error) {
+func (e *podControl) usedSpreadValues(ctx context.Context, spec reconciler.Spec, obs nomad.Observation, placed map[int][]string, ord int) ([]string, error) {
 	nodes := map[string]bool{}
 	for _, d := range obs.Pods {
 		if d.Pod.Ordinal != ord && d.NodeID != "" && !d.AllTerminal {
@@ -48,7 +48,7 @@ func (c *controller) usedSpreadValues(ctx context.Context, spec reconciler.Spec,
 	for id := range nodes {
 		val := id
 		if spec.Spread != "${node.unique.id}" {
-			n, err := c.api.GetNode(ctx, id)
+			n, err := e.api.GetNode(ctx, id)
 			if errors.Is(err, nomad.ErrNotFound) {
 				continue // a node gone for good constrains nothing
 			}
@@ -74,12 +74,15 @@ func spreadConstraints(attr string, used []string) []plugin.Constraint {
 	return out
 }
 
-// spreadRetry is how soon a step held by a hard spread is tried again; a
-// node event (a node joining, a drain ending) looks at the set sooner.
+// spreadRetry is how long a spread no node meets holds the ordinal's
+// creation (required spread) or lets it go without the rule (soft spread)
+// before the rule is tried again; a node event (a node joining, a drain
+// ending) looks at the set sooner.
 const spreadRetry = 30 * time.Second
 
-// spreadUnsatisfiable holds a step whose hard spread cannot be met.
-func spreadUnsatisfiable(ord int, spec reconciler.Spec, used []string, err error) error {
-	return &deferError{wait: spreadRetry, kind: "SpreadUnsatisfiable",
-		reason: fmt.Sprintf("ordinal %d needs a node whose %s is none of %v (statefulset_spread_required): %v", ord, spec.Spread, used, err)}
+// spreadUnmet reports that no node with a spread value of its own takes the
+// ordinal; the reconciler decides what follows (Hold SpreadUnsatisfiable).
+func spreadUnmet(ord int, spec reconciler.Spec, used []string, err error) error {
+	return &holdError{step: reconciler.StepCreate, reason: reconciler.HoldSpreadUnsatisfiable, wait: spreadRetry,
+		msg: fmt.Sprintf("ordinal %d needs a node whose %s is none of %v: %v", ord, spec.Spread, used, err)}
 }

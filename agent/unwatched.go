@@ -3,7 +3,6 @@ package agent
 import (
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -25,7 +24,7 @@ import (
 // be known to have happened by. The cost is a few seconds' delay for a
 // child that vanished long before; the gain is never running two copies of
 // one ordinal. A child that vanishes later in the term was seen to go.
-func (c *controller) unwatchedGone(p *pass) map[int]time.Duration {
+func (c *controller) unwatchedGone(p *pass) []reconciler.Hold {
 	if c.termStart.IsZero() || p.spec.Deleted {
 		return nil
 	}
@@ -36,34 +35,26 @@ func (c *controller) unwatchedGone(p *pass) map[int]time.Duration {
 	for _, s := range p.obs.Stopped {
 		present[s.Ordinal] = true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	until, seen := c.vanished[p.key]
-	if !seen {
-		until = map[int]time.Time{}
+	st := p.st
+	if !st.vanishedKnown {
+		st.vanishedKnown = true
+		st.vanished = map[int]time.Time{}
 		for _, r := range p.prev.Ordinals {
 			if r.Revision == "" || r.Condemned || present[r.Ordinal] ||
 				r.Ordinal < p.spec.OrdinalsStart || r.Ordinal >= p.spec.OrdinalsStart+p.spec.Replicas {
 				continue
 			}
-			until[r.Ordinal] = c.termStart.Add(c.lastKillGrace(p, r) + nomad.PurgeMargin)
+			st.vanished[r.Ordinal] = c.termStart.Add(c.lastKillGrace(p, r) + nomad.PurgeMargin)
 		}
-		if c.vanished == nil {
-			c.vanished = map[backend.SetKey]map[int]time.Time{}
-		}
-		c.vanished[p.key] = until
 	}
-	var out map[int]time.Duration
-	for ord, at := range until {
-		left := at.Sub(p.now)
-		if left <= 0 || present[ord] {
-			delete(until, ord)
+	var out []reconciler.Hold
+	for ord, at := range st.vanished {
+		if !at.After(p.now) || present[ord] {
+			delete(st.vanished, ord)
 			continue
 		}
-		if out == nil {
-			out = map[int]time.Duration{}
-		}
-		out[ord] = left
+		out = append(out, reconciler.Hold{Ordinal: ord, Step: reconciler.StepCreate, Until: at, Reason: reconciler.HoldKillGrace,
+			Message: "its child vanished from Nomad while no leader watched (a purge?), and its old task may still be stopping on its node"})
 	}
 	return out
 }

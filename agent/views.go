@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
@@ -16,79 +15,39 @@ import (
 // maxEvents is how many recent events are kept per set for `status`.
 const maxEvents = 20
 
-// views holds what the HTTP API shows for each set, refreshed at the end of
-// every reconcile. Reads never touch Nomad or the store.
-type views struct {
-	mu   sync.RWMutex
-	sets map[backend.SetKey]*client.SetDetail
-	// onPods receives each set's pod counts by state, for metrics; nil
-	// counts when the set is removed.
-	onPods func(key backend.SetKey, counts map[string]int)
+// The views are what the HTTP API shows for each set, refreshed at the end
+// of every reconcile and kept in the set's state. Reads never touch Nomad or
+// the store.
+
+// withView runs f on key's view under its lock.
+func (s *setStates) withView(key backend.SetKey, f func(d *client.SetDetail)) {
+	st := s.of(key)
+	st.viewMu.Lock()
+	defer st.viewMu.Unlock()
+	f(&st.view)
 }
 
-func newViews(onPods func(backend.SetKey, map[string]int)) *views {
-	return &views{sets: map[backend.SetKey]*client.SetDetail{}, onPods: onPods}
+func (s *setStates) event(key backend.SetKey, now time.Time, typ, msg string) {
+	s.withView(key, func(d *client.SetDetail) {
+		d.Events = append(d.Events, client.Event{Time: now, Type: typ, Message: msg})
+		if len(d.Events) > maxEvents {
+			d.Events = append([]client.Event(nil), d.Events[len(d.Events)-maxEvents:]...)
+		}
+	})
 }
 
-func (v *views) getLocked(key backend.SetKey) *client.SetDetail {
-	d := v.sets[key]
-	if d == nil {
-		d = &client.SetDetail{Namespace: key.Namespace, Name: key.Name}
-		v.sets[key] = d
-	}
-	return d
+func (s *setStates) setError(key backend.SetKey, msg string) {
+	s.withView(key, func(d *client.SetDetail) { d.Error = msg })
 }
 
-func (v *views) event(key backend.SetKey, now time.Time, typ, msg string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	d := v.getLocked(key)
-	d.Events = append(d.Events, client.Event{Time: now, Type: typ, Message: msg})
-	if len(d.Events) > maxEvents {
-		d.Events = append([]client.Event(nil), d.Events[len(d.Events)-maxEvents:]...)
-	}
-}
-
-func (v *views) setError(key backend.SetKey, msg string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.getLocked(key).Error = msg
-}
-
-func (v *views) setStatus(key backend.SetKey, st reconciler.Status) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.getLocked(key).Status = statusView(st)
-}
-
-// reset forgets every set: a leadership term ended, and a former leader
-// must not go on serving a status it no longer keeps current.
-func (v *views) reset() {
-	v.mu.Lock()
-	keys := make([]backend.SetKey, 0, len(v.sets))
-	for k := range v.sets {
-		keys = append(keys, k)
-	}
-	v.mu.Unlock()
-	for _, k := range keys {
-		v.remove(k)
-	}
-}
-
-func (v *views) remove(key backend.SetKey) {
-	v.mu.Lock()
-	_, had := v.sets[key]
-	delete(v.sets, key)
-	v.mu.Unlock()
-	if had && v.onPods != nil {
-		v.onPods(key, nil)
-	}
+func (s *setStates) setStatus(key backend.SetKey, st reconciler.Status) {
+	s.withView(key, func(d *client.SetDetail) { d.Status = statusView(st) })
 }
 
 // update replaces the set's view with the outcome of a reconcile, which
 // also clears an error an earlier pass showed (an invalid spec, a corrupt
 // stored value).
-func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, now time.Time) {
+func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, now time.Time) {
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	volumesByOrd := map[int][]string{}
@@ -125,8 +84,10 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	}
 	sort.Slice(rv, func(i, j int) bool { return rv[i].Number < rv[j].Number })
 
-	v.mu.Lock()
-	d := v.getLocked(key)
+	state := s.of(key)
+	state.viewMu.Lock()
+	defer state.viewMu.Unlock()
+	d := &state.view
 	for _, e := range readinessEvents(d.Pods, pods) {
 		d.Events = append(d.Events, client.Event{Time: now, Type: e[0], Message: e[1]})
 	}
@@ -138,9 +99,8 @@ func (v *views) update(key backend.SetKey, spec reconciler.Spec, st reconciler.S
 	d.Pods = pods
 	d.Revisions = rv
 	d.Error = ""
-	v.mu.Unlock()
-	if v.onPods != nil {
-		v.onPods(key, counts)
+	if s.onPods != nil {
+		state.podStates = s.onPods(key, state.podStates, counts)
 	}
 }
 
@@ -233,16 +193,19 @@ func podState(p reconciler.Pod, minReady int, now time.Time) string {
 	return "Pending"
 }
 
-func (v *views) list() client.SetList {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
+func (s *setStates) list() client.SetList {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := client.SetList{Sets: []client.SetSummary{}}
-	for _, d := range v.sets {
+	for _, st := range s.m {
+		st.viewMu.Lock()
+		d := &st.view
 		out.Sets = append(out.Sets, client.SetSummary{
 			Namespace: d.Namespace, Name: d.Name, Replicas: d.Spec.Replicas, ReadyReplicas: d.Status.ReadyReplicas,
 			CurrentRevision: d.Status.CurrentRevision, UpdateRevision: d.Status.UpdateRevision, Conditions: d.Status.Conditions,
 			Error: d.Error,
 		})
+		st.viewMu.Unlock()
 	}
 	sort.Slice(out.Sets, func(i, j int) bool {
 		if out.Sets[i].Namespace != out.Sets[j].Namespace {
@@ -253,13 +216,14 @@ func (v *views) list() client.SetList {
 	return out
 }
 
-func (v *views) get(key backend.SetKey) (client.SetDetail, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	d, ok := v.sets[key]
+func (s *setStates) get(key backend.SetKey) (client.SetDetail, bool) {
+	st, ok := s.peek(key)
 	if !ok {
 		return client.SetDetail{}, false
 	}
+	st.viewMu.Lock()
+	defer st.viewMu.Unlock()
+	d := &st.view
 	cp := *d
 	cp.Pods = append([]client.Pod(nil), d.Pods...)
 	cp.Revisions = append([]client.Revision(nil), d.Revisions...)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -84,4 +86,85 @@ func ClaimModes(parent *api.Job, claim string) (access, attachment string) {
 		}
 	}
 	return access, attachment
+}
+
+// Constraint is one placement constraint of the parent job, as a volume
+// provisioner receives it.
+type Constraint struct {
+	LTarget, RTarget, Operand string
+}
+
+// ClaimPlacement is what a claim's volume must honour of the parent job:
+// its node pool and job-level constraints, and the claim's access and
+// attachment modes (ClaimModes).
+type ClaimPlacement struct {
+	NodePool                   string
+	Constraints                []Constraint
+	AccessMode, AttachmentMode string
+}
+
+// PlacementOf returns the placement a claim's volume must honour; a nil
+// parent (purged) asks for nothing.
+func PlacementOf(parent *api.Job, claim string) ClaimPlacement {
+	var p ClaimPlacement
+	if parent == nil {
+		return p
+	}
+	if parent.NodePool != nil {
+		p.NodePool = *parent.NodePool
+	}
+	for _, c := range parent.Constraints {
+		if c != nil {
+			p.Constraints = append(p.Constraints, Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
+		}
+	}
+	p.AccessMode, p.AttachmentMode = ClaimModes(parent, claim)
+	return p
+}
+
+// ConsulServices returns the names of the parent's services that Consul
+// holds (provider "consul", the default), group and task level, sorted and
+// without duplicates. A name with an interpolation (${…}) is left out: it
+// is not known until Nomad renders it per allocation, so its checks cannot
+// be watched.
+func ConsulServices(parent *api.Job) []string {
+	if parent == nil || len(parent.TaskGroups) == 0 || parent.TaskGroups[0] == nil {
+		return nil
+	}
+	g := parent.TaskGroups[0]
+	var out []string
+	add := func(ss []*api.Service) {
+		for _, s := range ss {
+			if s == nil || s.Name == "" || strings.Contains(s.Name, "${") {
+				continue
+			}
+			if s.Provider != "" && s.Provider != api.ServiceProviderConsul {
+				continue
+			}
+			out = append(out, s.Name)
+		}
+	}
+	add(g.Services)
+	for _, t := range g.Tasks {
+		if t != nil {
+			add(t.Services)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Version is the parent job's version and JobModifyIndex, zero for a nil
+// job or unset fields.
+func Version(job *api.Job) (version, modifyIndex uint64) {
+	if job == nil {
+		return 0, 0
+	}
+	if job.Version != nil {
+		version = *job.Version
+	}
+	if job.JobModifyIndex != nil {
+		modifyIndex = *job.JobModifyIndex
+	}
+	return version, modifyIndex
 }

@@ -423,3 +423,15 @@ func safetyMatches(child *api.Job) bool {
 	}
 	return true
 }
+
+// RestoreCount puts the count of a child scaled up by hand back to 1, in
+// place, and reports whether it did: the child is then registered again as
+// it is, so that Nomad stops only the extra allocations.
+func RestoreCount(child *api.Job) bool {
+	if ScaledChild(child) == 0 {
+		return false
+	}
+	one := 1
+	child.TaskGroups[0].Count = &one
+	return true
+}

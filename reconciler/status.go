@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -275,4 +276,59 @@ func (r *reconciler) keepTransition(c Condition) Condition {
 		}
 	}
 	return c
+}
+
+// SetCondition returns conds with cond replacing the condition of its type,
+// or added, keeping the transition time when its status did not change.
+func SetCondition(conds []Condition, cond Condition, now time.Time) []Condition {
+	out := make([]Condition, 0, len(conds)+1)
+	replaced := false
+	for _, c := range conds {
+		if c.Type == cond.Type {
+			cond.LastTransitionTime = c.LastTransitionTime
+			if c.Status != cond.Status || cond.LastTransitionTime.IsZero() {
+				cond.LastTransitionTime = now
+			}
+			out = append(out, cond)
+			replaced = true
+			continue
+		}
+		out = append(out, c)
+	}
+	if !replaced {
+		cond.LastTransitionTime = now
+		out = append(out, cond)
+	}
+	return out
+}
+
+// InvalidStatus is prev with the InvalidSpec condition set to msg: what is
+// recorded for a set whose job does not parse, which is otherwise left
+// untouched.
+func InvalidStatus(prev Status, msg string, now time.Time) Status {
+	next := prev
+	next.Conditions = SetCondition(prev.Conditions, Condition{
+		Type: ConditionInvalidSpec, Status: true, Reason: "InvalidAnnotations", Message: msg,
+	}, now)
+	return next
+}
+
+// StatusEqual reports whether two statuses say the same thing, so that a
+// status is written only when it changed. It compares times as instants
+// and treats a nil list as an empty one: a status read back from the store
+// differs from a computed one in both representations (a time's location
+// and monotonic reading, a list's nil-ness) but not in meaning, and
+// reflect.DeepEqual took that for a change and wrote again.
+func StatusEqual(a, b Status) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || a.Replicas != b.Replicas || a.ReadyReplicas != b.ReadyReplicas ||
+		a.AvailableReplicas != b.AvailableReplicas || a.CurrentReplicas != b.CurrentReplicas ||
+		a.UpdatedReplicas != b.UpdatedReplicas || a.CurrentRevision != b.CurrentRevision ||
+		a.UpdateRevision != b.UpdateRevision || a.CollisionCount != b.CollisionCount ||
+		!a.LastProgressTime.Equal(b.LastProgressTime) || !slices.Equal(a.Ordinals, b.Ordinals) {
+		return false
+	}
+	return slices.EqualFunc(a.Conditions, b.Conditions, func(x, y Condition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
+			x.LastTransitionTime.Equal(y.LastTransitionTime)
+	})
 }
