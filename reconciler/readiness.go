@@ -32,9 +32,12 @@ const (
 // pure function), so the sources only record facts and never overrule one
 // another's verdicts.
 type ReadinessFacts struct {
-	Alloc  AllocFacts
+	// Alloc is what Nomad says of the allocation; backend/nomad records it.
+	Alloc AllocFacts
+	// Checks is what Consul says of its checks; the agent records it.
 	Checks CheckFacts
-	Hooks  HookFacts
+	// Hooks is what the post_ready hooks said; the agent records it.
+	Hooks HookFacts
 }
 
 // AllocFacts is what Nomad says about a pod's newest allocation.
