@@ -38,9 +38,14 @@ func (f *fakeChecks) Checks(_ backend.SetKey, allocID string) (consul.AllocCheck
 func TestApplyChecks(t *testing.T) {
 	key := backend.SetKey{Namespace: "default", Name: "web"}
 	readyAt := time.Unix(1_000_000, 0)
+	// ready is a pod Ready on its task states, as Observe hands it over;
+	// missed: Nomad judged it unhealthy (it missed its healthy_deadline).
 	ready := func(missed bool) nomad.PodDetail {
-		return nomad.PodDetail{AllocID: "a1", HealthMissed: missed,
-			Pod: reconciler.Pod{Phase: reconciler.PhaseRunning, Ready: true, ReadySince: readyAt}}
+		d := nomad.PodDetail{AllocID: "a1", Pod: reconciler.Pod{Phase: reconciler.PhaseRunning},
+			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{
+				Live: true, HealthKnown: true, Healthy: !missed, HealthTime: readyAt, TasksKnown: true}}}
+		d.Judge()
+		return d
 	}
 	cases := []struct {
 		name        string
@@ -59,8 +64,8 @@ func TestApplyChecks(t *testing.T) {
 		{name: "checks passing again move ReadySince", pod: ready(false), checks: consul.AllocChecks{Known: true, PassingSince: readyAt.Add(time.Hour)},
 			synced: true, hasServices: true, ready: true, since: readyAt.Add(time.Hour)},
 		{name: "checks not read yet leave a healthy pod Ready", pod: ready(false), hasServices: true, ready: true, since: readyAt},
-		{name: "a pod that missed its deadline waits for its checks", pod: ready(true), hasServices: true, notReady: notReadyChecksUnknown},
-		{name: "a pod that missed its deadline with no checks listed waits", pod: ready(true), synced: true, hasServices: true, notReady: notReadyChecksUnknown},
+		{name: "a pod that missed its deadline waits for its checks", pod: ready(true), hasServices: true, notReady: reconciler.NotReadyChecksUnknown},
+		{name: "a pod that missed its deadline with no checks listed waits", pod: ready(true), synced: true, hasServices: true, notReady: reconciler.NotReadyChecksUnknown},
 		{name: "a pod that missed its deadline is Ready once its checks pass", pod: ready(true), checks: consul.AllocChecks{Known: true},
 			synced: true, hasServices: true, ready: true, since: readyAt},
 		{name: "a pod that missed its deadline without Consul services is Ready on its tasks", pod: ready(true), ready: true, since: readyAt},

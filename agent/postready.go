@@ -22,7 +22,7 @@ const maxPostReadyCalls = 8
 
 // notReadyHookHeld is the NotReady of a pod a post_ready hook holds. Its
 // release is announced by the HookDone event, not by a PodReady one.
-const notReadyHookHeld = "a post_ready hook holds it"
+const notReadyHookHeld = reconciler.NotReadyHookHeld
 
 
 // readyHold is what the post_ready hooks last said about one allocation.
@@ -163,26 +163,23 @@ func (st *setState) recordPostReady(allocID string, res plugin.HookResult, now, 
 	return heldBefore
 }
 
-// apply marks the ready pods the hooks have not cleared as not Ready, and
-// moves the ReadySince of the pods they cleared late to when they did. It
+// apply records what the hooks said in the readiness facts of each pod and
+// judges it again: reconciler.JudgeReadiness holds a pod they have not
+// cleared, and counts one they cleared late as ready from when they did. It
 // returns how soon a held pod is due to be asked again, 0 if none is held.
 func (st *setState) applyPostReady(pods []nomad.PodDetail, now time.Time) time.Duration {
 	holds := st.readyHolds
 	var next time.Duration
 	for i := range pods {
 		d := &pods[i]
-		if !gated(*d) {
-			continue
-		}
+		d.Facts.Hooks = reconciler.HookFacts{Configured: true}
 		h := holds[d.AllocID]
-		if h != nil && h.done {
-			if h.doneAt.After(d.Pod.ReadySince) {
-				d.Pod.ReadySince = h.doneAt
-			}
+		if h != nil {
+			d.Facts.Hooks.Done, d.Facts.Hooks.DoneAt = h.done, h.doneAt
+		}
+		if d.Judge(); d.NotReady != notReadyHookHeld {
 			continue
 		}
-		d.Pod.Ready, d.Pod.ReadySince = false, time.Time{}
-		d.NotReady = notReadyHookHeld
 		wait := postReadyUnasked
 		if h != nil {
 			wait = max(h.retryAt.Sub(now), time.Millisecond)

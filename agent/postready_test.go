@@ -265,13 +265,22 @@ func TestPostReadyGate(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	nomadReady := now.Add(-time.Minute)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
+	// pod is a running pod as Observe hands it over: ready by Nomad since
+	// nomadReady, or still waiting for Nomad's health.
 	pod := func(alloc string, ready bool) nomad.PodDetail {
-		p := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning, Ready: ready}
+		d := nomad.PodDetail{Pod: reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning}, JobID: "web-0", AllocID: alloc,
+			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{Live: true}}}
 		if ready {
-			p.ReadySince = nomadReady
+			d.Facts.Alloc.HealthKnown, d.Facts.Alloc.Healthy, d.Facts.Alloc.HealthTime = true, true, nomadReady
 		}
-		return nomad.PodDetail{Pod: p, JobID: "web-0", AllocID: alloc}
+		d.Judge()
+		return d
 	}
+	// critical is ready by Nomad, but a Consul check is critical: the checks
+	// gate before the hooks, so it is neither asked about nor held.
+	critical := pod("a", true)
+	critical.Facts.Checks = reconciler.CheckFacts{Watched: true, Synced: true, Known: true, Critical: "check c is critical"}
+	critical.Judge()
 	wait := plugin.HookResult{RetryAfter: 5 * time.Second, Reason: "catching up"}
 	done := plugin.HookResult{Proceed: true}
 	doneAt := now.Add(3 * time.Second)
@@ -286,6 +295,7 @@ func TestPostReadyGate(t *testing.T) {
 	}{
 		{name: "never asked: due and held", pod: pod("a", true), wantDue: true, wantHold: postReadyUnasked},
 		{name: "not ready in Nomad: nothing to do", pod: pod("a", false)},
+		{name: "a critical check: nothing to do", pod: critical},
 		{name: "waiting: held until the retry", answers: []plugin.HookResult{wait}, pod: pod("a", true), wantHold: 5 * time.Second},
 		{name: "done at once: Nomad's ReadySince stands", answers: []plugin.HookResult{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
 		{name: "done after a wait: ready from then", answers: []plugin.HookResult{wait, done}, pod: pod("a", true), wantReady: true, wantSince: doneAt},
@@ -383,10 +393,13 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 		}),
 	}
 	observe := func() nomad.Observation {
-		return nomad.Observation{Pods: []nomad.PodDetail{{
-			Pod:   reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning, Ready: true, ReadySince: now},
+		d := nomad.PodDetail{
+			Pod:   reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning},
 			JobID: "web-0", AllocID: "a",
-		}}}
+			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: now}},
+		}
+		d.Judge()
+		return nomad.Observation{Pods: []nomad.PodDetail{d}}
 	}
 
 	obs := observe()

@@ -183,7 +183,7 @@ func podState(p reconciler.Pod, minReady int, now time.Time) string {
 		// A service that ended was stopped from outside: the set wants it
 		// running, so it is never shown as Succeeded.
 		return "Stopped"
-	case p.Ready && !now.Before(p.ReadySince.Add(time.Duration(minReady)*time.Second)):
+	case reconciler.Available(p, minReady, now):
 		return "Available"
 	case p.Ready:
 		return "Ready"

@@ -3,9 +3,11 @@ package agent
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // Readiness changes of a pod whose allocation stays the same are events;
@@ -37,6 +39,41 @@ func TestReadinessEvents(t *testing.T) {
 			got := readinessEvents([]client.Pod{tc.before}, []client.Pod{tc.after})
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("events %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A pod the view shows as Available is one the reconciler counts as
+// available, and the other way round. They once disagreed about a Ready pod
+// without ReadySince under min_ready_seconds: the view showed it Available
+// while the status (rightly) did not count it.
+func TestPodStateAgreesWithTheReconciler(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ready := func(since time.Time) reconciler.Pod {
+		return reconciler.Pod{Revision: "web-1", Phase: reconciler.PhaseRunning, Ready: true, ReadySince: since}
+	}
+	cases := []struct {
+		name     string
+		minReady int
+		pod      reconciler.Pod
+	}{
+		{"ready without ReadySince under min_ready_seconds", 10, ready(time.Time{})},
+		{"ready without ReadySince, no min_ready_seconds", 0, ready(time.Time{})},
+		{"ready long enough", 10, ready(now.Add(-10 * time.Second))},
+		{"ready too recently", 10, ready(now.Add(-9 * time.Second))},
+		{"running, not ready", 0, reconciler.Pod{Revision: "web-1", Phase: reconciler.PhaseRunning}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := reconciler.Reconcile(reconciler.Input{
+				Spec:         reconciler.Spec{Name: "web", Replicas: 1, MinReadySeconds: tc.minReady},
+				TemplateData: []byte("v1"), Pods: []reconciler.Pod{tc.pod}, Now: now,
+			})
+			counted := out.Status.AvailableReplicas == 1
+			if shown := podState(tc.pod, tc.minReady, now) == "Available"; shown != counted {
+				t.Fatalf("the view shows the pod %s; the reconciler counts it available: %v",
+					podState(tc.pod, tc.minReady, now), counted)
 			}
 		})
 	}

@@ -254,18 +254,9 @@ func runningAndReady(p *Pod) bool {
 }
 
 // available reports whether a Running and Ready pod has been ready for at
-// least minReadySeconds at now.
+// least minReadySeconds at now; see Available.
 func (r *reconciler) available(p *Pod) bool {
-	if !runningAndReady(p) {
-		return false
-	}
-	if r.spec.MinReadySeconds == 0 {
-		return true
-	}
-	if p.ReadySince.IsZero() {
-		return false
-	}
-	return !r.now.Before(p.ReadySince.Add(time.Duration(r.spec.MinReadySeconds) * time.Second))
+	return Available(*p, r.spec.MinReadySeconds, r.now)
 }
 
 // healthy is the opposite of Kubernetes' isUnavailable: available and not

@@ -158,7 +158,9 @@ type Pod struct {
 	Phase Phase
 	// Ready means Running and healthy according to Nomad.
 	Ready bool
-	// ReadySince is when the pod last became Ready; zero if not Ready.
+	// ReadySince is when the pod last became Ready; zero if not Ready. A
+	// Ready pod whose ReadySince is zero (unknown) is not available while
+	// MinReadySeconds is above 0; see Available.
 	ReadySince time.Time
 	// Terminating means a stop was requested but the allocation is not terminal.
 	Terminating bool

@@ -309,13 +309,12 @@ func (w *world) inRange(ord int) bool {
 	return ord >= w.spec.OrdinalsStart && ord < w.spec.OrdinalsStart+w.spec.Replicas
 }
 
-// healthy is the test's own notion of an available pod, written
-// independently of the reconciler's.
+// healthy is the test's notion of an available pod that is not
+// terminating. Availability itself is judged by Available, the one function
+// the reconciler and the agent's views use too: an oracle of its own once
+// disagreed with them about a Ready pod without ReadySince.
 func (w *world) healthy(p Pod) bool {
-	if p.Terminating || p.Phase != PhaseRunning || !p.Ready {
-		return false
-	}
-	return !w.now.Before(p.ReadySince.Add(time.Duration(w.spec.MinReadySeconds) * time.Second))
+	return !p.Terminating && Available(p, w.spec.MinReadySeconds, w.now)
 }
 
 // step runs one reconcile: it builds the input, decides, checks and applies

@@ -1,7 +1,6 @@
 package nomad
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"time"
@@ -48,13 +47,15 @@ type PodDetail struct {
 	AllTerminal bool
 	// NotReady says why a pod whose allocation runs is not Ready, as a
 	// user reads it ("task app is restarting (3 restarts)"); empty when it
-	// is Ready or not running.
+	// is Ready or not running. Judge sets it with Pod.Ready and
+	// Pod.ReadySince.
 	NotReady string
-	// HealthMissed is set on a Ready pod whose allocation Nomad judged
-	// unhealthy (it missed its healthy_deadline), which is Ready on its
-	// task states alone: the Consul checks of its services must confirm it
-	// (DESIGN §2), and without them it is not Ready.
-	HealthMissed bool
+	// Facts are what the pod's readiness is judged from. Observe records
+	// the allocation's; the agent adds the Consul checks' and the
+	// post_ready hooks' and judges again, so that every source is heard by
+	// the one judge (reconciler.JudgeReadiness) and none overrules
+	// another's verdict.
+	Facts reconciler.ReadinessFacts
 	// Blocked is Nomad's placement failure for a pod whose child has no
 	// allocation since Nomad last failed to place it; empty otherwise.
 	Blocked string
@@ -260,71 +261,57 @@ func lostWaitLeft(a *allocState, job *jobs.ChildRecord, now time.Time) time.Dura
 
 // WaitingForHealth is the NotReady of a running pod whose allocation Nomad
 // has not judged healthy yet: every new pod's first wait.
-const WaitingForHealth = "waiting for Nomad to judge the allocation healthy"
+const WaitingForHealth = reconciler.NotReadyWaitingForHealth
 
-// liveReadiness sets the Ready, ReadySince, NotReady and HealthMissed of
-// a pod whose newest allocation runs and is not being replaced (DESIGN §2).
-// Nomad's deployment health is the first gate: it is one-shot, so once it
-// is known the pod is Ready only while every task counted runs. A pod
-// Nomad judged unhealthy is Ready on its tasks too, so that one which missed
-// its healthy_deadline recovers; the Consul checks then have the last word
-// (HealthMissed). ReadySince is when the pod last became Ready: Nomad's
-// health stamp, or the start of a task that restarted since.
-func liveReadiness(d *PodDetail, a *allocState, job *jobs.ChildRecord) {
-	switch {
-	case !a.healthKnown:
-		d.NotReady = WaitingForHealth
-		return
-	case !a.healthy && !a.tasksKnown:
-		// No task states to recover on: Nomad's word stands.
-		d.NotReady = "Nomad judged the allocation unhealthy"
-		return
-	}
-	if why := tasksNotReady(a, job); why != "" {
-		d.NotReady = why
-		return
-	}
-	d.Pod.Ready = true
-	d.Pod.ReadySince = a.healthTime
-	if a.tasksStarted > 0 {
-		if t := time.Unix(0, a.tasksStarted); t.After(d.Pod.ReadySince) {
-			d.Pod.ReadySince = t
-		}
-	}
-	d.HealthMissed = !a.healthy
+// Judge sets the pod's Ready, ReadySince and NotReady from its Facts, as
+// reconciler.JudgeReadiness finds them. It is the only place they are set,
+// so they are always the verdict on every fact recorded so far.
+func (d *PodDetail) Judge() {
+	r := reconciler.JudgeReadiness(d.Facts)
+	d.Pod.Ready, d.Pod.ReadySince, d.NotReady = r.Ready, r.Since, r.Why
 }
 
-// tasksNotReady says which task keeps an allocation from being ready: one
-// that is restarting, dead or not started. As Nomad's own health tracker
-// (client/allochealth), it leaves out poststop tasks, which wait for the
-// main tasks to end, and prestart and poststart tasks (not sidecars) that
-// finished successfully. Empty when every task counted runs, or when the
-// allocation carried no task states.
-func tasksNotReady(a *allocState, job *jobs.ChildRecord) string {
-	for _, t := range a.tasks {
-		hook, sidecar := job.TaskLifecycle(t.name)
-		if !sidecar {
-			switch hook {
-			case api.TaskLifecycleHookPoststop:
-				continue
-			case api.TaskLifecycleHookPrestart, api.TaskLifecycleHookPoststart:
-				if t.state == taskDead && !t.failed {
-					continue
-				}
+// allocFacts returns what readiness reads of the newest allocation of a
+// pod, which runs and is not being replaced (DESIGN §2): Nomad's one-shot
+// deployment health, and the tasks that do not run with their lifecycle in
+// the child job.
+func allocFacts(a *allocState, job *jobs.ChildRecord) reconciler.AllocFacts {
+	f := reconciler.AllocFacts{
+		Live:        true,
+		HealthKnown: a.healthKnown, Healthy: a.healthy, HealthTime: a.healthTime,
+		TasksKnown: a.tasksKnown,
+	}
+	if a.tasksStarted > 0 {
+		f.TasksStarted = time.Unix(0, a.tasksStarted)
+	}
+	if len(a.tasks) > 0 {
+		// a.tasks is in name order already: the reason a pod shows must
+		// not flap between two tasks.
+		f.Tasks = make([]reconciler.TaskFacts, len(a.tasks))
+		for i, t := range a.tasks {
+			hook, sidecar := job.TaskLifecycle(t.name)
+			f.Tasks[i] = reconciler.TaskFacts{
+				Name: t.name, State: t.state, Dead: t.state == taskDead, Failed: t.failed, Restarts: t.restarts,
+				Lifecycle: taskLifecycle(hook), Sidecar: sidecar,
 			}
 		}
-		switch {
-		case t.state == taskDead && t.failed:
-			return fmt.Sprintf("task %s failed", t.name)
-		case t.state == taskDead:
-			return fmt.Sprintf("task %s is dead", t.name)
-		case t.restarts > 0:
-			return fmt.Sprintf("task %s is restarting (%d restarts)", t.name, t.restarts)
-		default:
-			return fmt.Sprintf("task %s is %s", t.name, t.state)
-		}
 	}
-	return ""
+	return f
+}
+
+// taskLifecycle maps Nomad's lifecycle hook names to the reconciler's. An
+// unknown hook counts as a main task, which must run: a pod is never taken
+// as ready on a task it does not understand.
+func taskLifecycle(hook string) reconciler.TaskLifecycle {
+	switch hook {
+	case api.TaskLifecycleHookPrestart:
+		return reconciler.TaskPrestart
+	case api.TaskLifecycleHookPoststart:
+		return reconciler.TaskPoststart
+	case api.TaskLifecycleHookPoststop:
+		return reconciler.TaskPoststop
+	}
+	return reconciler.TaskMain
 }
 
 // podFromChild maps a child job and its allocations to a pod, following
@@ -404,7 +391,8 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 			d.Pod.Terminating = true
 		}
 		if !d.Pod.Terminating && !olderLive {
-			liveReadiness(&d, a, job)
+			d.Facts.Alloc = allocFacts(a, job)
+			d.Judge()
 		}
 	case api.AllocClientStatusComplete:
 		d.Pod.Phase = reconciler.PhaseSucceeded

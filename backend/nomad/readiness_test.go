@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // lifecycleChild is a child whose group has a main task "app", a sidecar
@@ -28,8 +29,8 @@ func lifecycleChild() *api.Job {
 // health, as DESIGN §2 says: a restarting or dead task makes the pod not
 // Ready at once, finished lifecycle tasks and poststop tasks do not count,
 // a pod that missed its healthy_deadline is Ready once its tasks run (and
-// must then be confirmed by its checks), and ReadySince moves when a task
-// restarted.
+// must then be confirmed by its checks: the facts recorded say so), and
+// ReadySince moves when a task restarted.
 func TestLiveReadinessFromTaskStates(t *testing.T) {
 	healthAt := time.Unix(1_000_000, 0)
 	now := healthAt.Add(time.Hour)
@@ -47,13 +48,13 @@ func TestLiveReadinessFromTaskStates(t *testing.T) {
 		return m
 	}
 	cases := []struct {
-		name         string
-		healthy      *bool
-		tasks        map[string]*api.TaskState
-		ready        bool
-		readySince   time.Time
-		notReady     string
-		healthMissed bool
+		name       string
+		healthy    *bool
+		tasks      map[string]*api.TaskState
+		ready      bool
+		readySince time.Time
+		notReady   string
+		unhealthy  bool // the facts say Nomad judged it unhealthy
 	}{
 		{name: "every task counted runs", healthy: ptr(true), tasks: steady(), ready: true, readySince: healthAt},
 		{name: "without task states Nomad's health decides", healthy: ptr(true), ready: true, readySince: healthAt},
@@ -79,12 +80,12 @@ func TestLiveReadinessFromTaskStates(t *testing.T) {
 		{name: "a task restarted since it became healthy moves ReadySince", healthy: ptr(true),
 			tasks: with("app", running(healthAt.Add(10*time.Minute))), ready: true, readySince: healthAt.Add(10 * time.Minute)},
 		{name: "missed healthy_deadline but every task runs", healthy: ptr(false), tasks: steady(),
-			ready: true, readySince: healthAt, healthMissed: true},
+			ready: true, readySince: healthAt, unhealthy: true},
 		{name: "missed healthy_deadline and a task still restarts", healthy: ptr(false),
 			tasks:    with("app", &api.TaskState{State: "pending", Restarts: 9}),
-			notReady: "task app is restarting (9 restarts)"},
+			notReady: "task app is restarting (9 restarts)", unhealthy: true},
 		{name: "missed healthy_deadline without task states", healthy: ptr(false),
-			notReady: "Nomad judged the allocation unhealthy"},
+			notReady: "Nomad judged the allocation unhealthy", unhealthy: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,9 +98,18 @@ func TestLiveReadinessFromTaskStates(t *testing.T) {
 				t.Fatalf("want one pod, got %+v", obs.Pods)
 			}
 			d := obs.Pods[0]
-			if d.Pod.Ready != tc.ready || !d.Pod.ReadySince.Equal(tc.readySince) || d.NotReady != tc.notReady || d.HealthMissed != tc.healthMissed {
-				t.Fatalf("ready %v since %v, not ready %q, health missed %v; want %v since %v, %q, %v",
-					d.Pod.Ready, d.Pod.ReadySince, d.NotReady, d.HealthMissed, tc.ready, tc.readySince, tc.notReady, tc.healthMissed)
+			unhealthy := d.Facts.Alloc.HealthKnown && !d.Facts.Alloc.Healthy
+			if d.Pod.Ready != tc.ready || !d.Pod.ReadySince.Equal(tc.readySince) || d.NotReady != tc.notReady || unhealthy != tc.unhealthy {
+				t.Fatalf("ready %v since %v, not ready %q, unhealthy %v; want %v since %v, %q, %v",
+					d.Pod.Ready, d.Pod.ReadySince, d.NotReady, unhealthy, tc.ready, tc.readySince, tc.notReady, tc.unhealthy)
+			}
+			// A pod Ready on its tasks after Nomad judged it unhealthy is
+			// not Ready once its checks are watched but not yet read.
+			if d.Pod.Ready && tc.unhealthy {
+				d.Facts.Checks = reconciler.CheckFacts{Watched: true}
+				if d.Judge(); d.Pod.Ready || d.NotReady != reconciler.NotReadyChecksUnknown {
+					t.Fatalf("with its checks unread: ready %v, %q; want %q", d.Pod.Ready, d.NotReady, reconciler.NotReadyChecksUnknown)
+				}
 			}
 		})
 	}
