@@ -235,7 +235,7 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 
 	// Steady state makes no Nomad writes.
 	h.waitFor("status to settle", 5*time.Second, func() (bool, string) {
-		d, ok := h.agent.views.get(backend.SetKey{Namespace: "default", Name: "web"})
+		d, ok := h.agent.view(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok && d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2, fmt.Sprintf("%+v", d.Status)
 	})
 	h.sim.ResetCalls()
@@ -297,7 +297,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 	if n := h.liveChildren("bad"); n != 0 {
 		t.Fatalf("an invalid set got %d children", n)
 	}
-	if d, _ := h.agent.views.get(key); !strings.Contains(d.Error, "statefulset_replicas") {
+	if d, _ := h.agent.view(key); !strings.Contains(d.Error, "statefulset_replicas") {
 		t.Fatalf("the invalid set's view shows error %q; want the reason", d.Error)
 	}
 
@@ -306,7 +306,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 	h.register(parentJob("bad", map[string]string{"statefulset_replicas": "1"}, "v2"))
 	h.waitConverged("bad", 1, nil)
 	h.waitFor("the fixed set's view to drop the error", 5*time.Second, func() (bool, string) {
-		d, _ := h.agent.views.get(key)
+		d, _ := h.agent.view(key)
 		return d.Error == "" && d.Status.ReadyReplicas == 1, fmt.Sprintf("error %q status %+v", d.Error, d.Status)
 	})
 }

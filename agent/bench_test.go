@@ -257,12 +257,12 @@ func converged(a *Agent, c *controller, sets int) bool {
 	if c.queue.(*queue).Len() > 0 {
 		return false
 	}
-	a.views.mu.RLock()
-	defer a.views.mu.RUnlock()
-	if len(a.views.sets) != sets {
+	list := c.sets.list()
+	if len(list.Sets) != sets {
 		return false
 	}
-	for _, d := range a.views.sets {
+	for _, d := range list.Sets {
+		d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
 		st := d.Status
 		if st.ReadyReplicas != benchReplicas || st.UpdatedReplicas != benchReplicas || st.Replicas != benchReplicas {
 			return false
@@ -923,7 +923,7 @@ func BenchmarkSteadySync(b *testing.B) {
 			var c *controller
 			waitUntil(b, "the set to converge", time.Minute, 10*time.Millisecond, func() bool {
 				c = a.current.Load()
-				d, ok := a.views.get(key)
+				d, ok := a.view(key)
 				return c != nil && ok && d.Status.ReadyReplicas == replicas && c.queue.(*queue).Len() == 0
 			})
 			stop()

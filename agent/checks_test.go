@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 	"time"
 
@@ -80,22 +79,6 @@ func TestApplyChecks(t *testing.T) {
 				t.Fatalf("ready %v since %v, %q; want %v since %v, %q", p.Pod.Ready, p.Pod.ReadySince, p.NotReady, tc.ready, tc.since, tc.notReady)
 			}
 		})
-	}
-}
-
-func TestConsulServices(t *testing.T) {
-	job := &api.Job{TaskGroups: []*api.TaskGroup{{
-		Services: []*api.Service{{Name: "web"}, {Name: "native", Provider: "nomad"}, {Name: "${NOMAD_JOB_NAME}-x"}},
-		Tasks: []*api.Task{
-			{Name: "app", Services: []*api.Service{{Name: "admin", Provider: "consul"}, {Name: "web"}}},
-			{Name: "side"},
-		},
-	}}}
-	if got, want := consulServices(job), []string{"admin", "web"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("consulServices = %q, want %q", got, want)
-	}
-	if got := consulServices(nil); got != nil {
-		t.Fatalf("consulServices(nil) = %q", got)
 	}
 }
 

@@ -90,8 +90,8 @@ func (c *controller) revisionData(st *setState, obs nomad.Observation) ([]byte, 
 // pass is one reconcile of one set: what was observed, and the input the
 // decision is made from. The effector reads it to carry out the actions.
 type pass struct {
-	key backend.SetKey
-	st  *setState
+	key  backend.SetKey
+	st   *setState
 	spec reconciler.Spec
 	obs  nomad.Observation
 	revs []reconciler.Revision
@@ -400,16 +400,15 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 	}
 	c.showOutcome(ctx, p, out, res)
 	switch {
-	case res.done > 0:
+	case res.done > 0 || len(res.held) > 0:
 		// Look again once our writes are visible: some (volume writes) make
 		// no event, and the expectations gate keeps an early look harmless.
+		// A step that met a wait is decided again at once, the wait now an
+		// input: the reconciler holds it (and says until when), or goes
+		// another way (a soft spread no node meets).
 		c.queue.Add(key.String())
 	default:
-		wait := soonest(soonest(out.Requeue, p.holdReady), p.obs.RecheckAfter)
-		for _, h := range res.held {
-			wait = soonest(wait, h.Until.Sub(p.now))
-		}
-		if wait > 0 {
+		if wait := soonest(soonest(out.Requeue, p.holdReady), p.obs.RecheckAfter); wait > 0 {
 			c.queue.AddAfter(key.String(), wait)
 		}
 	}
@@ -558,7 +557,7 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 	switch a.Type {
 	case reconciler.ActionRecordOrdinals:
 		return fmt.Sprintf("%s: %s", a.Type, a.Reason)
-	case reconciler.ActionCreatePod, reconciler.ActionDeletePod:
+	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionRestoreCount, reconciler.ActionEvaluatePod:
 		if a.Revision.Name == "" {
 			return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)
 		}

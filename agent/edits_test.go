@@ -64,7 +64,7 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 
 			r.sync(t)
 			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
-			d, _ := r.c.views.get(r.key)
+			d, _ := r.c.sets.get(r.key)
 			if tc.field == "" {
 				if replaced || hasEvent(d, "Edited") {
 					t.Fatalf("a child as rendered was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
@@ -79,7 +79,7 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 			}
 			// Once per edit, however many passes see it.
 			r.sync(t)
-			d, _ = r.c.views.get(r.key)
+			d, _ = r.c.sets.get(r.key)
 			n := 0
 			for _, e := range d.Events {
 				if e.Type == "Edited" {
@@ -113,10 +113,10 @@ func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 	}
 	// What a future Nomad might add to every child on registration.
 	stored.Meta["nomad_added"] = "1"
-	r.c.registered(r.key, "web-0", 30)
+	r.c.sets.of(r.key).child("web-0").own = 30
 	relist(stored, 30)
 	r.sync(t)
-	d, _ := r.c.views.get(r.key)
+	d, _ := r.c.sets.get(r.key)
 	if slices.Contains(r.eff.calls, "DeletePod 0") || hasEvent(d, "Edited") {
 		t.Fatalf("the daemon's own registration was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
 	}
@@ -126,7 +126,7 @@ func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 	edited.TaskGroups[0].Tasks[0].Env["DEBUG"] = "1"
 	relist(edited, 40)
 	r.sync(t)
-	d, _ = r.c.views.get(r.key)
+	d, _ = r.c.sets.get(r.key)
 	if !slices.Contains(r.eff.calls, "DeletePod 0") {
 		t.Fatalf("a hand edit after the daemon's registration was not replaced: %v", r.eff.calls)
 	}
@@ -146,27 +146,15 @@ func TestOwnRegistrationIsNeverAnEdit(t *testing.T) {
 func TestForgetKeepsOtherSetsChildren(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
 	db := backend.SetKey{Namespace: "default", Name: "web-db"}
-	r.c.registered(r.key, "web-0", 30)
-	r.c.registered(db, "web-db-0", 40)
-	r.c.mu.Lock()
-	r.c.edits.set(db, "web-db-0", 41)
-	r.c.unblocked.set(db, "web-db-0", 42)
-	r.c.mu.Unlock()
+	r.c.sets.of(r.key).child("web-0").own = 30
+	*r.c.sets.of(db).child("web-db-0") = childMemo{own: 40, edited: 41, evaluated: 42}
 
 	r.c.forget(r.key)
 
-	if r.c.isOwn(r.key, nomad.PodDetail{JobID: "web-0", JobModifyIndex: 30}) {
+	if r.c.sets.of(r.key).isOwn(nomad.PodDetail{JobID: "web-0", JobModifyIndex: 30}) {
 		t.Fatal("web-0's registration is still remembered after web was forgotten")
 	}
-	if !r.c.isOwn(db, nomad.PodDetail{JobID: "web-db-0", JobModifyIndex: 40}) {
-		t.Fatal("forgetting web dropped web-db-0's registration")
-	}
-	r.c.mu.Lock()
-	defer r.c.mu.Unlock()
-	if idx, _ := r.c.edits.get(db, "web-db-0"); idx != 41 {
-		t.Fatalf("forgetting web dropped web-db-0's reported edit (%d)", idx)
-	}
-	if idx, _ := r.c.unblocked.get(db, "web-db-0"); idx != 42 {
-		t.Fatalf("forgetting web dropped web-db-0's unblock (%d)", idx)
+	if got := *r.c.sets.of(db).child("web-db-0"); got != (childMemo{own: 40, edited: 41, evaluated: 42}) {
+		t.Fatalf("forgetting web changed web-db-0's memo: %+v", got)
 	}
 }

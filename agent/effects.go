@@ -226,7 +226,7 @@ func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Ac
 	if !ok {
 		return nil
 	}
-	if err := e.api.EvaluateJob(ctx, p.key.Namespace, d.JobID); err != nil {
+	if err := e.api.EvaluateJob(ctx, p.key.Namespace, d.JobID); err != nil && !errors.Is(err, nomad.ErrNotFound) {
 		return fmt.Errorf("asking Nomad to place %s again: %w", d.JobID, err)
 	}
 	p.st.child(d.JobID).evaluated = p.nodeBackSince[act.Ordinal]

@@ -44,19 +44,11 @@ func newHTTPServer(addr string, a *Agent) (*httpServer, error) {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("GET /v1/statefulsets", func(w http.ResponseWriter, r *http.Request) {
-		list := client.SetList{Sets: []client.SetSummary{}}
-		if c := a.current.Load(); c != nil {
-			list = c.sets.list()
-		}
-		writeJSON(w, http.StatusOK, list)
+		writeJSON(w, http.StatusOK, a.viewList())
 	})
 	mux.HandleFunc("GET /v1/statefulset/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		key := backend.SetKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
-		var d client.SetDetail
-		ok := false
-		if c := a.current.Load(); c != nil {
-			d, ok = c.sets.get(key)
-		}
+		d, ok := a.view(key)
 		if !ok {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no statefulset " + key.String() + " is known to this agent"})
 			return
@@ -154,4 +146,21 @@ func (a *Agent) health(ctx context.Context) client.Health {
 		h.Checks["store"] = "ok"
 	}
 	return h
+}
+
+// viewList lists the sets this agent shows: none while it does not lead.
+func (a *Agent) viewList() client.SetList {
+	if c := a.current.Load(); c != nil {
+		return c.sets.list()
+	}
+	return client.SetList{Sets: []client.SetSummary{}}
+}
+
+// view returns what this agent shows of one set; false while it does not
+// lead or does not know the set.
+func (a *Agent) view(key backend.SetKey) (client.SetDetail, bool) {
+	if c := a.current.Load(); c != nil {
+		return c.sets.get(key)
+	}
+	return client.SetDetail{}, false
 }

@@ -24,7 +24,6 @@ const maxPostReadyCalls = 8
 // release is announced by the HookDone event, not by a PodReady one.
 const notReadyHookHeld = reconciler.NotReadyHookHeld
 
-
 // readyHold is what the post_ready hooks last said about one allocation.
 type readyHold struct {
 	// done: every hook said done, or failed under failure_policy "ignore".

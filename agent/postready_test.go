@@ -97,7 +97,7 @@ func startWithReadyHook(t *testing.T, hook *readyHook, policy plugin.FailurePoli
 
 // view returns the set's view as GET /v1/statefulset shows it.
 func (h *harness) view(set string) client.SetDetail {
-	d, _ := h.agent.views.get(backend.SetKey{Namespace: "default", Name: set})
+	d, _ := h.agent.view(backend.SetKey{Namespace: "default", Name: set})
 	return d
 }
 
@@ -264,7 +264,6 @@ func TestPostReadyFailurePolicy(t *testing.T) {
 func TestPostReadyGate(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	nomadReady := now.Add(-time.Minute)
-	key := backend.SetKey{Namespace: "default", Name: "web"}
 	// pod is a running pod as Observe hands it over: ready by Nomad since
 	// nomadReady, or still waiting for Nomad's health.
 	pod := func(alloc string, ready bool) nomad.PodDetail {
@@ -303,15 +302,15 @@ func TestPostReadyGate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var g postReadyGate
+			var g setState
 			for _, a := range tc.answers {
-				g.record(key, "a", a, now, doneAt)
+				g.recordPostReady("a", a, now, doneAt)
 			}
 			pods := []nomad.PodDetail{tc.pod}
-			if due := g.due(key, pods, now); (len(due) == 1) != tc.wantDue {
+			if due := g.postReadyDue(pods, now); (len(due) == 1) != tc.wantDue {
 				t.Fatalf("due = %v; want due %v", due, tc.wantDue)
 			}
-			hold := g.apply(key, pods, now)
+			hold := g.applyPostReady(pods, now)
 			if pods[0].Pod.Ready != tc.wantReady || !pods[0].Pod.ReadySince.Equal(tc.wantSince) || hold != tc.wantHold {
 				t.Fatalf("after apply: ready %v since %v hold %v; want %v %v %v",
 					pods[0].Pod.Ready, pods[0].Pod.ReadySince, hold, tc.wantReady, tc.wantSince, tc.wantHold)
@@ -321,15 +320,15 @@ func TestPostReadyGate(t *testing.T) {
 
 	// Answers about allocations the set no longer has are forgotten, and a
 	// set with no pods is forgotten entirely.
-	var g postReadyGate
-	g.record(key, "old", done, now, doneAt)
-	g.due(key, []nomad.PodDetail{pod("new", true)}, now)
-	if _, ok := g.sets[key]["old"]; ok {
+	var g setState
+	g.recordPostReady("old", done, now, doneAt)
+	g.postReadyDue([]nomad.PodDetail{pod("new", true)}, now)
+	if _, ok := g.readyHolds["old"]; ok {
 		t.Fatal("the answer about a gone allocation was kept")
 	}
-	g.due(key, nil, now)
-	if _, ok := g.sets[key]; ok {
-		t.Fatal("a set with no pods kept its entry")
+	g.postReadyDue(nil, now)
+	if g.readyHolds != nil {
+		t.Fatal("a set with no pods kept its answers")
 	}
 }
 
@@ -385,7 +384,7 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 	defer cancel()
 	asked := 0
 	c := &controller{
-		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, views: newViews(nil),
+		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil),
 		hooks: hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
 			asked++
 			cancel()
@@ -403,15 +402,16 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 	}
 
 	obs := observe()
-	if hold := c.gatePostReady(ctx, key, obs, now); hold != postReadyUnasked || obs.Pods[0].Pod.Ready {
+	st := c.sets.of(key)
+	if hold := c.gatePostReady(ctx, st, key, obs, now); hold != postReadyUnasked || obs.Pods[0].Pod.Ready {
 		t.Fatalf("cut short: hold %v, ready %v; want held, asked again in %v", hold, obs.Pods[0].Pod.Ready, postReadyUnasked)
 	}
-	if _, ok := c.postReady.sets[key]["a"]; ok {
+	if _, ok := st.readyHolds["a"]; ok {
 		t.Fatal("an answer given as the context ended was remembered")
 	}
 	// On a live context the same answer counts.
 	obs = observe()
-	if hold := c.gatePostReady(context.Background(), key, obs, now); hold != 0 || !obs.Pods[0].Pod.Ready || asked != 2 {
+	if hold := c.gatePostReady(context.Background(), st, key, obs, now); hold != 0 || !obs.Pods[0].Pod.Ready || asked != 2 {
 		t.Fatalf("live: hold %v, ready %v, asked %d times; want ready after the second asking", hold, obs.Pods[0].Pod.Ready, asked)
 	}
 }

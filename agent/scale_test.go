@@ -43,8 +43,8 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 			r := newSyncRig(t, parent)
 			sim := nomadsim.NewNomad(fastSim())
 			t.Cleanup(sim.Close)
-			r.c.api = sim
 			child := r.firstChild(t, parent, 0)
+			r.useNomad(sim)
 			if _, err := sim.RegisterJob(ctx, child, true, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -68,12 +68,13 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 			registers := sim.Calls()[nomad.VerbRegisterJob]
 
 			r.sync(t)
+			calls := slices.Clone(r.eff.calls)
 			r.sync(t) // the write is not observed yet: nothing more
 			after, err := sim.GetJob(ctx, "default", "web-0")
 			if err != nil {
 				t.Fatal(err)
 			}
-			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
+			replaced := slices.Contains(calls, "DeletePod 0")
 			reRegistered := sim.Calls()[nomad.VerbRegisterJob] - registers
 			if tc.inPlace {
 				if replaced || reRegistered != 1 || *after.TaskGroups[0].Count != 1 || *after.JobModifyIndex <= *scaled.JobModifyIndex {
@@ -83,8 +84,8 @@ func TestScaledChildGoesBackToOneInPlace(t *testing.T) {
 				if after.Meta[jobs.MetaRevision] != scaled.Meta[jobs.MetaRevision] {
 					t.Fatalf("re-registered at revision %s, want its own %s", after.Meta[jobs.MetaRevision], scaled.Meta[jobs.MetaRevision])
 				}
-				if d, _ := r.c.views.get(r.key); !hasEvent(d, "CountRestored", "web-0 was scaled to") {
-					t.Fatal("no CountRestored event in the set's status")
+				if d, _ := r.c.sets.get(r.key); !hasEvent(d, "RestoreCount", "web-0: its child was scaled to") {
+					t.Fatal("no RestoreCount event in the set's status")
 				}
 				return
 			}

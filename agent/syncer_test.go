@@ -32,7 +32,10 @@ import (
 type fakeEffector struct {
 	store backend.Store
 	calls []string
-	hold  map[string]*deferError
+	hold  map[string]*holdError
+	// next, when set, carries the actions out for real after they are
+	// recorded (a podControl over a simulated Nomad).
+	next effector
 }
 
 func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
@@ -41,6 +44,9 @@ func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Acti
 		return false, d
 	}
 	f.calls = append(f.calls, name)
+	if f.next != nil {
+		return f.next.execute(ctx, p, act)
+	}
 	switch act.Type {
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
 		return false, f.store.PutRevision(ctx, p.key, act.Revision)
@@ -85,15 +91,21 @@ func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
 	parent.Version, parent.JobModifyIndex, parent.ModifyIndex, parent.CreateIndex = ptr(uint64(0)), ptr(uint64(10)), ptr(uint64(10)), ptr(uint64(10))
 	r.cache.Replace(nomad.Snapshot{Index: 10, Jobs: []*api.Job{parent}})
 	store := memory.NewStore()
-	r.eff = &fakeEffector{store: store, hold: map[string]*deferError{}}
+	r.eff = &fakeEffector{store: store, hold: map[string]*holdError{}}
 	r.c = &controller{
 		log: hclog.NewNullLogger(), store: store, cache: r.cache, queue: r.queue,
-		expect: newExpectations(time.Minute), clock: func() time.Time { return r.now },
-		metrics: newMetrics(func() float64 { return 0 }), views: newViews(nil), backoff: newCrashBackoff(),
-		lastSpec: map[backend.SetKey]reconciler.Spec{}, effector: r.eff,
+		expectTTL: time.Minute, clock: func() time.Time { return r.now },
+		metrics: newMetrics(func() float64 { return 0 }), sets: newSetStates(nil), effector: r.eff,
 		requestResync: func() { r.resyncs++ },
 	}
 	return r
+}
+
+// useNomad makes the rig's actions really happen against api (with no
+// volume provisioner), as the agent's podControl carries them out.
+func (r *syncRig) useNomad(api nomad.API) {
+	r.eff.next = &podControl{log: hclog.NewNullLogger(), api: api, store: r.c.store, cache: r.cache,
+		clock: r.c.clock, expectTTL: r.c.expectTTL, event: r.c.sets.event, requestResync: r.c.requestResync}
 }
 
 // firstChild syncs once, so that the set's first revision is stored, and
@@ -149,7 +161,7 @@ func (r *syncRig) sync(t *testing.T) {
 func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{
 		"statefulset_replicas": "10", "statefulset_pod_management_policy": "Parallel"}, "v1"))
-	r.eff.hold["CreatePod 5"] = &deferError{wait: 5 * time.Minute, kind: "BackOff", reason: "the pod keeps failing"}
+	r.eff.hold["CreatePod 5"] = &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: 5 * time.Minute, msg: "the plugin is down"}
 	r.sync(t)
 	for o := 0; o < 10; o++ {
 		want := fmt.Sprintf("CreatePod %d", o)
@@ -160,19 +172,33 @@ func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 			t.Errorf("CreateVolume %d not carried out: it comes before the held step", o)
 		}
 	}
-	d, ok := r.c.views.get(r.key)
+	d, ok := r.c.sets.get(r.key)
 	if !ok {
 		t.Fatal("no view of the set")
 	}
 	held := false
 	for _, c := range d.Status.Conditions {
-		held = held || (string(c.Type) == string(ConditionHeld) && c.Reason == "BackOff" && strings.Contains(c.Message, "web-5"))
+		held = held || (string(c.Type) == string(ConditionHeld) && c.Reason == reconciler.HoldPluginUnavailable && strings.Contains(c.Message, "web-5"))
 	}
 	if !held {
 		t.Fatalf("the view does not show web-5 held: %+v", d.Status.Conditions)
 	}
 	if len(r.queue.added) == 0 {
 		t.Fatal("the set was not queued again after acting")
+	}
+	// The wait is an input from now on: the reconciler itself keeps the
+	// held ordinal's creation back and says so, with no call to the
+	// effector, until the wait ends.
+	delete(r.eff.hold, "CreatePod 5")
+	r.now = r.now.Add(time.Minute)
+	r.sync(t)
+	if slices.Contains(r.eff.calls, "CreatePod 5") {
+		t.Fatalf("CreatePod 5 carried out while its hold is in force: %v", r.eff.calls)
+	}
+	r.now = r.now.Add(5 * time.Minute)
+	r.sync(t)
+	if !slices.Contains(r.eff.calls, "CreatePod 5") {
+		t.Fatalf("CreatePod 5 not carried out once its hold ended: %v", r.eff.calls)
 	}
 }
 
@@ -182,7 +208,7 @@ func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 // a hook that says "ask again in an hour").
 func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
-	r.eff.hold["CreatePod 0"] = &deferError{wait: time.Hour, kind: "HookWaiting", reason: "a hook holds web-0"}
+	r.eff.hold["CreatePod 0"] = &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: time.Hour, msg: "the plugin holds web-0"}
 	r.sync(t) // stores the revision; CreatePod 0 is held
 	r.sync(t) // only the held step is left
 	if len(r.eff.calls) != 0 {
@@ -200,7 +226,7 @@ func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
 // acted on.
 func TestExpectationsGateThePass(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
-	r.c.expect.expect(r.key, "child web-0 registered", r.now, func(o nomad.Observation) bool { return len(o.Pods) > 0 })
+	r.c.sets.of(r.key).expectWrite("child web-0 registered", r.now, r.c.expectTTL, func(o nomad.Observation) bool { return len(o.Pods) > 0 })
 	r.sync(t)
 	if len(r.eff.calls) != 0 {
 		t.Fatalf("acted while its own write was not observed: %v", r.eff.calls)
@@ -222,33 +248,39 @@ func TestExpectationsGateThePass(t *testing.T) {
 	}
 }
 
-// TestForgetDropsAllPerSetState: a set that is gone leaves nothing behind:
-// crash-loop records (never cleaned before), expectations, post_ready
-// answers, the spec and revision caches, and its view.
+// TestForgetDropsAllPerSetState: a set that is gone leaves nothing behind,
+// and another set keeps all of its own. Everything kept per set lives in
+// its setState, so forgetting is one delete; the test shows that the
+// state is really gone (a set seen again starts afresh) and that the
+// other set's is untouched.
 func TestForgetDropsAllPerSetState(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
 	r.sync(t)
-	r.c.backoff.failed(r.key, 0, r.now)
-	r.c.backoff.failed(r.key, 0, r.now)
+	fill := func(st *setState) {
+		st.crashed(0, r.now)
+		st.crashed(0, r.now)
+		st.expectWrite("x", r.now, time.Minute, func(nomad.Observation) bool { return false })
+		st.recordPostReady("alloc-1", plugin.HookResult{Proceed: true}, r.now, time.Time{})
+		st.addHold(reconciler.Hold{Ordinal: 0, Step: reconciler.StepDisrupt, Until: r.now.Add(time.Hour)})
+		st.child("web-0").own = 7
+	}
+	fill(r.c.sets.of(r.key))
 	other := backend.SetKey{Namespace: "default", Name: "web2"}
-	r.c.backoff.failed(other, 0, r.now)
-	r.c.expect.expect(r.key, "x", r.now, func(nomad.Observation) bool { return false })
-	r.c.postReady.record(r.key, "alloc-1", plugin.HookResult{Proceed: true}, r.now, time.Time{})
+	fill(r.c.sets.of(other))
 	r.c.forget(r.key)
-	if r.c.backoff.remaining(r.key, 0, r.now) != 0 || len(r.c.backoff.m) != 1 {
-		t.Fatalf("crash records left: %v", r.c.backoff.m)
+	if _, ok := r.c.sets.peek(r.key); ok {
+		t.Fatal("the set's state is left")
 	}
-	if _, ok := r.c.expect.m[r.key]; ok {
-		t.Fatal("expectations left")
-	}
-	if _, ok := r.c.postReady.sets[r.key]; ok {
-		t.Fatal("post_ready answers left")
-	}
-	if _, ok := r.c.lastSpec[r.key]; ok {
-		t.Fatal("last spec left")
-	}
-	if _, ok := r.c.views.get(r.key); ok {
+	if _, ok := r.c.sets.get(r.key); ok {
 		t.Fatal("view left")
+	}
+	fresh := r.c.sets.of(r.key)
+	if fresh.spec != nil || len(fresh.crashes)+len(fresh.expect)+len(fresh.readyHolds)+len(fresh.holds)+len(fresh.children) != 0 {
+		t.Fatalf("a set seen again does not start afresh: %+v", fresh)
+	}
+	kept, ok := r.c.sets.peek(other)
+	if !ok || len(kept.backoffHolds(r.now)) != 1 || len(kept.expect) != 1 || len(kept.readyHolds) != 1 || len(kept.holds) != 1 || kept.children["web-0"].own != 7 {
+		t.Fatalf("forgetting web touched web2's state: %+v", kept)
 	}
 }
 
@@ -292,12 +324,12 @@ func TestFormerLeaderServesNoStatus(t *testing.T) {
 	h := &harness{t: t, sim: sim, agent: a}
 	h.register(parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
 	h.waitFor("the leader to show the set", 30*time.Second, func() (bool, string) {
-		_, ok := a.views.get(backend.SetKey{Namespace: "default", Name: "web"})
+		_, ok := a.view(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok, "no view yet"
 	})
 	close(el.end)
 	<-el.ended
-	if sets := a.views.list(); len(sets.Sets) != 0 {
+	if sets := a.viewList(); len(sets.Sets) != 0 {
 		t.Fatalf("a former leader still shows %d sets", len(sets.Sets))
 	}
 }
@@ -312,8 +344,8 @@ func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
 	r := newSyncRig(t, parent)
 	sim := nomadsim.NewNomad(fastSim())
 	t.Cleanup(sim.Close)
-	r.c.api = sim
 	child := r.firstChild(t, parent, 0)
+	r.useNomad(sim)
 	child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(0)), ptr(uint64(20)), ptr(uint64(20)), ptr(uint64(20))
 	vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
 	node := func(eligibility string, modify uint64) *api.NodeListStub {
@@ -340,8 +372,8 @@ func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
 	// A node that was fine before the child was registered says nothing
 	// about a blocked placement: no evaluation for it.
 	r2 := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
-	r2.c.api = sim
 	r2.sync(t)
+	r2.useNomad(sim)
 	r2.cache.Replace(nomad.Snapshot{Index: 60, Jobs: []*api.Job{parent, child}, Volumes: []*api.HostVolumeStub{vol},
 		Nodes: []*api.NodeListStub{node(api.NodeSchedulingEligible, 5)}})
 	r2.sync(t)

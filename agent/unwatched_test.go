@@ -86,7 +86,7 @@ func TestPurgeWhileNoLeaderWatchedWaitsOutTheKillGrace(t *testing.T) {
 			if got := r.queue.after[r.key.String()]; got != tc.wantWait {
 				t.Fatalf("looks again after %v, want %v", got, tc.wantWait)
 			}
-			d, _ := r.c.views.get(r.key)
+			d, _ := r.c.sets.get(r.key)
 			held := false
 			for _, c := range d.Status.Conditions {
 				held = held || (string(c.Type) == string(ConditionHeld) && c.Reason == "KillGrace")
@@ -168,7 +168,7 @@ func TestVanishedInTheTermIsNotHeld(t *testing.T) {
 		t.Fatalf("web-0, seen to end in this term, not created at once: %v", r.eff.calls)
 	}
 	r.c.forget(r.key)
-	if _, ok := r.c.vanished[r.key]; ok {
-		t.Fatal("forget left the set's vanished ordinals")
+	if _, ok := r.c.sets.peek(r.key); ok {
+		t.Fatal("forget left the set's state, its vanished ordinals with it")
 	}
 }

@@ -65,3 +65,19 @@ func TestChildRecordMeta(t *testing.T) {
 		t.Fatalf("record meta %v, want %v", got, want)
 	}
 }
+
+func TestConsulServices(t *testing.T) {
+	job := &api.Job{TaskGroups: []*api.TaskGroup{{
+		Services: []*api.Service{{Name: "web"}, {Name: "native", Provider: "nomad"}, {Name: "${NOMAD_JOB_NAME}-x"}},
+		Tasks: []*api.Task{
+			{Name: "app", Services: []*api.Service{{Name: "admin", Provider: "consul"}, {Name: "web"}}},
+			{Name: "side"},
+		},
+	}}}
+	if got, want := ConsulServices(job), []string{"admin", "web"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ConsulServices = %q, want %q", got, want)
+	}
+	if got := ConsulServices(nil); got != nil {
+		t.Fatalf("ConsulServices(nil) = %q", got)
+	}
+}
