@@ -225,7 +225,7 @@ func (a *Agent) lead(ctx context.Context) error {
 		termStart: a.opts.Clock(),
 	}
 	c.effector = c
-	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
+	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock},
 		a.log.Named("watcher"), func(k backend.SetKey) {
 			q.Add(k.String())
 			a.depth.Store(int64(q.Len()))

@@ -24,6 +24,11 @@ type WatcherConfig struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnects.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// Clock returns the time; time.Now when nil. Every time the watcher
+	// records (when a listing was taken, when a purge was seen) comes from
+	// it, because the agent compares those times with its own clock's: the
+	// agent passes the clock its controller reads.
+	Clock func() time.Time
 }
 
 // Watcher keeps a Cache current: a full list, then the event stream from the
@@ -56,6 +61,9 @@ func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChan
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1)}
 	w.lastErr.Store("not yet synced")
@@ -170,7 +178,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Index: index, At: time.Now()}
+	snap := Snapshot{Index: index, At: w.cfg.Clock()}
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
 	for _, s := range stubs {
@@ -251,7 +259,7 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				// A deregister is a stop or a purge; only Nomad knows which.
 				current, err := w.api.GetJob(ctx, jobNamespace(job), *job.ID)
 				if errors.Is(err, ErrNotFound) {
-					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index, time.Now()); ok {
+					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index, w.cfg.Clock()); ok {
 						touched[k] = struct{}{}
 					}
 					continue

@@ -280,3 +280,72 @@ func TestJobEventsKeepParentsWhole(t *testing.T) {
 		t.Fatalf("the child is kept whole, not compact: task %+v", ct)
 	}
 }
+
+// TestWatcherRecordsTimesFromItsClock: the times the watcher records come
+// from WatcherConfig.Clock, the clock the agent's controller reads too, and
+// not from time.Now. A purged child is held as stopping for its kill grace
+// from when the watcher learned of the purge; with the real clock in the
+// watcher and a fake one in the controller, that grace was measured
+// between two clocks and never (or at once) ran out. Both ways the watcher
+// can learn of a purge are covered: its event, and a re-list that no
+// longer holds a child whose allocation last ran.
+func TestWatcherRecordsTimesFromItsClock(t *testing.T) {
+	fake := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	// The child has Nomad's default kill_timeout (5 s).
+	grace := 5*time.Second + nomad.PurgeMargin
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	for _, tc := range []struct {
+		name string
+		// purge purges web-0 so that the watcher learns of it.
+		purge func(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher)
+	}{
+		{"purge event", func(t *testing.T, sim *nomadsim.Nomad, _ *nomad.Watcher) {
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"purge missed, then a re-list", func(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher) {
+			sim.PauseEvents()
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+			// A write after the purge, so that the re-list's index is past
+			// it and the stream does not replay the purge.
+			if _, err := sim.RegisterJob(context.Background(), childOf("other", 0, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			w.RequestResync()
+			sim.ResumeEvents()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+			defer sim.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if _, err := sim.RegisterJob(ctx, childOf("web", 0, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			sim.Settle()
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour, Clock: func() time.Time { return fake }},
+				hclog.NewNullLogger(), func(backend.SetKey) {})
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "web-0 ready", func() bool {
+				obs := cache.Observe(key, nil, fake)
+				return len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready
+			})
+			// The simulation is not stepped: the purged child's allocation
+			// still runs, so the child must be held for its grace.
+			tc.purge(t, sim, w)
+			waitFor(t, "the purge to be recorded at the fake time", func() bool {
+				obs := cache.Observe(key, nil, fake.Add(grace))
+				return len(obs.Pods) == 0 && len(obs.Stopped) == 0
+			})
+			obs := cache.Observe(key, nil, fake.Add(grace-time.Second))
+			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
+				t.Fatalf("a second before its grace ends (by the fake clock) the purged child must be Terminating: %+v", obs.Pods)
+			}
+		})
+	}
+}
