@@ -21,7 +21,9 @@ type WatcherConfig struct {
 	// ResyncInterval is how often the whole cluster is re-listed as a safety
 	// net against missed events, even when the stream is healthy.
 	ResyncInterval time.Duration
-	// MinBackoff and MaxBackoff bound the wait between reconnects.
+	// MinBackoff and MaxBackoff bound the wait between reconnects, and
+	// between asking Nomad again how a deregistered job ended when it did
+	// not answer.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	// Clock returns the time; time.Now when nil. Every time the watcher
@@ -48,10 +50,15 @@ type Watcher struct {
 	relists atomic.Int64
 	// resync asks the loop for a full re-list now.
 	resync chan struct{}
+	// settles are the deregistered jobs of which Nomad must say whether
+	// they were stopped or purged, asked off the event loop.
+	settles *settleQueue
 }
 
 // NewWatcher returns a watcher that fills cache from a and calls onChange for
-// every set an event or a listing touches.
+// every set an event or a listing touches. onChange is called from two
+// goroutines: the event loop's, and the one that asks Nomad how a
+// deregistered job ended.
 func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChange func(backend.SetKey)) *Watcher {
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = 5 * time.Minute
@@ -65,7 +72,7 @@ func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChan
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1)}
+	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1), settles: newSettleQueue()}
 	w.lastErr.Store("not yet synced")
 	return w
 }
@@ -97,6 +104,14 @@ func (w *Watcher) fail(err error) {
 
 // Run lists and watches until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		w.settle(ctx)
+	}()
+	// Run returns only once ctx is done; so has settle then, and no
+	// onChange follows Run's return.
+	defer func() { <-settled }()
 	backoff := w.cfg.MinBackoff
 	for {
 		err := w.listAndWatch(ctx)
@@ -129,6 +144,8 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	}
 	w.relists.Add(1)
 	touched := w.cache.Replace(snap)
+	// The listing settled every deregister up to its index.
+	w.settles.dropThrough(snap.Index)
 	w.healthy.Store(true)
 	w.log.Debug("listed cluster", "index", snap.Index, "jobs_read", len(snap.Jobs), "children_kept", len(snap.kept), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
 	for _, k := range touched {
@@ -162,7 +179,7 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 			if evs.IsHeartbeat() {
 				continue
 			}
-			w.apply(sctx, evs)
+			w.apply(evs)
 		}
 	}
 }
@@ -244,7 +261,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 }
 
 // apply folds one batch of events into the cache.
-func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
+func (w *Watcher) apply(evs *api.Events) {
 	touched := map[backend.SetKey]struct{}{}
 	for i := range evs.Events {
 		e := &evs.Events[i]
@@ -256,17 +273,21 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				continue
 			}
 			if e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered" {
-				// A deregister is a stop or a purge; only Nomad knows which.
-				current, err := w.api.GetJob(ctx, jobNamespace(job), *job.ID)
-				if errors.Is(err, ErrNotFound) {
-					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index, w.cfg.Clock()); ok {
-						touched[k] = struct{}{}
-					}
-					continue
+				// A deregister is a stop or a purge; only Nomad knows which,
+				// and asking it here would hold up the stream (one round
+				// trip per event, at a thousand children, overflowed
+				// Nomad's event buffer). The cache holds the job as
+				// stopping until settle has Nomad's answer.
+				k, held, ask := w.cache.noteDeregister(job, rec, e.Index)
+				if held {
+					touched[k] = struct{}{}
 				}
-				if err == nil {
-					job, rec = current, nil
+				if ask && !w.settles.add(settleRequest{namespace: jobNamespace(job), id: *job.ID, index: e.Index, held: held}) {
+					// Too many to ask one by one: a re-list settles them all.
+					w.log.Warn("too many deregistered jobs to settle one by one; re-listing", "pending", maxPendingSettles)
+					w.RequestResync()
 				}
+				continue
 			}
 			var k backend.SetKey
 			var ok bool

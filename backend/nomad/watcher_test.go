@@ -3,7 +3,11 @@ package nomad_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,6 +349,173 @@ func TestWatcherRecordsTimesFromItsClock(t *testing.T) {
 			obs := cache.Observe(key, nil, fake.Add(grace-time.Second))
 			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
 				t.Fatalf("a second before its grace ends (by the fake clock) the purged child must be Terminating: %+v", obs.Pods)
+			}
+		})
+	}
+}
+
+// gatedGetJob is a simulated Nomad whose GetJob calls, once armed, wait
+// until released, and which counts them by job.
+type gatedGetJob struct {
+	*nomadsim.Nomad
+	armed   atomic.Bool
+	entered chan string
+	release chan struct{}
+	mu      sync.Mutex
+	calls   map[string]int
+}
+
+func newGatedGetJob(sim *nomadsim.Nomad) *gatedGetJob {
+	return &gatedGetJob{Nomad: sim, entered: make(chan string, 100), release: make(chan struct{}), calls: map[string]int{}}
+}
+
+// GetJob implements nomad.API.
+func (g *gatedGetJob) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
+	if g.armed.Load() {
+		g.mu.Lock()
+		g.calls[id]++
+		g.mu.Unlock()
+		g.entered <- id
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Nomad.GetJob(ctx, namespace, id)
+}
+
+func (g *gatedGetJob) callsOf(id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[id]
+}
+
+// TestDeregisterIsSettledOffTheEventLoop: whether a deregistered child was
+// stopped or purged is Nomad's to say (a GetJob), and that call must not
+// hold up the event stream: at a thousand children, one round trip per
+// event let Nomad's event buffer overflow. With GetJob held, the events
+// after a deregister are applied all the same (web-1 appears), while the
+// deregistered child shows as stopping, never as gone (its ordinal is not
+// free: it may still run). Once Nomad answers, a stop leaves a stopped
+// child and a purge none, with one GetJob per child; and an answer that a
+// newer event made stale (a purge after the stop, a new child under the
+// purged one's ID) does not undo that event.
+func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	for _, tc := range []struct {
+		name string
+		// writes run with GetJob held, after the deregister of web-0.
+		purge  bool
+		writes func(t *testing.T, sim *nomadsim.Nomad)
+		// want is web-0's end state once settled and at rest: "stopped",
+		// "gone", or "r2" (a new child at that revision, with no
+		// allocation of the purged one).
+		want    string
+		getJobs int
+	}{
+		{name: "stop", want: "stopped", getJobs: 1},
+		{name: "purge", purge: true, want: "gone", getJobs: 1},
+		{name: "stop, then purge", want: "gone", getJobs: 2, writes: func(t *testing.T, sim *nomadsim.Nomad) {
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "purge, then a new child under its ID", purge: true, want: "r2", getJobs: 1, writes: func(t *testing.T, sim *nomadsim.Nomad) {
+			if _, err := sim.RegisterJob(context.Background(), childOf("web", 0, "r2"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+			defer sim.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for _, j := range []*api.Job{parentOf("web"), childOf("web", 0, "r1")} {
+				if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sim.Settle()
+			gated := newGatedGetJob(sim)
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "web-0 ready", func() bool {
+				obs := cache.Observe(key, nil, sim.Now())
+				return len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready
+			})
+
+			gated.armed.Store(true)
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(gated.release)
+				}
+			}
+			defer release()
+			// The allocation of web-0 still runs: the simulation is not
+			// stepped until GetJob is released.
+			if err := sim.DeregisterJob(ctx, "default", "web-0", tc.purge); err != nil {
+				t.Fatal(err)
+			}
+			if tc.writes != nil {
+				tc.writes(t, sim)
+			}
+			if _, err := sim.RegisterJob(ctx, childOf("web", 1, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case id := <-gated.entered:
+				if id != "web-0" {
+					t.Fatalf("GetJob of %s, want web-0", id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("nobody asked Nomad whether web-0 was stopped or purged")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				obs := cache.Observe(key, nil, sim.Now())
+				ords := map[int]nomad.PodDetail{}
+				for _, p := range obs.Pods {
+					ords[p.Pod.Ordinal] = p
+				}
+				if _, ok := ords[1]; ok {
+					if p, ok := ords[0]; !ok || (tc.want != "r2" && !p.Pod.Terminating) {
+						t.Fatalf("while unsettled, web-0 must be stopping, not gone: %+v", p.Pod)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the events after the deregister were not applied while GetJob was held: pods at ordinals %v", slices.Collect(maps.Keys(ords)))
+				}
+				time.Sleep(time.Millisecond)
+			}
+
+			release()
+			sim.Settle()
+			waitFor(t, "web-0 settled as "+tc.want, func() bool {
+				obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
+				var web0 *nomad.PodDetail
+				for i := range obs.Pods {
+					if obs.Pods[i].Pod.Ordinal == 0 {
+						web0 = &obs.Pods[i]
+					}
+				}
+				switch tc.want {
+				case "stopped":
+					job, err := sim.GetJob(ctx, "default", "web-0")
+					return err == nil && web0 == nil && len(obs.Stopped) == 1 && obs.Stopped[0].JobModifyIndex == *job.JobModifyIndex
+				case "gone":
+					return web0 == nil && len(obs.Stopped) == 0
+				default:
+					return web0 != nil && web0.Pod.Revision == tc.want && web0.Pod.Ready && len(obs.Stopped) == 0
+				}
+			})
+			if n := gated.callsOf("web-0"); n < 1 || n > tc.getJobs {
+				t.Fatalf("%d GetJob calls for web-0, want 1 to %d", n, tc.getJobs)
 			}
 		})
 	}
