@@ -1,11 +1,15 @@
 package nomad_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -516,6 +520,96 @@ func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
 			})
 			if n := gated.callsOf("web-0"); n < 1 || n > tc.getJobs {
 				t.Fatalf("%d GetJob calls for web-0, want 1 to %d", n, tc.getJobs)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger writing from goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWatcherReportsALostStreamAsWhatItIs: when Nomad ends the event stream
+// with an error of its own (plain text, over the real client and HTTP), the
+// watcher says what happened, in words an operator can act on, and counts
+// the reset by its reason (for nomad_event_stream_resets_total{reason}).
+// Nomad's "event dropped from buffer" used to be logged only as the JSON
+// decoder's "invalid character 'e' looking for beginning of value".
+func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cut ends the watcher's stream.
+		cut     func(sim *nomadsim.Nomad)
+		reason  string
+		message string
+	}{
+		{"buffer overflow", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(errors.New("event dropped from buffer")) },
+			nomad.ResetBufferOverflow, "Nomad dropped events the daemon had not read yet (raise event_buffer_size on the servers); re-listing"},
+		{"closed by the server", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(nil) },
+			nomad.ResetServerClosed, "Nomad closed the event stream"},
+		{"another server error", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(errors.New("rpc error: No cluster leader")) },
+			nomad.ResetServerError, "Nomad ended the event stream with an error: rpc error: No cluster leader"},
+		{"disconnect", func(sim *nomadsim.Nomad) {
+			sim.SetUnreachable(true)
+			time.Sleep(10 * time.Millisecond)
+			sim.SetUnreachable(false)
+		}, nomad.ResetDisconnect, "lost the Nomad event stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true})
+			defer sim.Close()
+			srv := httptest.NewServer(sim.Handler())
+			defer srv.Close()
+			c, err := api.NewClient(&api.Config{Address: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			var mu sync.Mutex
+			var reported []string
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(nomad.NewAPI(c), cache, nomad.WatcherConfig{
+				ResyncInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+				OnReset: func(reason string) {
+					mu.Lock()
+					reported = append(reported, reason)
+					mu.Unlock()
+				},
+			}, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), func(backend.SetKey) {})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomad.VerbEvents] > 0 })
+
+			tc.cut(sim)
+			waitFor(t, "a re-list and a new subscription", func() bool {
+				return w.Relists() >= 2 && sim.Calls()[nomad.VerbEvents] >= 2
+			})
+			out := logs.String()
+			if !strings.Contains(out, tc.message) || strings.Contains(out, "invalid character") {
+				t.Fatalf("the log does not say %q:\n%s", tc.message, out)
+			}
+			if got := w.Resets(); len(got) != 1 || got[tc.reason] != 1 {
+				t.Fatalf("resets %v, want one %s", got, tc.reason)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reported) != 1 || reported[0] != tc.reason {
+				t.Fatalf("OnReset was told %v, want [%s]", reported, tc.reason)
 			}
 		})
 	}
