@@ -223,7 +223,9 @@ func (a *Agent) lead(ctx context.Context) error {
 		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event,
 	}
 	c.effector = control
-	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{ResyncInterval: a.opts.ResyncInterval},
+	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{
+		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
+	},
 		a.log.Named("watcher"), func(k backend.SetKey) {
 			q.Add(k.String())
 			a.depth.Store(int64(q.Len()))

@@ -19,6 +19,7 @@ type metrics struct {
 	apiCalls          *prometheus.CounterVec
 	apiErrors         *prometheus.CounterVec
 	leader            prometheus.Gauge
+	streamResets      *prometheus.CounterVec
 	// calls remembers failing Nomad verbs for /v1/health.
 	calls callHealth
 }
@@ -42,8 +43,12 @@ func newMetrics(queueDepth func() float64) *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nomad_statefulset_leader", Help: "1 while this agent is the leader.",
 		}),
+		streamResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nomad_statefulset_nomad_event_stream_resets_total",
+			Help: "Times the Nomad event stream was lost and Nomad re-listed, by reason (buffer_overflow: Nomad dropped events the daemon had not read; raise event_buffer_size on the servers).",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.reconcileDuration, m.pods, m.apiCalls, m.apiErrors, m.leader,
+	m.reg.MustRegister(m.reconcileDuration, m.pods, m.apiCalls, m.apiErrors, m.leader, m.streamResets,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nomad_statefulset_queue_depth", Help: "Sets waiting to be reconciled.",
 		}, queueDepth),
@@ -81,4 +86,10 @@ func (m *metrics) observeNomadCall(verb string, err error) {
 	if err != nil && !nomad.IsNotFound(err) {
 		m.apiErrors.WithLabelValues(verb).Inc()
 	}
+}
+
+// streamReset counts one loss of the Nomad event stream, by the watcher's
+// reason for it.
+func (m *metrics) streamReset(reason string) {
+	m.streamResets.WithLabelValues(reason).Inc()
 }

@@ -471,6 +471,10 @@ func (r *ChildRecord) Stopped() bool { return r.stop.ok && r.stop.v }
 // Version returns the job's version (0 if unset).
 func (r *ChildRecord) Version() uint64 { return r.version.v }
 
+// CreateIndex returns the job's CreateIndex (0 if unset): a job purged and
+// registered again under its ID has a new one.
+func (r *ChildRecord) CreateIndex() uint64 { return r.createIndex.v }
+
 // ModifyIndex returns the job's ModifyIndex (0 if unset).
 func (r *ChildRecord) ModifyIndex() uint64 { return r.modifyIndex.v }
 

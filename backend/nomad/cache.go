@@ -198,6 +198,12 @@ type Cache struct {
 	nodes map[string]string
 	// nodeStates are the client nodes' drain, eligibility and status.
 	nodeStates map[string]NodeState
+	// unsettled maps "namespace/id" of each job whose deregister event the
+	// cache holds without yet knowing whether it was a stop or a purge to
+	// that event's index. The job is shown stopped meanwhile (its ordinal
+	// is not free); settleDeregister applies Nomad's answer, and a newer
+	// event of the job, or a re-list, makes the answer moot.
+	unsettled map[string]uint64
 }
 
 // NewCache returns an empty, unsynced cache.
@@ -218,6 +224,7 @@ func (c *Cache) reset() {
 	}
 	c.nodes = map[string]string{}
 	c.nodeStates = map[string]NodeState{}
+	c.unsettled = map[string]uint64{}
 }
 
 // Index returns the highest Nomad index the cache reflects.
@@ -292,6 +299,13 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	defer c.mu.Unlock()
 	touched := c.setsLocked()
 	purged := c.purged
+	for key := range c.unsettled {
+		// A parent deregistered, maybe purged, before the listing: if the
+		// listing no longer holds it, it was purged.
+		if k, ok := splitKey(key); ok && c.parents[k] != nil {
+			purged[k] = c.parents[k]
+		}
+	}
 	stopping := c.stoppingChildrenLocked(s.Index, s.At)
 	placements := c.placementsLocked()
 	c.reset()
@@ -469,6 +483,7 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 		}
 		c.parents[k] = j
 		delete(c.purged, k)
+		delete(c.unsettled, k.Namespace+"/"+k.Name)
 		return k, true
 	}
 	k, ok := parentOf(j)
@@ -477,16 +492,19 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 		pk := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
 		if _, was := c.parents[pk]; was {
 			delete(c.parents, pk)
+			delete(c.unsettled, pk.Namespace+"/"+pk.Name)
 			return pk, true
 		}
 		return backend.SetKey{}, false
 	}
-	return c.upsertChildLocked(k, *j.ID, u64(j.ModifyIndex), func() *jobs.ChildRecord { return jobs.NewChildRecord(j) })
+	return c.upsertChildLocked(k, *j.ID, u64(j.ModifyIndex), u64(j.CreateIndex), func() *jobs.ChildRecord { return jobs.NewChildRecord(j) })
 }
 
 // upsertChildLocked records child id of set k at modifyIndex, unless the
 // cache holds a newer version; rec is only called when it is recorded.
-func (c *Cache) upsertChildLocked(k backend.SetKey, id string, modifyIndex uint64, rec func() *jobs.ChildRecord) (backend.SetKey, bool) {
+// createIndex is the job's CreateIndex (0 if unknown). Recording a version
+// settles a deregister the cache held unsettled: it is newer.
+func (c *Cache) upsertChildLocked(k backend.SetKey, id string, modifyIndex, createIndex uint64, rec func() *jobs.ChildRecord) (backend.SetKey, bool) {
 	kids := c.children[k]
 	if kids == nil {
 		kids = map[string]*child{}
@@ -499,14 +517,16 @@ func (c *Cache) upsertChildLocked(k backend.SetKey, id string, modifyIndex uint6
 		kids[id] = ch
 	case ch.job != nil && ch.job.ModifyIndex() > modifyIndex:
 		return k, true
-	case ch.purged:
-		// A new job under a purged child's ID: the purged job's
+	case ch.purged, createIndex != 0 && ch.job != nil && ch.job.CreateIndex() != 0 && ch.job.CreateIndex() != createIndex:
+		// A new job under a purged child's ID (known purged, or purged
+		// unseen or unsettled: its CreateIndex is new): the purged job's
 		// allocations, which Nomad forgot, are not this one's.
 		ch = &child{}
 		kids[id] = ch
 	}
 	ch.job = rec()
 	c.owner[k.Namespace+"/"+id] = k
+	delete(c.unsettled, k.Namespace+"/"+id)
 	return k, true
 }
 
@@ -520,18 +540,22 @@ func (c *Cache) upsertRecordLocked(r *jobs.ChildRecord) (backend.SetKey, bool) {
 	if r.ID() == "" || parent == "" {
 		return backend.SetKey{}, false
 	}
-	return c.upsertChildLocked(backend.SetKey{Namespace: ns, Name: parent}, r.ID(), r.ModifyIndex(), func() *jobs.ChildRecord { return r })
+	return c.upsertChildLocked(backend.SetKey{Namespace: ns, Name: parent}, r.ID(), r.ModifyIndex(), r.CreateIndex(), func() *jobs.ChildRecord { return r })
 }
 
 // jobAt returns the cached job ns/id if the cache holds it at exactly
 // modifyIndex: the re-list then need not read it again. A parent comes back
 // as its job, a child as its record, which Replace keeps as it is. A purged
-// child's stopped stand-in is never returned: it is not what Nomad holds.
+// child's stopped stand-in, and a job whose deregister is unsettled, are
+// never returned: either may not be what Nomad holds.
 func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildRecord) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if modifyIndex == 0 {
 		return nil, nil
+	}
+	if _, unsettled := c.unsettled[ns+"/"+id]; unsettled {
+		return nil, nil // shown stopped, which Nomad may not hold
 	}
 	if p, ok := c.parents[backend.SetKey{Namespace: ns, Name: id}]; ok {
 		if u64(p.ModifyIndex) == modifyIndex {
@@ -561,6 +585,12 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64, now time.Time) (ba
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.advanceLocked(index)
+	return c.removeJobLocked(namespace, id, now)
+}
+
+// removeJobLocked is RemoveJob under c.mu.
+func (c *Cache) removeJobLocked(namespace, id string, now time.Time) (backend.SetKey, bool) {
+	delete(c.unsettled, namespace+"/"+id)
 	pk := backend.SetKey{Namespace: namespace, Name: id}
 	if p, ok := c.parents[pk]; ok {
 		delete(c.parents, pk)
@@ -588,6 +618,110 @@ func (c *Cache) RemoveJob(namespace, id string, index uint64, now time.Time) (ba
 	}
 	delete(c.owner, namespace+"/"+id)
 	return k, true
+}
+
+// noteDeregister folds a JobDeregistered event into the cache in constant
+// time, without asking Nomad whether it was a stop or a purge: the event
+// cannot tell (a purge's payload is the job as it was before). A job the
+// cache knows is shown stopped, so that its pod is stopping, never gone,
+// and marked unsettled at index until settleDeregister applies Nomad's
+// answer. job is the payload's job, rec its child record when the watcher
+// decoded one. held reports whether the cache now holds the job unsettled
+// (the set k is touched); settle whether the event needs that answer: not when
+// the cache knows better already (a re-list at or after index, a newer
+// version of the job, the purge itself), nor for a job that is none of
+// ours.
+func (c *Cache) noteDeregister(job *api.Job, rec *jobs.ChildRecord, index uint64) (k backend.SetKey, held, settle bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	if job == nil || job.ID == nil || (index != 0 && index <= c.listIndex) {
+		return k, false, false // the last full list already holds its outcome
+	}
+	ns, id := jobNamespace(job), *job.ID
+	key := ns + "/" + id
+	modify := u64(job.ModifyIndex)
+	pk := backend.SetKey{Namespace: ns, Name: id}
+	if p, ok := c.parents[pk]; ok {
+		if u64(p.ModifyIndex) > modify {
+			return pk, false, false // an older event
+		}
+		if isParent(job) {
+			// A stopped parent and a purged one both delete the set, by
+			// the same spec: stopped is the safe reading meanwhile.
+			stopped, stop := *job, true
+			stopped.Stop = &stop
+			c.parents[pk] = &stopped
+		}
+		c.unsettled[key] = index
+		return pk, true, true
+	}
+	if p, ok := c.purged[pk]; ok && u64(p.ModifyIndex) >= modify {
+		return pk, false, false // its purge is known
+	}
+	sk, known := c.owner[key]
+	ch := c.children[sk][id]
+	if _, child := parentOf(job); !child || !known || ch == nil || ch.job == nil {
+		// Unknown: nothing to hold as stopping. Nomad's answer adopts a
+		// child or parent it still has (a missed registration).
+		return k, false, child || isParent(job)
+	}
+	if ch.job.ModifyIndex() > modify || (ch.purged && ch.job.ModifyIndex() >= modify) {
+		return sk, false, false // an older event, or its purge is known
+	}
+	if rec == nil {
+		rec = jobs.NewChildRecord(job)
+	}
+	stopped := rec.WithStop()
+	c.upsertChildLocked(sk, id, modify, stopped.CreateIndex(), func() *jobs.ChildRecord { return stopped })
+	c.unsettled[key] = index
+	return sk, true, true
+}
+
+// settleDeregister applies Nomad's answer to whether job ns/id, whose
+// deregister event at index the watcher saw, was stopped or purged: job is
+// the job Nomad has, nil when it has none (a purge, at now). held says
+// whether noteDeregister held the job unsettled. The answer was read after
+// the event, but it may come after newer events too: it applies only while
+// nothing newer has: no re-list since the event, and the job still
+// unsettled at index (or still unknown, for a job it did not hold).
+func (c *Cache) settleDeregister(ns, id string, index uint64, held bool, job *api.Job, now time.Time) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if index != 0 && index <= c.listIndex {
+		return backend.SetKey{}, false // a re-list since the event holds the truth
+	}
+	key := ns + "/" + id
+	if held {
+		if at, ok := c.unsettled[key]; !ok || at != index {
+			return backend.SetKey{}, false // a newer event of the job decides
+		}
+		delete(c.unsettled, key)
+		if job == nil {
+			return c.removeJobLocked(ns, id, now)
+		}
+		return c.upsertJobLocked(job)
+	}
+	if job == nil || c.knowsLocked(ns, id) {
+		return backend.SetKey{}, false
+	}
+	return c.upsertJobLocked(job)
+}
+
+// knowsLocked reports whether the cache holds job ns/id in any form. The
+// caller holds mu.
+func (c *Cache) knowsLocked(ns, id string) bool {
+	k := backend.SetKey{Namespace: ns, Name: id}
+	_, parent := c.parents[k]
+	_, purged := c.purged[k]
+	_, child := c.owner[ns+"/"+id]
+	return parent || purged || child
+}
+
+// splitKey splits a "namespace/id" key of the cache.
+func splitKey(key string) (backend.SetKey, bool) {
+	ns, id, ok := strings.Cut(key, "/")
+	return backend.SetKey{Namespace: ns, Name: id}, ok
 }
 
 // upsertAllocLocked records an allocation from a listing.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -319,9 +321,50 @@ type rawEvent struct {
 	Payload    map[string]json.RawMessage
 }
 
+// StreamError is Nomad ending the event stream, or refusing it, with an
+// error of its own. Nomad's HTTP handler writes it as plain text: as the
+// body of a 500 when the stream had not started, or after the last event
+// when it had (the 200 was sent already), where the next JSON message was
+// expected.
+type StreamError struct {
+	// Body is Nomad's message, such as "event dropped from buffer" (the
+	// daemon fell behind by more than the servers' event_buffer_size).
+	Body string
+	// Err is the api client's error for a refused stream; nil when the
+	// stream had started.
+	Err error
+}
+
+// Error implements error.
+func (e *StreamError) Error() string {
+	if e.Err != nil {
+		return "Nomad refused the event stream: " + e.Body
+	}
+	return "Nomad ended the event stream: " + e.Body
+}
+
+// Unwrap returns the api client's error, if any.
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// streamText returns the plain text Nomad wrote in place of the next
+// message of the stream, if what the decoder stopped at is that: words
+// (Nomad's errors are sentences), not a broken JSON object. Only what the
+// decoder has already read is looked at: Nomad writes its error in one
+// piece and closes the stream, while reading on could block on a stream
+// that is merely garbled.
+func streamText(dec *json.Decoder) (string, bool) {
+	b, _ := io.ReadAll(io.LimitReader(dec.Buffered(), 4096))
+	text := strings.TrimSpace(string(b))
+	if text == "" || !unicode.IsLetter(rune(text[0])) {
+		return "", false
+	}
+	return text, true
+}
+
 // Events implements API. It reads /v1/event/stream itself, as the api
 // package's EventStream does, but hands each payload object over as its
 // json.RawMessage, so DecodePayload decodes it once into the typed struct.
+// An error Nomad ends or refuses the stream with is a *StreamError.
 func (n *Client) Events(ctx context.Context, index uint64) (_ <-chan *api.Events, err error) {
 	defer TraceCall(ctx, VerbEvents, &err)
 	params := url.Values{}
@@ -331,6 +374,10 @@ func (n *Client) Events(ctx context.Context, index uint64) (_ <-chan *api.Events
 	params.Set("index", strconv.FormatUint(index, 10))
 	body, err := n.c.Raw().Response("/v1/event/stream?"+params.Encode(), query(ctx, "*"))
 	if err != nil {
+		var ue api.UnexpectedResponseError
+		if errors.As(err, &ue) && ue.StatusCode() >= http.StatusInternalServerError && ue.HasBody() {
+			err = &StreamError{Body: ue.Body(), Err: err}
+		}
 		return nil, fmt.Errorf("subscribing to the event stream from index %d: %w", index, denied(VerbEvents, "*", err))
 	}
 	ch := make(chan *api.Events, 10)
@@ -341,8 +388,14 @@ func (n *Client) Events(ctx context.Context, index uint64) (_ <-chan *api.Events
 		for ctx.Err() == nil {
 			var raw rawEvents
 			if err := dec.Decode(&raw); err != nil {
+				err = fmt.Errorf("reading the event stream: %w", err)
+				var syntax *json.SyntaxError
+				if text, ok := streamText(dec); ok && errors.As(err, &syntax) {
+					// Its text says it all; the decoder's would mislead.
+					err = &StreamError{Body: text}
+				}
 				select {
-				case ch <- &api.Events{Err: fmt.Errorf("reading the event stream: %w", err)}:
+				case ch <- &api.Events{Err: err}:
 				case <-ctx.Done():
 				}
 				return

@@ -239,3 +239,72 @@ func TestNodeValue(t *testing.T) {
 		}
 	}
 }
+
+// TestClientEventsReadsNomadsPlainTextError: Nomad ends an event stream
+// with an error of its own written as plain text (its HTTP handler's
+// wrap): after the last event when the stream had started (the 200 was
+// sent already), or as a 500's body when it had not. Either way Events
+// hands over a *nomad.StreamError with Nomad's message, where the daemon
+// used to decode the text as JSON and report only "invalid character 'e'
+// looking for beginning of value". A message cut short is no such error.
+func TestClientEventsReadsNomadsPlainTextError(t *testing.T) {
+	const dropped = "event dropped from buffer"
+	for _, tc := range []struct {
+		name    string
+		started bool
+		// trailer is what follows the first event; want the StreamError's
+		// text ("" for none).
+		trailer, want string
+	}{
+		{"after the first event", true, dropped, dropped},
+		{"before the first event", false, dropped, dropped},
+		{"a message cut short", true, `{"Index":9,"Eve`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.started {
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write([]byte(`{"Index":8,"Events":[{"Topic":"Node","Type":"NodeRegistration","Key":"n1","Index":8,"Payload":{"Node":{"ID":"n1"}}}]}` + "\n"))
+					w.(http.Flusher).Flush()
+				}
+				if strings.HasPrefix(tc.trailer, "{") {
+					_, _ = w.Write([]byte(tc.trailer))
+					return
+				}
+				// Nomad's wrap: WriteHeader (superfluous once the stream
+				// started, as net/http logs), then the error's text.
+				w.Header().Set("Content-Type", "text/plain")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = w.Write([]byte(tc.trailer))
+			}))
+			defer srv.Close()
+			c, err := api.NewClient(&api.Config{Address: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ch, err := nomad.NewAPI(c).Events(ctx, 5)
+			var se *nomad.StreamError
+			if !tc.started {
+				if !errors.As(err, &se) || se.Body != tc.want {
+					t.Fatalf("subscribing: %v (%T), want a StreamError saying %q", err, err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []*api.Events
+			for evs := range ch {
+				got = append(got, evs)
+			}
+			if len(got) != 2 || got[0].Index != 8 || got[1].Err == nil {
+				t.Fatalf("want the event, then the stream's end; got %+v", got)
+			}
+			if isStream := errors.As(got[1].Err, &se); isStream != (tc.want != "") || (isStream && se.Body != tc.want) {
+				t.Fatalf("the stream ended with %v (%T), want a StreamError saying %q", got[1].Err, got[1].Err, tc.want)
+			}
+		})
+	}
+}

@@ -557,3 +557,160 @@ func TestObserveLostAllocationRechecksWhenItsWaitEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheDeregisterSettleSequences: a deregister event is held as
+// stopping (noteDeregister) until Nomad says whether it was a stop or a
+// purge (settleDeregister), and that answer, read off the event loop, may
+// come after newer events or a re-list. Whatever the order, the cache never
+// frees an ordinal whose child may still run before Nomad said it was
+// purged (and then only after its kill grace), and an answer never undoes
+// what a newer event or a re-list told.
+func TestCacheDeregisterSettleSequences(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	t0 := time.Unix(1000, 0)
+	grace := 5*time.Second + PurgeMargin
+	parent := &api.Job{ID: ptr("web"), Namespace: ptr("default"), ModifyIndex: ptr(uint64(3)), Meta: map[string]string{"statefulset": "true"}}
+	withCreate := func(j *api.Job, create uint64) *api.Job { j.CreateIndex = ptr(create); return j }
+	// before is web-0 as the cache lists it, and as a purge's payload
+	// carries it; stopped is web-0 stopped at index 6.
+	before := func() *api.Job { return withCreate(childJob("web", "0", "r1", false, 4), 4) }
+	stopped := func() *api.Job { return withCreate(childJob("web", "0", "r1", true, 6), 4) }
+	// recreated is a new web-0, registered at 9 after a purge.
+	recreated := func() *api.Job { return withCreate(childJob("web", "0", "r2", false, 9), 9) }
+	complete := func(c *Cache, idx uint64) {
+		c.upsertAllocPayload(stubPayload(alloc("a1", "web-0", "complete", "stop", ptr(true), 5, t0)), idx)
+	}
+	note := func(want bool, j *api.Job, idx uint64) func(*testing.T, *Cache) {
+		return func(t *testing.T, c *Cache) {
+			if _, _, settle := c.noteDeregister(j, nil, idx); settle != want {
+				t.Fatalf("the deregister at %d asks Nomad: %v, want %v", idx, settle, want)
+			}
+		}
+	}
+	answer := func(idx uint64, j *api.Job, now time.Time) func(*testing.T, *Cache) {
+		return func(_ *testing.T, c *Cache) { c.settleDeregister("default", *before().ID, idx, true, j, now) }
+	}
+	step := func(f func(*Cache)) func(*testing.T, *Cache) { return func(_ *testing.T, c *Cache) { f(c) } }
+	// States of web-0.
+	const (
+		running  = "running"  // a pod, not stopping
+		stopping = "stopping" // a Terminating pod at any time: unsettled, or stopped with its allocation running
+		purged   = "purged"   // Terminating until its grace from t0 ends, then free
+		stoppedS = "stopped"  // no pod, a stopped child (its ordinal is not free)
+		gone     = "gone"     // free at once
+		fresh    = "fresh"    // the new web-0 at r2, without the purged one's allocation
+	)
+	for _, tc := range []struct {
+		name  string
+		steps []func(*testing.T, *Cache)
+		want  string
+	}{
+		{"stop, unanswered", []func(*testing.T, *Cache){note(true, stopped(), 6)}, stopping},
+		{"stop, answered", []func(*testing.T, *Cache){note(true, stopped(), 6), answer(6, stopped(), t0)}, stopping},
+		{"stop, allocation ends, answered", []func(*testing.T, *Cache){note(true, stopped(), 6), step(func(c *Cache) { complete(c, 7) }), answer(6, stopped(), t0)}, stoppedS},
+		{"purge, unanswered", []func(*testing.T, *Cache){note(true, before(), 6)}, stopping},
+		{"purge, answered", []func(*testing.T, *Cache){note(true, before(), 6), answer(6, nil, t0)}, purged},
+		{"purge, allocation ends, unanswered", []func(*testing.T, *Cache){note(true, before(), 6), step(func(c *Cache) { complete(c, 7) })}, stoppedS},
+		{"purge, allocation ends, answered", []func(*testing.T, *Cache){note(true, before(), 6), step(func(c *Cache) { complete(c, 7) }), answer(6, nil, t0)}, gone},
+		// The stop's answer, read after the purge, is stale: the purge
+		// event at 8 decides.
+		{"stop, purge, the stop's answer", []func(*testing.T, *Cache){note(true, stopped(), 6), note(true, stopped(), 8), answer(6, nil, t0)}, stopping},
+		{"stop, purge, the stop's answer read before the purge", []func(*testing.T, *Cache){note(true, stopped(), 6), note(true, stopped(), 8), answer(6, stopped(), t0)}, stopping},
+		{"stop, purge, both answers", []func(*testing.T, *Cache){note(true, stopped(), 6), note(true, stopped(), 8), answer(6, stopped(), t0), answer(8, nil, t0)}, purged},
+		{"stop answered, then purge answered", []func(*testing.T, *Cache){note(true, stopped(), 6), answer(6, stopped(), t0), note(true, stopped(), 8), answer(8, nil, t0)}, purged},
+		// A new child under the purged one's ID is a new job (its
+		// CreateIndex): the purged one's allocation is not its own.
+		{"purge, new child, the purge's answer", []func(*testing.T, *Cache){note(true, before(), 6), step(func(c *Cache) { c.UpsertJob(recreated(), 9) }), answer(6, nil, t0)}, fresh},
+		{"purge, new child, the answer names it", []func(*testing.T, *Cache){note(true, before(), 6), step(func(c *Cache) { c.UpsertJob(recreated(), 9) }), answer(6, recreated(), t0)}, fresh},
+		{"purge, the answer names the new child before its event", []func(*testing.T, *Cache){note(true, before(), 6), answer(6, recreated(), t0), step(func(c *Cache) { c.UpsertJob(recreated(), 9) })}, fresh},
+		{"purge answered, then the new child", []func(*testing.T, *Cache){note(true, before(), 6), answer(6, nil, t0), step(func(c *Cache) { c.UpsertJob(recreated(), 9) })}, fresh},
+		// A re-list after the event holds its outcome: the purge's grace
+		// runs from the listing, and a late answer (here an hour late)
+		// changes nothing.
+		{"purge, re-list, late answer", []func(*testing.T, *Cache){note(true, before(), 6), step(func(c *Cache) { c.Replace(Snapshot{Index: 9, At: t0}) }), answer(6, nil, t0.Add(time.Hour))}, purged},
+		{"stop, re-list holding it, late answer", []func(*testing.T, *Cache){note(true, stopped(), 6), step(func(c *Cache) {
+			c.Replace(Snapshot{Index: 9, At: t0, Jobs: []*api.Job{stopped()}, Allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 5, t0)}})
+		}), answer(6, nil, t0)}, stopping},
+		{"a deregister the listing holds", []func(*testing.T, *Cache){note(false, before(), 2)}, running},
+		{"an older deregister", []func(*testing.T, *Cache){step(func(c *Cache) { c.UpsertJob(withCreate(childJob("web", "0", "r1", false, 10), 4), 10) }), note(false, before(), 11)}, running},
+		{"purge seen twice", []func(*testing.T, *Cache){note(true, before(), 6), answer(6, nil, t0), note(false, before(), 6)}, purged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			c.Replace(Snapshot{Index: 2, Jobs: []*api.Job{parent, before()},
+				Allocs: []*api.AllocationListStub{alloc("a1", "web-0", "running", "run", ptr(true), 5, t0)}})
+			for _, s := range tc.steps {
+				s(t, c)
+			}
+			at := func(d time.Duration) (pod *PodDetail, stoppedChild bool) {
+				obs := c.Observe(key, nil, t0.Add(d))
+				for i := range obs.Pods {
+					if obs.Pods[i].Pod.Ordinal == 0 {
+						pod = &obs.Pods[i]
+					}
+				}
+				return pod, len(obs.Stopped) == 1
+			}
+			early, stoppedEarly := at(grace - time.Second)
+			late, stoppedLate := at(grace)
+			var ok bool
+			switch tc.want {
+			case running:
+				ok = early != nil && !early.Pod.Terminating && late != nil && !late.Pod.Terminating
+			case stopping:
+				ok = early != nil && early.Pod.Terminating && late != nil && late.Pod.Terminating
+			case purged:
+				ok = early != nil && early.Pod.Terminating && late == nil && !stoppedLate
+			case stoppedS:
+				ok = early == nil && stoppedEarly && late == nil && stoppedLate
+			case gone:
+				ok = early == nil && !stoppedEarly
+			case fresh:
+				ok = early != nil && early.Pod.Revision == "r2" && early.AllocID == "" && !early.Pod.Terminating && early.AllTerminal
+			}
+			if !ok {
+				t.Fatalf("web-0 is not %s: at +%v %+v (stopped child %v), at +%v %+v (stopped child %v)", tc.want,
+					grace-time.Second, early, stoppedEarly, grace, late, stoppedLate)
+			}
+		})
+	}
+}
+
+// TestCacheParentDeregisterSettles: a parent's deregister holds it stopped
+// (its set is deleted by its own spec either way) until Nomad's answer; a
+// purge then keeps it as purged while it has children, and a child of an
+// unknown job is adopted from the answer only while the cache still does
+// not know it.
+func TestCacheParentDeregisterSettles(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	parent := &api.Job{ID: ptr("web"), Namespace: ptr("default"), ModifyIndex: ptr(uint64(3)), Meta: map[string]string{"statefulset": "true"}}
+	c := NewCache()
+	c.Replace(Snapshot{Index: 2, Jobs: []*api.Job{parent, childJob("web", "0", "r1", false, 2)}})
+	if _, held, settle := c.noteDeregister(parent, nil, 6); !held || !settle {
+		t.Fatalf("a known parent's deregister: held %v, asks %v", held, settle)
+	}
+	obs := c.Observe(key, nil, time.Now())
+	if obs.Parent == nil || obs.Parent.Stop == nil || !*obs.Parent.Stop || obs.ParentPurged {
+		t.Fatalf("an unsettled parent must show stopped: %+v purged %v", obs.Parent, obs.ParentPurged)
+	}
+	if parent.Stop != nil {
+		t.Fatal("the event's job was changed in place")
+	}
+	c.settleDeregister("default", "web", 6, true, nil, time.Now())
+	if obs := c.Observe(key, nil, time.Now()); obs.Parent == nil || !obs.ParentPurged {
+		t.Fatalf("a purged parent with children must show purged: %+v %v", obs.Parent, obs.ParentPurged)
+	}
+
+	web1 := childJob("web", "1", "r1", true, 7)
+	if _, held, settle := c.noteDeregister(web1, nil, 7); held || !settle {
+		t.Fatalf("an unknown child's deregister: held %v, asks %v", held, settle)
+	}
+	c.settleDeregister("default", "web-1", 7, false, nil, time.Now())
+	if obs := c.Observe(key, nil, time.Now()); len(obs.Stopped) != 0 {
+		t.Fatalf("a child Nomad no longer has was adopted: %+v", obs.Stopped)
+	}
+	c.settleDeregister("default", "web-1", 7, false, web1, time.Now())
+	if obs := c.Observe(key, nil, time.Now()); len(obs.Stopped) != 1 || obs.Stopped[0].JobID != "web-1" {
+		t.Fatalf("a stopped child the stream missed must be adopted: %+v", obs.Stopped)
+	}
+}

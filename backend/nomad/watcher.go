@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,10 +23,45 @@ type WatcherConfig struct {
 	// ResyncInterval is how often the whole cluster is re-listed as a safety
 	// net against missed events, even when the stream is healthy.
 	ResyncInterval time.Duration
-	// MinBackoff and MaxBackoff bound the wait between reconnects.
+	// MinBackoff and MaxBackoff bound the wait between reconnects, and
+	// between asking Nomad again how a deregistered job ended when it did
+	// not answer.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// Clock returns the time; time.Now when nil. Every time the watcher
+	// records (when a listing was taken, when a purge was seen) comes from
+	// it, because the agent compares those times with its own clock's: the
+	// agent passes the clock its controller reads.
+	Clock func() time.Time
+	// OnReset is called with the reason (one of the Reset* constants) each
+	// time the event stream is lost and the watcher re-lists because of it,
+	// from the watcher's goroutine: the agent counts them as
+	// nomad_event_stream_resets_total{reason}. Nil for none. Deliberate
+	// re-lists (the periodic resync, RequestResync) are not resets.
+	OnReset func(reason string)
 }
+
+// The reasons of a reset: why the watcher lost the event stream and
+// re-lists, as Resets counts them and OnReset reports them.
+const (
+	// ResetBufferOverflow is Nomad dropping events the daemon had not read
+	// yet: the subscriber fell further behind than the servers'
+	// event_buffer_size. The daemon must raise it, or keep up.
+	ResetBufferOverflow = "buffer_overflow"
+	// ResetServerClosed is Nomad closing the subscription itself, as it
+	// does when the token's ACLs change or a server steps down.
+	ResetServerClosed = "server_closed"
+	// ResetServerError is Nomad ending the stream, or refusing it, with
+	// another error of its own.
+	ResetServerError = "server_error"
+	// ResetDenied is Nomad refusing the stream to the daemon's token.
+	ResetDenied = "denied"
+	// ResetDecode is the stream carrying something that is neither an
+	// event nor an error Nomad wrote.
+	ResetDecode = "decode"
+	// ResetDisconnect is the connection to Nomad failing or ending.
+	ResetDisconnect = "disconnect"
+)
 
 // Watcher keeps a Cache current: a full list, then the event stream from the
 // list's index. On any stream error, gap or reconnect it lists everything
@@ -43,10 +80,18 @@ type Watcher struct {
 	relists atomic.Int64
 	// resync asks the loop for a full re-list now.
 	resync chan struct{}
+	// settles are the deregistered jobs of which Nomad must say whether
+	// they were stopped or purged, asked off the event loop.
+	settles *settleQueue
+	// resets counts lost streams by reason (see Resets).
+	resetsMu sync.Mutex
+	resets   map[string]uint64
 }
 
 // NewWatcher returns a watcher that fills cache from a and calls onChange for
-// every set an event or a listing touches.
+// every set an event or a listing touches. onChange is called from two
+// goroutines: the event loop's, and the one that asks Nomad how a
+// deregistered job ended.
 func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChange func(backend.SetKey)) *Watcher {
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = 5 * time.Minute
@@ -57,7 +102,10 @@ func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChan
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
 	}
-	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1)}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1), settles: newSettleQueue()}
 	w.lastErr.Store("not yet synced")
 	return w
 }
@@ -74,11 +122,88 @@ func (w *Watcher) Healthy() (bool, string) {
 // Relists returns how many full listings the watcher has made.
 func (w *Watcher) Relists() int64 { return w.relists.Load() }
 
+// Resets returns how many times the watcher lost the event stream and
+// re-listed because of it, by reason (the Reset* constants): a copy, with
+// only the reasons seen.
+func (w *Watcher) Resets() map[string]uint64 {
+	w.resetsMu.Lock()
+	defer w.resetsMu.Unlock()
+	out := make(map[string]uint64, len(w.resets))
+	for reason, n := range w.resets {
+		out[reason] = n
+	}
+	return out
+}
+
+// streamReset is the event stream lost, with why in an operator's words.
+type streamReset struct {
+	reason  string
+	message string
+	err     error
+}
+
+// Error implements error.
+func (r *streamReset) Error() string { return fmt.Sprintf("%s (%v)", r.message, r.err) }
+
+// Unwrap returns the error that ended the stream.
+func (r *streamReset) Unwrap() error { return r.err }
+
+// lostStream classifies err, which ended the event stream or refused it.
+// Nomad writes its own errors as plain text (StreamError, or the body of
+// the api's UnexpectedResponseError): the text says which.
+func lostStream(err error) *streamReset {
+	reset := func(reason, message string) *streamReset {
+		return &streamReset{reason: reason, message: message, err: err}
+	}
+	var body string
+	var se *StreamError
+	var ue api.UnexpectedResponseError
+	switch {
+	case errors.As(err, new(*PermissionError)):
+		return reset(ResetDenied, "Nomad refused the event stream to the agent's token; re-listing")
+	case errors.As(err, &se):
+		body = se.Body
+	case errors.As(err, &ue):
+		body = ue.Body()
+	default:
+		// In-process (the simulator) the error is Nomad's own, with its
+		// text.
+		body = err.Error()
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case strings.Contains(body, "event dropped from buffer"):
+		return reset(ResetBufferOverflow, "Nomad dropped events the daemon had not read yet (raise event_buffer_size on the servers); re-listing")
+	case strings.Contains(body, "subscription closed by server"):
+		return reset(ResetServerClosed, "Nomad closed the event stream (a server stepped down, or the token's ACLs changed); re-listing")
+	case se != nil || (ue.StatusCode() >= 500 && ue.HasBody()):
+		return reset(ResetServerError, "Nomad ended the event stream with an error: "+body+"; re-listing")
+	case errors.As(err, &syntax), errors.As(err, &typ):
+		return reset(ResetDecode, "the Nomad event stream carried something that is not an event; re-listing")
+	default:
+		return reset(ResetDisconnect, "lost the Nomad event stream; re-listing")
+	}
+}
+
 // RequestResync asks for a full re-list as soon as possible.
 func (w *Watcher) RequestResync() {
 	select {
 	case w.resync <- struct{}{}:
 	default:
+	}
+}
+
+// countReset counts one reset for reason, and reports it to OnReset.
+func (w *Watcher) countReset(reason string) {
+	w.resetsMu.Lock()
+	if w.resets == nil {
+		w.resets = map[string]uint64{}
+	}
+	w.resets[reason]++
+	w.resetsMu.Unlock()
+	if w.cfg.OnReset != nil {
+		w.cfg.OnReset(reason)
 	}
 }
 
@@ -89,6 +214,14 @@ func (w *Watcher) fail(err error) {
 
 // Run lists and watches until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		w.settle(ctx)
+	}()
+	// Run returns only once ctx is done; so has settle then, and no
+	// onChange follows Run's return.
+	defer func() { <-settled }()
 	backoff := w.cfg.MinBackoff
 	for {
 		err := w.listAndWatch(ctx)
@@ -101,7 +234,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			continue
 		}
 		w.fail(err)
-		w.log.Warn("lost the Nomad event stream; will re-list everything and resubscribe", "error", err, "retry_in", backoff)
+		var reset *streamReset
+		if errors.As(err, &reset) {
+			w.countReset(reset.reason)
+			w.log.Warn(reset.message, "reason", reset.reason, "error", reset.err, "retry_in", backoff)
+		} else {
+			w.log.Warn("could not list the cluster from Nomad; will retry", "error", err, "retry_in", backoff)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -121,6 +260,8 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	}
 	w.relists.Add(1)
 	touched := w.cache.Replace(snap)
+	// The listing settled every deregister up to its index.
+	w.settles.dropThrough(snap.Index)
 	w.healthy.Store(true)
 	w.log.Debug("listed cluster", "index", snap.Index, "jobs_read", len(snap.Jobs), "children_kept", len(snap.kept), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
 	for _, k := range touched {
@@ -131,7 +272,7 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	defer cancel()
 	events, err := w.api.Events(sctx, snap.Index)
 	if err != nil {
-		return err
+		return lostStream(err)
 	}
 	// Jitter spreads the resyncs of many agents.
 	resync := time.NewTimer(w.cfg.ResyncInterval + time.Duration(rand.Int64N(int64(w.cfg.ResyncInterval/10)+1)))
@@ -146,15 +287,15 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 			return nil
 		case evs, ok := <-events:
 			if !ok {
-				return errors.New("event stream closed")
+				return lostStream(errors.New("the event stream closed"))
 			}
 			if evs.Err != nil {
-				return fmt.Errorf("reading the event stream: %w", evs.Err)
+				return lostStream(fmt.Errorf("following the event stream from index %d: %w", snap.Index, evs.Err))
 			}
 			if evs.IsHeartbeat() {
 				continue
 			}
-			w.apply(sctx, evs)
+			w.apply(evs)
 		}
 	}
 }
@@ -170,7 +311,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Index: index, At: time.Now()}
+	snap := Snapshot{Index: index, At: w.cfg.Clock()}
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
 	for _, s := range stubs {
@@ -236,7 +377,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 }
 
 // apply folds one batch of events into the cache.
-func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
+func (w *Watcher) apply(evs *api.Events) {
 	touched := map[backend.SetKey]struct{}{}
 	for i := range evs.Events {
 		e := &evs.Events[i]
@@ -248,17 +389,21 @@ func (w *Watcher) apply(ctx context.Context, evs *api.Events) {
 				continue
 			}
 			if e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered" {
-				// A deregister is a stop or a purge; only Nomad knows which.
-				current, err := w.api.GetJob(ctx, jobNamespace(job), *job.ID)
-				if errors.Is(err, ErrNotFound) {
-					if k, ok := w.cache.RemoveJob(jobNamespace(job), *job.ID, e.Index, time.Now()); ok {
-						touched[k] = struct{}{}
-					}
-					continue
+				// A deregister is a stop or a purge; only Nomad knows which,
+				// and asking it here would hold up the stream (one round
+				// trip per event, at a thousand children, overflowed
+				// Nomad's event buffer). The cache holds the job as
+				// stopping until settle has Nomad's answer.
+				k, held, ask := w.cache.noteDeregister(job, rec, e.Index)
+				if held {
+					touched[k] = struct{}{}
 				}
-				if err == nil {
-					job, rec = current, nil
+				if ask && !w.settles.add(settleRequest{namespace: jobNamespace(job), id: *job.ID, index: e.Index, held: held}) {
+					// Too many to ask one by one: a re-list settles them all.
+					w.log.Warn("too many deregistered jobs to settle one by one; re-listing", "pending", maxPendingSettles)
+					w.RequestResync()
 				}
+				continue
 			}
 			var k backend.SetKey
 			var ok bool

@@ -1,9 +1,17 @@
 package nomad_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,5 +286,331 @@ func TestJobEventsKeepParentsWhole(t *testing.T) {
 	ct := obs.Pods[0].Job.TaskGroups[0].Tasks[0]
 	if ct.Driver != "" || ct.Config != nil {
 		t.Fatalf("the child is kept whole, not compact: task %+v", ct)
+	}
+}
+
+// TestWatcherRecordsTimesFromItsClock: the times the watcher records come
+// from WatcherConfig.Clock, the clock the agent's controller reads too, and
+// not from time.Now. A purged child is held as stopping for its kill grace
+// from when the watcher learned of the purge; with the real clock in the
+// watcher and a fake one in the controller, that grace was measured
+// between two clocks and never (or at once) ran out. Both ways the watcher
+// can learn of a purge are covered: its event, and a re-list that no
+// longer holds a child whose allocation last ran.
+func TestWatcherRecordsTimesFromItsClock(t *testing.T) {
+	fake := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	// The child has Nomad's default kill_timeout (5 s).
+	grace := 5*time.Second + nomad.PurgeMargin
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	for _, tc := range []struct {
+		name string
+		// purge purges web-0 so that the watcher learns of it.
+		purge func(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher)
+	}{
+		{"purge event", func(t *testing.T, sim *nomadsim.Nomad, _ *nomad.Watcher) {
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"purge missed, then a re-list", func(t *testing.T, sim *nomadsim.Nomad, w *nomad.Watcher) {
+			sim.PauseEvents()
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+			// A write after the purge, so that the re-list's index is past
+			// it and the stream does not replay the purge.
+			if _, err := sim.RegisterJob(context.Background(), childOf("other", 0, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			w.RequestResync()
+			sim.ResumeEvents()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+			defer sim.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if _, err := sim.RegisterJob(ctx, childOf("web", 0, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			sim.Settle()
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(sim, cache, nomad.WatcherConfig{ResyncInterval: time.Hour, Clock: func() time.Time { return fake }},
+				hclog.NewNullLogger(), func(backend.SetKey) {})
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "web-0 ready", func() bool {
+				obs := cache.Observe(key, nil, fake)
+				return len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready
+			})
+			// The simulation is not stepped: the purged child's allocation
+			// still runs, so the child must be held for its grace.
+			tc.purge(t, sim, w)
+			waitFor(t, "the purge to be recorded at the fake time", func() bool {
+				obs := cache.Observe(key, nil, fake.Add(grace))
+				return len(obs.Pods) == 0 && len(obs.Stopped) == 0
+			})
+			obs := cache.Observe(key, nil, fake.Add(grace-time.Second))
+			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Terminating {
+				t.Fatalf("a second before its grace ends (by the fake clock) the purged child must be Terminating: %+v", obs.Pods)
+			}
+		})
+	}
+}
+
+// gatedGetJob is a simulated Nomad whose GetJob calls, once armed, wait
+// until released, and which counts them by job.
+type gatedGetJob struct {
+	*nomadsim.Nomad
+	armed   atomic.Bool
+	entered chan string
+	release chan struct{}
+	mu      sync.Mutex
+	calls   map[string]int
+}
+
+func newGatedGetJob(sim *nomadsim.Nomad) *gatedGetJob {
+	return &gatedGetJob{Nomad: sim, entered: make(chan string, 100), release: make(chan struct{}), calls: map[string]int{}}
+}
+
+// GetJob implements nomad.API.
+func (g *gatedGetJob) GetJob(ctx context.Context, namespace, id string) (*api.Job, error) {
+	if g.armed.Load() {
+		g.mu.Lock()
+		g.calls[id]++
+		g.mu.Unlock()
+		g.entered <- id
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Nomad.GetJob(ctx, namespace, id)
+}
+
+func (g *gatedGetJob) callsOf(id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[id]
+}
+
+// TestDeregisterIsSettledOffTheEventLoop: whether a deregistered child was
+// stopped or purged is Nomad's to say (a GetJob), and that call must not
+// hold up the event stream: at a thousand children, one round trip per
+// event let Nomad's event buffer overflow. With GetJob held, the events
+// after a deregister are applied all the same (web-1 appears), while the
+// deregistered child shows as stopping, never as gone (its ordinal is not
+// free: it may still run). Once Nomad answers, a stop leaves a stopped
+// child and a purge none, with one GetJob per child; and an answer that a
+// newer event made stale (a purge after the stop, a new child under the
+// purged one's ID) does not undo that event.
+func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	for _, tc := range []struct {
+		name string
+		// writes run with GetJob held, after the deregister of web-0.
+		purge  bool
+		writes func(t *testing.T, sim *nomadsim.Nomad)
+		// want is web-0's end state once settled and at rest: "stopped",
+		// "gone", or "r2" (a new child at that revision, with no
+		// allocation of the purged one).
+		want    string
+		getJobs int
+	}{
+		{name: "stop", want: "stopped", getJobs: 1},
+		{name: "purge", purge: true, want: "gone", getJobs: 1},
+		{name: "stop, then purge", want: "gone", getJobs: 2, writes: func(t *testing.T, sim *nomadsim.Nomad) {
+			if err := sim.DeregisterJob(context.Background(), "default", "web-0", true); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "purge, then a new child under its ID", purge: true, want: "r2", getJobs: 1, writes: func(t *testing.T, sim *nomadsim.Nomad) {
+			if _, err := sim.RegisterJob(context.Background(), childOf("web", 0, "r2"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+			defer sim.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for _, j := range []*api.Job{parentOf("web"), childOf("web", 0, "r1")} {
+				if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sim.Settle()
+			gated := newGatedGetJob(sim)
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "web-0 ready", func() bool {
+				obs := cache.Observe(key, nil, sim.Now())
+				return len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready
+			})
+
+			gated.armed.Store(true)
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					close(gated.release)
+				}
+			}
+			defer release()
+			// The allocation of web-0 still runs: the simulation is not
+			// stepped until GetJob is released.
+			if err := sim.DeregisterJob(ctx, "default", "web-0", tc.purge); err != nil {
+				t.Fatal(err)
+			}
+			if tc.writes != nil {
+				tc.writes(t, sim)
+			}
+			if _, err := sim.RegisterJob(ctx, childOf("web", 1, "r1"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case id := <-gated.entered:
+				if id != "web-0" {
+					t.Fatalf("GetJob of %s, want web-0", id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("nobody asked Nomad whether web-0 was stopped or purged")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				obs := cache.Observe(key, nil, sim.Now())
+				ords := map[int]nomad.PodDetail{}
+				for _, p := range obs.Pods {
+					ords[p.Pod.Ordinal] = p
+				}
+				if _, ok := ords[1]; ok {
+					if p, ok := ords[0]; !ok || (tc.want != "r2" && !p.Pod.Terminating) {
+						t.Fatalf("while unsettled, web-0 must be stopping, not gone: %+v", p.Pod)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the events after the deregister were not applied while GetJob was held: pods at ordinals %v", slices.Collect(maps.Keys(ords)))
+				}
+				time.Sleep(time.Millisecond)
+			}
+
+			release()
+			sim.Settle()
+			waitFor(t, "web-0 settled as "+tc.want, func() bool {
+				obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
+				var web0 *nomad.PodDetail
+				for i := range obs.Pods {
+					if obs.Pods[i].Pod.Ordinal == 0 {
+						web0 = &obs.Pods[i]
+					}
+				}
+				switch tc.want {
+				case "stopped":
+					job, err := sim.GetJob(ctx, "default", "web-0")
+					return err == nil && web0 == nil && len(obs.Stopped) == 1 && obs.Stopped[0].JobModifyIndex == *job.JobModifyIndex
+				case "gone":
+					return web0 == nil && len(obs.Stopped) == 0
+				default:
+					return web0 != nil && web0.Pod.Revision == tc.want && web0.Pod.Ready && len(obs.Stopped) == 0
+				}
+			})
+			if n := gated.callsOf("web-0"); n < 1 || n > tc.getJobs {
+				t.Fatalf("%d GetJob calls for web-0, want 1 to %d", n, tc.getJobs)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger writing from goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWatcherReportsALostStreamAsWhatItIs: when Nomad ends the event stream
+// with an error of its own (plain text, over the real client and HTTP), the
+// watcher says what happened, in words an operator can act on, and counts
+// the reset by its reason (for nomad_event_stream_resets_total{reason}).
+// Nomad's "event dropped from buffer" used to be logged only as the JSON
+// decoder's "invalid character 'e' looking for beginning of value".
+func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cut ends the watcher's stream.
+		cut     func(sim *nomadsim.Nomad)
+		reason  string
+		message string
+	}{
+		{"buffer overflow", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(errors.New("event dropped from buffer")) },
+			nomad.ResetBufferOverflow, "Nomad dropped events the daemon had not read yet (raise event_buffer_size on the servers); re-listing"},
+		{"closed by the server", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(nil) },
+			nomad.ResetServerClosed, "Nomad closed the event stream"},
+		{"another server error", func(sim *nomadsim.Nomad) { sim.CloseEventStreams(errors.New("rpc error: No cluster leader")) },
+			nomad.ResetServerError, "Nomad ended the event stream with an error: rpc error: No cluster leader"},
+		{"disconnect", func(sim *nomadsim.Nomad) {
+			sim.SetUnreachable(true)
+			time.Sleep(10 * time.Millisecond)
+			sim.SetUnreachable(false)
+		}, nomad.ResetDisconnect, "lost the Nomad event stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true})
+			defer sim.Close()
+			srv := httptest.NewServer(sim.Handler())
+			defer srv.Close()
+			c, err := api.NewClient(&api.Config{Address: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			var mu sync.Mutex
+			var reported []string
+			cache := nomad.NewCache()
+			w := nomad.NewWatcher(nomad.NewAPI(c), cache, nomad.WatcherConfig{
+				ResyncInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+				OnReset: func(reason string) {
+					mu.Lock()
+					reported = append(reported, reason)
+					mu.Unlock()
+				},
+			}, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), func(backend.SetKey) {})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = w.Run(ctx) }()
+			waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomad.VerbEvents] > 0 })
+
+			tc.cut(sim)
+			waitFor(t, "a re-list and a new subscription", func() bool {
+				return w.Relists() >= 2 && sim.Calls()[nomad.VerbEvents] >= 2
+			})
+			out := logs.String()
+			if !strings.Contains(out, tc.message) || strings.Contains(out, "invalid character") {
+				t.Fatalf("the log does not say %q:\n%s", tc.message, out)
+			}
+			if got := w.Resets(); len(got) != 1 || got[tc.reason] != 1 {
+				t.Fatalf("resets %v, want one %s", got, tc.reason)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reported) != 1 || reported[0] != tc.reason {
+				t.Fatalf("OnReset was told %v, want [%s]", reported, tc.reason)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -211,6 +212,13 @@ func (s *Nomad) httpEvents(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	for evs := range ch {
 		if evs.Err != nil {
+			// Nomad writes the error that ends a stream as plain text after
+			// the last event ("event dropped from buffer", "subscription
+			// closed by server, …"). An unreachable Nomad writes nothing.
+			var unreachable *url.Error
+			if !errors.As(evs.Err, &unreachable) {
+				_, _ = w.Write([]byte(evs.Err.Error()))
+			}
 			return
 		}
 		out := &api.Events{Index: evs.Index}
