@@ -52,6 +52,10 @@ type Options struct {
 	DisableMetrics bool
 	// Clock returns the time; time.Now when nil. Tests pass a fake.
 	Clock func() time.Time
+	// CallTrace, when set, is told of every Nomad call the agent makes,
+	// after the metrics count it. A call made for an action carries the
+	// action in its context (ActionOf).
+	CallTrace nomad.CallTrace
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
@@ -169,7 +173,12 @@ func (a *Agent) HTTPAddr() string {
 func (a *Agent) Run(ctx context.Context) error {
 	// Every Nomad call the agent makes derives its context from this one,
 	// and so is counted in /v1/metrics and /v1/health.
-	ctx = nomad.WithCallTrace(ctx, a.metrics.observeNomadCall)
+	ctx = nomad.WithCallTrace(ctx, func(ctx context.Context, verb string, err error) {
+		a.metrics.observeNomadCall(ctx, verb, err)
+		if a.opts.CallTrace != nil {
+			a.opts.CallTrace(ctx, verb, err)
+		}
+	})
 	if err := a.plugins.Start(ctx, a.opts.Plugins); err != nil {
 		return err
 	}

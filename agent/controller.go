@@ -336,7 +336,7 @@ func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (a
 		if dependsOnHeld(a, heldOrdinals, len(res.held)) {
 			continue
 		}
-		deleted, err := c.effector.execute(ctx, p, a)
+		deleted, err := c.effector.execute(withAction(ctx, p.key, a), p, a)
 		var why *holdError
 		if errors.As(err, &why) {
 			h := reconciler.Hold{Ordinal: a.Ordinal, Step: why.step, Until: p.now.Add(why.wait), Reason: why.reason, Message: why.msg}
@@ -567,4 +567,27 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 	default:
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Revision.Name, a.Reason)
 	}
+}
+
+// actionKey is the context key of the action a call is made for.
+type actionKey struct{}
+
+// ActionCall names the action of the reconciler's output a Nomad call was
+// made for.
+type ActionCall struct {
+	Set    backend.SetKey
+	Action reconciler.Action
+}
+
+// withAction tags ctx with the action its calls are made for: every write
+// the agent makes carries one, which is how a test proves that nothing
+// writes outside the reconciler's decisions.
+func withAction(ctx context.Context, key backend.SetKey, a reconciler.Action) context.Context {
+	return context.WithValue(ctx, actionKey{}, ActionCall{Set: key, Action: a})
+}
+
+// ActionOf returns the action a call's context was tagged with, if any.
+func ActionOf(ctx context.Context) (ActionCall, bool) {
+	a, ok := ctx.Value(actionKey{}).(ActionCall)
+	return a, ok
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -80,7 +81,7 @@ func (m *metrics) setPods(key backend.SetKey, prev map[string]bool, counts map[s
 // verb, and remembers its outcome for /v1/health. It is the nomad.CallTrace
 // of the agent's context: the implementations of nomad.API report their
 // calls, so a verb added to the API is counted with no change here.
-func (m *metrics) observeNomadCall(verb string, err error) {
+func (m *metrics) observeNomadCall(_ context.Context, verb string, err error) {
 	m.apiCalls.WithLabelValues(verb, strconv.FormatBool(nomad.Verbs[verb].Write)).Inc()
 	m.calls.observe(verb, err, time.Now())
 	if err != nil && !nomad.IsNotFound(err) {

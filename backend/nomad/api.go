@@ -124,7 +124,9 @@ var Verbs = map[string]Verb{
 // than a wrapper around API, sees only the calls made on the agent's behalf
 // (not a test's calls to a shared simulator), and needs no change when a
 // verb is added.
-type CallTrace func(verb string, err error)
+// It is given the call's context, so that a caller can tell its calls apart
+// by what it put there (the agent tags each action's calls with the action).
+type CallTrace func(ctx context.Context, verb string, err error)
 
 type callTraceKey struct{}
 
@@ -141,6 +143,6 @@ func WithCallTrace(ctx context.Context, trace CallTrace) context.Context {
 //	defer nomad.TraceCall(ctx, nomad.VerbGetJob, &err)
 func TraceCall(ctx context.Context, verb string, errp *error) {
 	if trace, ok := ctx.Value(callTraceKey{}).(CallTrace); ok && trace != nil {
-		trace(verb, *errp)
+		trace(ctx, verb, *errp)
 	}
 }

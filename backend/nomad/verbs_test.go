@@ -29,7 +29,7 @@ func sameError(a, b error) bool {
 
 // recordCalls returns a context whose CallTrace appends to *calls.
 func recordCalls(calls *[]tracedCall) context.Context {
-	return nomad.WithCallTrace(context.Background(), func(verb string, err error) {
+	return nomad.WithCallTrace(context.Background(), func(_ context.Context, verb string, err error) {
 		*calls = append(*calls, tracedCall{verb, err})
 	})
 }
