@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +53,11 @@ func parentJob(name string, meta map[string]string, image string) *api.Job {
 }
 
 type harness struct {
-	t     *testing.T
-	sim   *nomadsim.Nomad
+	t   *testing.T
+	sim *nomadsim.Nomad
+	// nomad is Nomad as the agent sees it: sim, with a fence in its event
+	// streams.
+	nomad *fencedNomad
 	store backend.Store
 	agent *Agent
 	stop  func()
@@ -71,10 +76,218 @@ func startAgentWith(t *testing.T, cfg nomadsim.NomadConfig, opt func(*Options)) 
 	if opt != nil {
 		opt(&opts)
 	}
+	// Outermost, over whatever opt put between the agent and the simulator.
+	fenced := &fencedNomad{API: opts.Nomad, sim: sim}
+	opts.Nomad = fenced
 	a, stop := runAgent(t, opts)
-	h := &harness{t: t, sim: sim, store: store, agent: a, stop: func() { stop(); sim.Close() }}
+	h := &harness{t: t, sim: sim, nomad: fenced, store: store, agent: a, stop: func() { stop(); sim.Close() }}
 	t.Cleanup(h.stop)
 	return h
+}
+
+// term returns the controller of the agent's leadership term, once it has
+// begun.
+func (h *harness) term() *controller {
+	h.t.Helper()
+	var c *controller
+	h.waitFor("the agent to lead", 10*time.Second, func() (bool, string) {
+		c = h.agent.current.Load()
+		return c != nil, "not leading"
+	})
+	return c
+}
+
+// queue returns the work queue of the agent's term.
+func (h *harness) queue() *queue {
+	h.t.Helper()
+	return h.term().queue.(*queue)
+}
+
+// settle waits until the agent has provably done all it was given, and
+// nothing is under way that would give it more: the simulator has no
+// transition scheduled, the watcher has applied every event Nomad
+// published and queued the sets they touched, the queue has processed them
+// and everything that led to, and meanwhile nothing was written to Nomad
+// and no re-list began. Only then does "nothing happened" mean something.
+// Delayed keys not yet due are left out: with the real clock they may fire
+// later (Delayed lists them); on a fake clock, only when the test advances
+// it. Not seen: a re-list the agent asked for that the watcher has not yet
+// begun; only a conflict or an expired expectation asks for one.
+func (h *harness) settle() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := h.term()
+	q := c.queue.(*queue)
+	for {
+		idx, relists := h.sim.Index(), c.watcher.Relists()
+		if h.sim.Pending() == 0 {
+			if err := h.nomad.caughtUp(ctx, c.cache); err != nil {
+				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache.Index(), err)
+			}
+			if err := q.WaitIdle(ctx, 0); err != nil {
+				h.t.Fatalf("the work queue never went idle (a hot loop?): %v; %d reconciles so far", err, reconciles(h.agent))
+			}
+			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			h.t.Fatalf("the agent and Nomad never settled: index %d (was %d), %d transitions pending", h.sim.Index(), idx, h.sim.Pending())
+		}
+		// Nomad is still moving (allocations starting, stopping): poll.
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fencedNomad is Nomad as the agent sees it, with a fence in its
+// event streams. The simulator hands events to a subscriber through a
+// buffer and the watcher applies them on its own goroutine, so nothing
+// outside tells when the watcher is done with what Nomad published. Here
+// each stream passes through a relay with no buffer: the watcher takes a
+// batch only once it has applied the one before and queued the sets that
+// one touched, so once it has taken a heartbeat the relay offered (fence),
+// it is done with every batch that came before.
+type fencedNomad struct {
+	nomad.API
+	// sim is the simulator behind API, asked for its newest event.
+	sim *nomadsim.Nomad
+	mu  sync.Mutex
+	// streams are the open streams, newest last.
+	streams []*fencedStream
+}
+
+// fencedStream is one relayed event stream.
+type fencedStream struct {
+	// fence asks the relay to offer a heartbeat; it closes the channel it
+	// was given once the watcher has taken it.
+	fence chan chan struct{}
+	// ended is closed when the relay stops.
+	ended chan struct{}
+}
+
+// Events relays the simulator's stream through a fence.
+func (f *fencedNomad) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	in, err := f.API.Events(ctx, index)
+	if err != nil {
+		return nil, err
+	}
+	s := &fencedStream{fence: make(chan chan struct{}), ended: make(chan struct{})}
+	f.mu.Lock()
+	f.streams = append(f.streams, s)
+	f.mu.Unlock()
+	out := make(chan *api.Events)
+	go func() {
+		defer close(out)
+		defer close(s.ended)
+		defer func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.streams = slices.DeleteFunc(f.streams, func(o *fencedStream) bool { return o == s })
+		}()
+		for {
+			select {
+			case evs, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- evs:
+				case <-ctx.Done():
+					return
+				}
+			case taken := <-s.fence:
+				select {
+				case out <- &api.Events{}: // Index 0 and no events: a heartbeat
+					close(taken)
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// fence returns once the watcher has taken a heartbeat from its current
+// stream: it has applied every batch it took before, or listed Nomad and
+// queued what the list touched if the stream is new.
+func (f *fencedNomad) fence(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		var s *fencedStream
+		if n := len(f.streams); n > 0 {
+			s = f.streams[n-1]
+		}
+		f.mu.Unlock()
+		if s != nil {
+			taken := make(chan struct{})
+			select {
+			case s.fence <- taken:
+				select {
+				case <-taken:
+					return nil
+				case <-s.ended: // the watcher left this stream: try its next
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			case <-s.ended:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// The watcher is between streams, listing Nomad: poll for the next.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// newestEvent returns the index of the newest event Nomad has published,
+// which a stream asked for an index beyond it replays first (0 when Nomad
+// has published nothing). Nomad's index alone says nothing: writes that
+// change nothing (a plan that places nothing, an unchanged register) take
+// an index and publish no event.
+func (f *fencedNomad) newestEvent(ctx context.Context) (uint64, error) {
+	if f.sim.Index() == 0 {
+		return 0, nil
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := f.sim.Events(pctx, math.MaxUint64)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case evs, ok := <-ch:
+		if !ok || evs.Err != nil {
+			return 0, fmt.Errorf("reading Nomad's newest event: stream ended (%v)", evs)
+		}
+		return evs.Index, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// caughtUp returns once the watcher has applied every event Nomad has
+// published so far and queued the sets they touched.
+func (f *fencedNomad) caughtUp(ctx context.Context, cache *nomad.Cache) error {
+	newest, err := f.newestEvent(ctx)
+	if err != nil {
+		return err
+	}
+	for cache.Index() < newest {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return f.fence(ctx)
 }
 
 // testOptions are the agent options of the simulator tests: fast retries,
@@ -233,17 +446,24 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 		t.Fatalf("want 2 stored revisions, got %d (%v)", len(revs), err)
 	}
 
-	// Steady state makes no Nomad writes.
+	// Steady state makes no Nomad writes, not even when a re-list has the
+	// agent reconcile every set again.
 	h.waitFor("status to settle", 5*time.Second, func() (bool, string) {
 		d, ok := h.agent.views.get(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok && d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2, fmt.Sprintf("%+v", d.Status)
 	})
+	h.settle() // the convergence's last writes are not the steady state's
 	h.sim.ResetCalls()
-	h.agent.current.Load().watcher.RequestResync()
+	c := h.term()
+	relists, passes := c.watcher.Relists(), reconciles(h.agent)
+	c.watcher.RequestResync()
 	h.waitFor("a resync", 5*time.Second, func() (bool, string) {
-		return h.sim.Calls()["ListJobs"] > 0, fmt.Sprint(h.sim.Calls())
+		return c.watcher.Relists() > relists, fmt.Sprint(h.sim.Calls())
 	})
-	time.Sleep(200 * time.Millisecond)
+	h.settle()
+	if reconciles(h.agent) == passes {
+		t.Fatal("the re-list reconciled nothing: no writes would prove nothing")
+	}
 	if w := h.sim.Writes(); w != 0 {
 		t.Fatalf("steady state made %d Nomad writes: %v", w, h.sim.Calls())
 	}
