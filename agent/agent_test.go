@@ -58,6 +58,8 @@ type harness struct {
 	// nomad is Nomad as the agent sees it: sim, with a fence in its event
 	// streams.
 	nomad *fencedNomad
+	// clock is the agent's clock when the test drives it (startAgentOnClock).
+	clock *fakeClock
 	store backend.Store
 	agent *Agent
 	stop  func()
@@ -82,6 +84,31 @@ func startAgentWith(t *testing.T, cfg nomadsim.NomadConfig, opt func(*Options)) 
 	a, stop := runAgent(t, opts)
 	h := &harness{t: t, sim: sim, nomad: fenced, store: store, agent: a, stop: func() { stop(); sim.Close() }}
 	t.Cleanup(h.stop)
+	return h
+}
+
+// startAgentOnClock starts an agent whose time is fc: its Options.Clock,
+// and the delays of its work queue (backoffs, retries, holds), which then
+// fire only when the test advances fc. Nomad (the simulator) and the
+// watcher keep wall time.
+func startAgentOnClock(t *testing.T, cfg nomadsim.NomadConfig, fc *fakeClock, opt func(*Options)) *harness {
+	t.Helper()
+	h := startAgentWith(t, cfg, func(o *Options) {
+		o.Clock = fc.Now
+		if opt != nil {
+			opt(o)
+		}
+	})
+	h.clock = fc
+	q := h.queue()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// The simulator is empty, so the term's first list queued nothing
+	// delayed: no timer is left on the wall clock.
+	if len(q.timers) != 0 {
+		t.Fatalf("the queue has %d delayed keys before the test began", len(q.timers))
+	}
+	q.now, q.afterFunc = fc.Now, fc.AfterFunc
 	return h
 }
 
@@ -288,6 +315,78 @@ func (f *fencedNomad) caughtUp(ctx context.Context, cache *nomad.Cache) error {
 		}
 	}
 	return f.fence(ctx)
+}
+
+// fakeClock is a clock that moves only when the test says: Advance runs
+// the timers (AfterFunc) due by then, in order, on the caller's goroutine.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeClockTimer
+}
+
+// fakeClockTimer is one AfterFunc of a fakeClock; the clock's mu guards it.
+type fakeClockTimer struct {
+	c       *fakeClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func newFakeClock() *fakeClock {
+	// Wall time at the start, so that times the simulator and the watcher
+	// stamp (wall time) fall after it rather than in its future.
+	return &fakeClock{now: time.Now()}
+}
+
+// Now returns the fake time.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc runs f once the clock is advanced d past now.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) stopper {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeClockTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Stop keeps the timer from firing; it reports whether it had not fired.
+func (t *fakeClockTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves the clock d forward and runs the timers due by then.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*fakeClockTimer
+	c.timers = slices.DeleteFunc(c.timers, func(t *fakeClockTimer) bool {
+		if t.stopped {
+			return true
+		}
+		if !t.at.After(c.now) {
+			t.stopped = true // fired: Stop reports false from now on
+			due = append(due, t)
+			return true
+		}
+		return false
+	})
+	c.mu.Unlock()
+	slices.SortStableFunc(due, func(a, b *fakeClockTimer) int { return a.at.Compare(b.at) })
+	// Outside c.mu: a timer's function takes the queue's lock, under which
+	// the queue calls the clock.
+	for _, t := range due {
+		t.f()
+	}
 }
 
 // testOptions are the agent options of the simulator tests: fast retries,
@@ -686,26 +785,49 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 	}
 }
 
+// A pod that keeps failing is recreated at once after its first failure,
+// as Kubernetes does, and then after a backoff of 1s doubling per failure.
+// Time is the agent's fake clock, so the test sees exactly when each
+// recreation comes: between two, with time stopped, the agent settles
+// (without backoff it never would: the simulator saw hundreds of
+// recreations a second) and nothing more is recreated, however slow the
+// machine.
 func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
-	h := startAgent(t, fastSim())
+	fc := newFakeClock()
+	h := startAgentOnClock(t, fastSim(), fc, nil)
 	var fixed atomic.Bool
 	h.sim.SetBehavior(func(job *api.Job, group string) nomadsim.AllocBehavior {
 		return nomadsim.AllocBehavior{FailOnStart: *job.ID == "crash-2" && !fixed.Load()}
 	})
 	h.register(parentJob("crash", map[string]string{"statefulset_replicas": "4"}, "v1"))
-	h.waitFor("crash-2 to fail a few times", 10*time.Second, func() (bool, string) {
-		n := len(h.sim.Allocs("default", "crash-2"))
-		return n >= 3, fmt.Sprintf("%d allocations", n)
-	})
-	time.Sleep(2 * time.Second)
-	// Without backoff the simulator saw hundreds of recreations a second.
-	if n := len(h.sim.Allocs("default", "crash-2")); n > 20 {
-		t.Fatalf("crash-2 was recreated %d times: a hot loop, not a backoff", n)
-	}
-	if h.liveChildren("crash") > 3 {
-		t.Fatal("crash-3 was created while crash-2 was failing")
+	failures := func() int { return len(h.sim.Allocs("default", "crash-2")) }
+	for _, step := range []struct {
+		advance  time.Duration
+		failures int
+		backoff  string
+	}{
+		{0, 2, "1s"}, // the first failure is recreated at once
+		{time.Second - time.Millisecond, 2, "1s"},
+		{time.Millisecond, 3, "2s"},
+		{2*time.Second - time.Millisecond, 3, "2s"},
+		{time.Millisecond, 4, "4s"},
+	} {
+		fc.Advance(step.advance)
+		h.settle()
+		at := fc.Now().Sub(h.term().termStart)
+		if n := failures(); n != step.failures {
+			t.Fatalf("at +%v crash-2 has failed %d times, want %d", at, n, step.failures)
+		}
+		c, ok := heldCondition(h.view("crash"))
+		if !ok || c.Reason != "BackOff" || !strings.Contains(c.Message, "crash-2") || !strings.HasSuffix(c.Message, "trying again in "+step.backoff) {
+			t.Fatalf("at +%v the view shows %+v, want crash-2 held for %s", at, c, step.backoff)
+		}
+		if h.sim.Job("default", "crash-3") != nil {
+			t.Fatal("crash-3 was created while crash-2 was failing")
+		}
 	}
 	fixed.Store(true)
+	fc.Advance(4 * time.Second)
 	h.waitConverged("crash", 4, nil)
 }
 
