@@ -882,33 +882,51 @@ func (f *fakeHooks) seen() []string {
 	return append([]string(nil), f.calls...)
 }
 
+// The hook answers "wait 20ms"; on the agent's fake clock those 20ms pass
+// only when the test says, so it sees each asking, and that none deletes.
 func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 	hooks := &fakeHooks{}
-	h := startAgentWith(t, fastSim(), withHooks(hooks))
+	fc := newFakeClock()
+	h := startAgentOnClock(t, fastSim(), fc, withHooks(hooks))
 	h.register(parentJob("hk", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.waitConverged("hk", 3, nil)
 	job := h.sim.Job("default", "hk")
 	job.Meta["statefulset_replicas"] = "1"
 	h.register(job)
-	h.waitFor("the pre_delete hook to be asked about hk-2", 5*time.Second, func() (bool, string) {
+	askedHk2 := func() int {
+		n := 0
 		for _, c := range hooks.seen() {
 			if c == "pre_delete hk-2" {
-				return true, ""
+				n++
 			}
 		}
-		return false, fmt.Sprint(hooks.seen())
-	})
-	time.Sleep(200 * time.Millisecond)
-	if n := h.liveChildren("hk"); n != 3 {
-		t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
+		return n
 	}
-	h.waitFor("hk's view to say why it is held", 5*time.Second, func() (bool, string) {
+	// Every pass that reaches hk-2's deletion asks (how many events make a
+	// pass is the simulator's business); the hook's retry makes one more.
+	asked := 0
+	for round := 0; round < 2; round++ {
+		if round > 0 {
+			fc.Advance(20 * time.Millisecond) // the hook's "ask again in 20ms"
+		}
+		h.settle()
+		n := askedHk2()
+		if n <= asked {
+			t.Fatalf("round %d: the pre_delete hook was asked about hk-2 %d times in all, %d before: %v", round, n, asked, hooks.seen())
+		}
+		asked = n
+		if n := h.liveChildren("hk"); n != 3 {
+			t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
+		}
 		c, ok := heldCondition(h.view("hk"))
-		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `hook "drain" (pre_delete) on pod hk-2 is waiting: draining`), fmt.Sprintf("%+v", c)
-	})
+		if !ok || c.Reason != "HookWaiting" || !strings.Contains(c.Message, `hook "drain" (pre_delete) on pod hk-2 is waiting: draining`) {
+			t.Fatalf("hk's view does not say why it is held: %+v", c)
+		}
+	}
 	hooks.mu.Lock()
 	hooks.released = true
 	hooks.mu.Unlock()
+	fc.Advance(20 * time.Millisecond)
 	h.waitConverged("hk", 1, nil)
 	h.waitFor("the Held condition to clear", 5*time.Second, func() (bool, string) {
 		c, ok := heldCondition(h.view("hk"))
