@@ -638,7 +638,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 func TestAgentCascadingDelete(t *testing.T) {
 	for _, policy := range []string{"Retain", "Delete"} {
 		t.Run(policy, func(t *testing.T) {
-			h := startAgent(t, fastSim())
+			h := startAgentOnClock(t, fastSim(), newFakeClock(), nil)
 			h.register(parentJob("db", map[string]string{"statefulset_replicas": "3", "statefulset_volume_retention_when_deleted": policy}, "v1"))
 			h.waitConverged("db", 3, nil)
 			if err := h.sim.DeregisterJob(context.Background(), "default", "db", false); err != nil {
@@ -666,15 +666,22 @@ func TestAgentCascadingDelete(t *testing.T) {
 	}
 }
 
-// assertIdle checks that the agent runs no reconcile for a while when
-// nothing changes.
+// assertIdle checks that, nothing changing, the agent stops reconciling: it
+// settles (a set queued again at once never lets the queue go idle), and
+// once every look it scheduled for later has come due, each was one pass
+// and none scheduled another. Then no reconcile can run until Nomad
+// changes. The agent must run on h.clock.
 func (h *harness) assertIdle(when string) {
 	h.t.Helper()
-	time.Sleep(200 * time.Millisecond) // the last events of what just happened
-	before := reconciles(h.agent)
-	time.Sleep(300 * time.Millisecond)
-	if after := reconciles(h.agent); after != before {
-		h.t.Fatalf("%s: %d reconciles in 300ms with nothing changing", when, after-before)
+	h.settle()
+	before, delayed := reconciles(h.agent), h.queue().Delayed()
+	h.clock.Advance(time.Hour) // past any backoff, hold or requeue of these tests
+	h.settle()
+	if n := reconciles(h.agent) - before; n > uint64(len(delayed)) {
+		h.t.Fatalf("%s: %d reconciles with nothing changing but %d delayed looks (%v) coming due", when, n, len(delayed), delayed)
+	}
+	if d := h.queue().Delayed(); len(d) != 0 {
+		h.t.Fatalf("%s: with nothing changing the agent still schedules looks: %v", when, d)
 	}
 }
 
