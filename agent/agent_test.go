@@ -136,23 +136,29 @@ func (h *harness) queue() *queue {
 // published and queued the sets they touched, the queue has processed them
 // and everything that led to, and meanwhile nothing was written to Nomad
 // and no re-list began. Only then does "nothing happened" mean something.
-// Delayed keys not yet due are left out: with the real clock they may fire
-// later (Delayed lists them); on a fake clock, only when the test advances
-// it. Not seen: a re-list the agent asked for that the watcher has not yet
-// begun; only a conflict or an expired expectation asks for one.
+// On the real clock, delayed keys due within the agent's RetryMaxDelay
+// (its retries after an error) are waited out, and later ones (holds,
+// backoffs, requeues; Delayed lists them) left out. On a fake clock every
+// delayed key is left out: it fires only when the test advances it. Not
+// seen: a re-list the agent asked for that the watcher has not yet begun;
+// only a conflict or an expired expectation asks for one.
 func (h *harness) settle() {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := h.term()
 	q := c.queue.(*queue)
+	var within time.Duration
+	if h.clock == nil {
+		within = h.agent.opts.RetryMaxDelay
+	}
 	for {
 		idx, relists := h.sim.Index(), c.watcher.Relists()
 		if h.sim.Pending() == 0 {
 			if err := h.nomad.caughtUp(ctx, c.cache); err != nil {
 				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache.Index(), err)
 			}
-			if err := q.WaitIdle(ctx, 0); err != nil {
+			if err := q.WaitIdle(ctx, within); err != nil {
 				h.t.Fatalf("the work queue never went idle (a hot loop?): %v; %d reconciles so far", err, reconciles(h.agent))
 			}
 			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists {
@@ -613,6 +619,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", st.Conditions)
 	})
+	h.settle() // every pass the two registrations led to, not just the first
 	if n := h.liveChildren("bad"); n != 0 {
 		t.Fatalf("an invalid set got %d children", n)
 	}
@@ -758,6 +765,7 @@ func TestAgentConvergesDespiteAFailureAtEveryCall(t *testing.T) {
 				return counterTotal(t, h.agent, "nomad_statefulset_nomad_api_errors_total") > 0, fmt.Sprint(h.sim.Calls(), counterTotal(t, h.agent, callsTotal))
 			})
 			h.waitConverged("f", 3, nil)
+			h.settle() // a duplicate made by a late retry counts too
 			if got := h.sim.MaxConcurrentAllocsPerJob(); got > 1 {
 				t.Fatalf("an ordinal ran %d allocations at once", got)
 			}
