@@ -657,6 +657,7 @@ func TestAgentCascadingDelete(t *testing.T) {
 				_, found, _ := h.store.GetStatus(context.Background(), key)
 				return h.liveChildren("db") == 0 && len(revs) == 0 && !found, fmt.Sprintf("live=%d revisions=%d status=%v", h.liveChildren("db"), len(revs), found)
 			})
+			h.settle() // a later pass must not delete a retained volume either
 			n := len(h.sim.HostVolumes())
 			if policy == "Retain" && n != 3 {
 				t.Fatalf("Retain kept %d volumes, want 3", n)
