@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +53,13 @@ func parentJob(name string, meta map[string]string, image string) *api.Job {
 }
 
 type harness struct {
-	t     *testing.T
-	sim   *nomadsim.Nomad
+	t   *testing.T
+	sim *nomadsim.Nomad
+	// nomad is Nomad as the agent sees it: sim, with a fence in its event
+	// streams.
+	nomad *fencedNomad
+	// clock is the agent's clock when the test drives it (startAgentOnClock).
+	clock *fakeClock
 	store backend.Store
 	agent *Agent
 	stop  func()
@@ -71,10 +78,321 @@ func startAgentWith(t *testing.T, cfg nomadsim.NomadConfig, opt func(*Options)) 
 	if opt != nil {
 		opt(&opts)
 	}
+	// Outermost, over whatever opt put between the agent and the simulator.
+	fenced := &fencedNomad{API: opts.Nomad, sim: sim}
+	opts.Nomad = fenced
 	a, stop := runAgent(t, opts)
-	h := &harness{t: t, sim: sim, store: store, agent: a, stop: func() { stop(); sim.Close() }}
+	h := &harness{t: t, sim: sim, nomad: fenced, store: store, agent: a, stop: func() { stop(); sim.Close() }}
 	t.Cleanup(h.stop)
 	return h
+}
+
+// startAgentOnClock starts an agent whose time is fc: its Options.Clock,
+// and the delays of its work queue (backoffs, retries, holds), which then
+// fire only when the test advances fc. Nomad (the simulator) and the
+// watcher keep wall time.
+func startAgentOnClock(t *testing.T, cfg nomadsim.NomadConfig, fc *fakeClock, opt func(*Options)) *harness {
+	t.Helper()
+	h := startAgentWith(t, cfg, func(o *Options) {
+		o.Clock = fc.Now
+		if opt != nil {
+			opt(o)
+		}
+	})
+	h.clock = fc
+	q := h.queue()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// The simulator is empty, so the term's first list queued nothing
+	// delayed: no timer is left on the wall clock.
+	if len(q.timers) != 0 {
+		t.Fatalf("the queue has %d delayed keys before the test began", len(q.timers))
+	}
+	q.now, q.afterFunc = fc.Now, fc.AfterFunc
+	return h
+}
+
+// term returns the controller of the agent's leadership term, once it has
+// begun.
+func (h *harness) term() *controller {
+	h.t.Helper()
+	var c *controller
+	h.waitFor("the agent to lead", 10*time.Second, func() (bool, string) {
+		c = h.agent.current.Load()
+		return c != nil, "not leading"
+	})
+	return c
+}
+
+// queue returns the work queue of the agent's term.
+func (h *harness) queue() *queue {
+	h.t.Helper()
+	return h.term().queue.(*queue)
+}
+
+// settle waits until the agent has provably done all it was given, and
+// nothing is under way that would give it more: the simulator has no
+// transition scheduled, the watcher has applied every event Nomad
+// published and queued the sets they touched, the queue has processed them
+// and everything that led to, and meanwhile nothing was written to Nomad
+// and no re-list began. Only then does "nothing happened" mean something.
+// On the real clock, delayed keys due within the agent's RetryMaxDelay
+// (its retries after an error) are waited out, and later ones (holds,
+// backoffs, requeues; Delayed lists them) left out. On a fake clock every
+// delayed key is left out: it fires only when the test advances it. Not
+// seen: a re-list the agent asked for that the watcher has not yet begun;
+// only a conflict or an expired expectation asks for one.
+func (h *harness) settle() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := h.term()
+	q := c.queue.(*queue)
+	var within time.Duration
+	if h.clock == nil {
+		within = h.agent.opts.RetryMaxDelay
+	}
+	for {
+		idx, relists := h.sim.Index(), c.watcher.Relists()
+		if h.sim.Pending() == 0 {
+			if err := h.nomad.caughtUp(ctx, c.cache); err != nil {
+				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache.Index(), err)
+			}
+			if err := q.WaitIdle(ctx, within); err != nil {
+				h.t.Fatalf("the work queue never went idle (a hot loop?): %v; %d reconciles so far", err, reconciles(h.agent))
+			}
+			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			h.t.Fatalf("the agent and Nomad never settled: index %d (was %d), %d transitions pending", h.sim.Index(), idx, h.sim.Pending())
+		}
+		// Nomad is still moving (allocations starting, stopping): poll.
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fencedNomad is Nomad as the agent sees it, with a fence in its
+// event streams. The simulator hands events to a subscriber through a
+// buffer and the watcher applies them on its own goroutine, so nothing
+// outside tells when the watcher is done with what Nomad published. Here
+// each stream passes through a relay with no buffer: the watcher takes a
+// batch only once it has applied the one before and queued the sets that
+// one touched, so once it has taken a heartbeat the relay offered (fence),
+// it is done with every batch that came before.
+type fencedNomad struct {
+	nomad.API
+	// sim is the simulator behind API, asked for its newest event.
+	sim *nomadsim.Nomad
+	mu  sync.Mutex
+	// streams are the open streams, newest last.
+	streams []*fencedStream
+}
+
+// fencedStream is one relayed event stream.
+type fencedStream struct {
+	// fence asks the relay to offer a heartbeat; it closes the channel it
+	// was given once the watcher has taken it.
+	fence chan chan struct{}
+	// ended is closed when the relay stops.
+	ended chan struct{}
+}
+
+// Events relays the simulator's stream through a fence.
+func (f *fencedNomad) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	in, err := f.API.Events(ctx, index)
+	if err != nil {
+		return nil, err
+	}
+	s := &fencedStream{fence: make(chan chan struct{}), ended: make(chan struct{})}
+	f.mu.Lock()
+	f.streams = append(f.streams, s)
+	f.mu.Unlock()
+	out := make(chan *api.Events)
+	go func() {
+		defer close(out)
+		defer close(s.ended)
+		defer func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.streams = slices.DeleteFunc(f.streams, func(o *fencedStream) bool { return o == s })
+		}()
+		for {
+			select {
+			case evs, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- evs:
+				case <-ctx.Done():
+					return
+				}
+			case taken := <-s.fence:
+				select {
+				case out <- &api.Events{}: // Index 0 and no events: a heartbeat
+					close(taken)
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// fence returns once the watcher has taken a heartbeat from its current
+// stream: it has applied every batch it took before, or listed Nomad and
+// queued what the list touched if the stream is new.
+func (f *fencedNomad) fence(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		var s *fencedStream
+		if n := len(f.streams); n > 0 {
+			s = f.streams[n-1]
+		}
+		f.mu.Unlock()
+		if s != nil {
+			taken := make(chan struct{})
+			select {
+			case s.fence <- taken:
+				select {
+				case <-taken:
+					return nil
+				case <-s.ended: // the watcher left this stream: try its next
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			case <-s.ended:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// The watcher is between streams, listing Nomad: poll for the next.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// newestEvent returns the index of the newest event Nomad has published,
+// which a stream asked for an index beyond it replays first (0 when Nomad
+// has published nothing). Nomad's index alone says nothing: writes that
+// change nothing (a plan that places nothing, an unchanged register) take
+// an index and publish no event.
+func (f *fencedNomad) newestEvent(ctx context.Context) (uint64, error) {
+	if f.sim.Index() == 0 {
+		return 0, nil
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := f.sim.Events(pctx, math.MaxUint64)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case evs, ok := <-ch:
+		if !ok || evs.Err != nil {
+			return 0, fmt.Errorf("reading Nomad's newest event: stream ended (%v)", evs)
+		}
+		return evs.Index, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// caughtUp returns once the watcher has applied every event Nomad has
+// published so far and queued the sets they touched.
+func (f *fencedNomad) caughtUp(ctx context.Context, cache *nomad.Cache) error {
+	newest, err := f.newestEvent(ctx)
+	if err != nil {
+		return err
+	}
+	for cache.Index() < newest {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return f.fence(ctx)
+}
+
+// fakeClock is a clock that moves only when the test says: Advance runs
+// the timers (AfterFunc) due by then, in order, on the caller's goroutine.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeClockTimer
+}
+
+// fakeClockTimer is one AfterFunc of a fakeClock; the clock's mu guards it.
+type fakeClockTimer struct {
+	c       *fakeClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func newFakeClock() *fakeClock {
+	// Wall time at the start, so that times the simulator and the watcher
+	// stamp (wall time) fall after it rather than in its future.
+	return &fakeClock{now: time.Now()}
+}
+
+// Now returns the fake time.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc runs f once the clock is advanced d past now.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) stopper {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeClockTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Stop keeps the timer from firing; it reports whether it had not fired.
+func (t *fakeClockTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves the clock d forward and runs the timers due by then.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*fakeClockTimer
+	c.timers = slices.DeleteFunc(c.timers, func(t *fakeClockTimer) bool {
+		if t.stopped {
+			return true
+		}
+		if !t.at.After(c.now) {
+			t.stopped = true // fired: Stop reports false from now on
+			due = append(due, t)
+			return true
+		}
+		return false
+	})
+	c.mu.Unlock()
+	slices.SortStableFunc(due, func(a, b *fakeClockTimer) int { return a.at.Compare(b.at) })
+	// Outside c.mu: a timer's function takes the queue's lock, under which
+	// the queue calls the clock.
+	for _, t := range due {
+		t.f()
+	}
 }
 
 // testOptions are the agent options of the simulator tests: fast retries,
@@ -233,17 +551,24 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 		t.Fatalf("want 2 stored revisions, got %d (%v)", len(revs), err)
 	}
 
-	// Steady state makes no Nomad writes.
+	// Steady state makes no Nomad writes, not even when a re-list has the
+	// agent reconcile every set again.
 	h.waitFor("status to settle", 5*time.Second, func() (bool, string) {
 		d, ok := h.agent.view(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok && d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2, fmt.Sprintf("%+v", d.Status)
 	})
+	h.settle() // the convergence's last writes are not the steady state's
 	h.sim.ResetCalls()
-	h.agent.current.Load().watcher.RequestResync()
+	c := h.term()
+	relists, passes := c.watcher.Relists(), reconciles(h.agent)
+	c.watcher.RequestResync()
 	h.waitFor("a resync", 5*time.Second, func() (bool, string) {
-		return h.sim.Calls()["ListJobs"] > 0, fmt.Sprint(h.sim.Calls())
+		return c.watcher.Relists() > relists, fmt.Sprint(h.sim.Calls())
 	})
-	time.Sleep(200 * time.Millisecond)
+	h.settle()
+	if reconciles(h.agent) == passes {
+		t.Fatal("the re-list reconciled nothing: no writes would prove nothing")
+	}
 	if w := h.sim.Writes(); w != 0 {
 		t.Fatalf("steady state made %d Nomad writes: %v", w, h.sim.Calls())
 	}
@@ -294,6 +619,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", st.Conditions)
 	})
+	h.settle() // every pass the two registrations led to, not just the first
 	if n := h.liveChildren("bad"); n != 0 {
 		t.Fatalf("an invalid set got %d children", n)
 	}
@@ -319,7 +645,7 @@ func TestAgentInvalidJobDoesNotBlockOthers(t *testing.T) {
 func TestAgentCascadingDelete(t *testing.T) {
 	for _, policy := range []string{"Retain", "Delete"} {
 		t.Run(policy, func(t *testing.T) {
-			h := startAgent(t, fastSim())
+			h := startAgentOnClock(t, fastSim(), newFakeClock(), nil)
 			h.register(parentJob("db", map[string]string{"statefulset_replicas": "3", "statefulset_volume_retention_when_deleted": policy}, "v1"))
 			h.waitConverged("db", 3, nil)
 			if err := h.sim.DeregisterJob(context.Background(), "default", "db", false); err != nil {
@@ -331,6 +657,7 @@ func TestAgentCascadingDelete(t *testing.T) {
 				_, found, _ := h.store.GetStatus(context.Background(), key)
 				return h.liveChildren("db") == 0 && len(revs) == 0 && !found, fmt.Sprintf("live=%d revisions=%d status=%v", h.liveChildren("db"), len(revs), found)
 			})
+			h.settle() // a later pass must not delete a retained volume either
 			n := len(h.sim.HostVolumes())
 			if policy == "Retain" && n != 3 {
 				t.Fatalf("Retain kept %d volumes, want 3", n)
@@ -347,15 +674,22 @@ func TestAgentCascadingDelete(t *testing.T) {
 	}
 }
 
-// assertIdle checks that the agent runs no reconcile for a while when
-// nothing changes.
+// assertIdle checks that, nothing changing, the agent stops reconciling: it
+// settles (a set queued again at once never lets the queue go idle), and
+// once every look it scheduled for later has come due, each was one pass
+// and none scheduled another. Then no reconcile can run until Nomad
+// changes. The agent must run on h.clock.
 func (h *harness) assertIdle(when string) {
 	h.t.Helper()
-	time.Sleep(200 * time.Millisecond) // the last events of what just happened
-	before := reconciles(h.agent)
-	time.Sleep(300 * time.Millisecond)
-	if after := reconciles(h.agent); after != before {
-		h.t.Fatalf("%s: %d reconciles in 300ms with nothing changing", when, after-before)
+	h.settle()
+	before, delayed := reconciles(h.agent), h.queue().Delayed()
+	h.clock.Advance(time.Hour) // past any backoff, hold or requeue of these tests
+	h.settle()
+	if n := reconciles(h.agent) - before; n > uint64(len(delayed)) {
+		h.t.Fatalf("%s: %d reconciles with nothing changing but %d delayed looks (%v) coming due", when, n, len(delayed), delayed)
+	}
+	if d := h.queue().Delayed(); len(d) != 0 {
+		h.t.Fatalf("%s: with nothing changing the agent still schedules looks: %v", when, d)
 	}
 }
 
@@ -432,6 +766,7 @@ func TestAgentConvergesDespiteAFailureAtEveryCall(t *testing.T) {
 				return counterTotal(t, h.agent, "nomad_statefulset_nomad_api_errors_total") > 0, fmt.Sprint(h.sim.Calls(), counterTotal(t, h.agent, callsTotal))
 			})
 			h.waitConverged("f", 3, nil)
+			h.settle() // a duplicate made by a late retry counts too
 			if got := h.sim.MaxConcurrentAllocsPerJob(); got > 1 {
 				t.Fatalf("an ordinal ran %d allocations at once", got)
 			}
@@ -466,26 +801,49 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 	}
 }
 
+// A pod that keeps failing is recreated at once after its first failure,
+// as Kubernetes does, and then after a backoff of 1s doubling per failure.
+// Time is the agent's fake clock, so the test sees exactly when each
+// recreation comes: between two, with time stopped, the agent settles
+// (without backoff it never would: the simulator saw hundreds of
+// recreations a second) and nothing more is recreated, however slow the
+// machine.
 func TestAgentBacksOffACrashLoopAndRecovers(t *testing.T) {
-	h := startAgent(t, fastSim())
+	fc := newFakeClock()
+	h := startAgentOnClock(t, fastSim(), fc, nil)
 	var fixed atomic.Bool
 	h.sim.SetBehavior(func(job *api.Job, group string) nomadsim.AllocBehavior {
 		return nomadsim.AllocBehavior{FailOnStart: *job.ID == "crash-2" && !fixed.Load()}
 	})
 	h.register(parentJob("crash", map[string]string{"statefulset_replicas": "4"}, "v1"))
-	h.waitFor("crash-2 to fail a few times", 10*time.Second, func() (bool, string) {
-		n := len(h.sim.Allocs("default", "crash-2"))
-		return n >= 3, fmt.Sprintf("%d allocations", n)
-	})
-	time.Sleep(2 * time.Second)
-	// Without backoff the simulator saw hundreds of recreations a second.
-	if n := len(h.sim.Allocs("default", "crash-2")); n > 20 {
-		t.Fatalf("crash-2 was recreated %d times: a hot loop, not a backoff", n)
-	}
-	if h.liveChildren("crash") > 3 {
-		t.Fatal("crash-3 was created while crash-2 was failing")
+	failures := func() int { return len(h.sim.Allocs("default", "crash-2")) }
+	for _, step := range []struct {
+		advance  time.Duration
+		failures int
+		backoff  string
+	}{
+		{0, 2, "1s"}, // the first failure is recreated at once
+		{time.Second - time.Millisecond, 2, "1s"},
+		{time.Millisecond, 3, "2s"},
+		{2*time.Second - time.Millisecond, 3, "2s"},
+		{time.Millisecond, 4, "4s"},
+	} {
+		fc.Advance(step.advance)
+		h.settle()
+		at := fc.Now().Sub(h.term().termStart)
+		if n := failures(); n != step.failures {
+			t.Fatalf("at +%v crash-2 has failed %d times, want %d", at, n, step.failures)
+		}
+		c, ok := heldCondition(h.view("crash"))
+		if !ok || c.Reason != "BackOff" || !strings.Contains(c.Message, "crash-2") || !strings.HasSuffix(c.Message, "trying again in "+step.backoff) {
+			t.Fatalf("at +%v the view shows %+v, want crash-2 held for %s", at, c, step.backoff)
+		}
+		if h.sim.Job("default", "crash-3") != nil {
+			t.Fatal("crash-3 was created while crash-2 was failing")
+		}
 	}
 	fixed.Store(true)
+	fc.Advance(4 * time.Second)
 	h.waitConverged("crash", 4, nil)
 }
 
@@ -540,33 +898,51 @@ func (f *fakeHooks) seen() []string {
 	return append([]string(nil), f.calls...)
 }
 
+// The hook answers "wait 20ms"; on the agent's fake clock those 20ms pass
+// only when the test says, so it sees each asking, and that none deletes.
 func TestAgentLifecycleHooksHoldDeletionsUntilTheySayDone(t *testing.T) {
 	hooks := &fakeHooks{}
-	h := startAgentWith(t, fastSim(), withHooks(hooks))
+	fc := newFakeClock()
+	h := startAgentOnClock(t, fastSim(), fc, withHooks(hooks))
 	h.register(parentJob("hk", map[string]string{"statefulset_replicas": "3"}, "v1"))
 	h.waitConverged("hk", 3, nil)
 	job := h.sim.Job("default", "hk")
 	job.Meta["statefulset_replicas"] = "1"
 	h.register(job)
-	h.waitFor("the pre_delete hook to be asked about hk-2", 5*time.Second, func() (bool, string) {
+	askedHk2 := func() int {
+		n := 0
 		for _, c := range hooks.seen() {
 			if c == "pre_delete hk-2" {
-				return true, ""
+				n++
 			}
 		}
-		return false, fmt.Sprint(hooks.seen())
-	})
-	time.Sleep(200 * time.Millisecond)
-	if n := h.liveChildren("hk"); n != 3 {
-		t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
+		return n
 	}
-	h.waitFor("hk's view to say why it is held", 5*time.Second, func() (bool, string) {
+	// Every pass that reaches hk-2's deletion asks (how many events make a
+	// pass is the simulator's business); the hook's retry makes one more.
+	asked := 0
+	for round := 0; round < 2; round++ {
+		if round > 0 {
+			fc.Advance(20 * time.Millisecond) // the hook's "ask again in 20ms"
+		}
+		h.settle()
+		n := askedHk2()
+		if n <= asked {
+			t.Fatalf("round %d: the pre_delete hook was asked about hk-2 %d times in all, %d before: %v", round, n, asked, hooks.seen())
+		}
+		asked = n
+		if n := h.liveChildren("hk"); n != 3 {
+			t.Fatalf("a held pre_delete hook must keep hk-2: %d live children", n)
+		}
 		c, ok := heldCondition(h.view("hk"))
-		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `hook "drain" (pre_delete) on pod hk-2 is waiting: draining`), fmt.Sprintf("%+v", c)
-	})
+		if !ok || c.Reason != "HookWaiting" || !strings.Contains(c.Message, `hook "drain" (pre_delete) on pod hk-2 is waiting: draining`) {
+			t.Fatalf("hk's view does not say why it is held: %+v", c)
+		}
+	}
 	hooks.mu.Lock()
 	hooks.released = true
 	hooks.mu.Unlock()
+	fc.Advance(20 * time.Millisecond)
 	h.waitConverged("hk", 1, nil)
 	h.waitFor("the Held condition to clear", 5*time.Second, func() (bool, string) {
 		c, ok := heldCondition(h.view("hk"))

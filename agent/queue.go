@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -23,6 +25,10 @@ type queue struct {
 	// timers holds, per key, the pending AddAfter with its deadline.
 	timers   map[string]*delayed
 	shutdown bool
+	// idle, while a WaitIdle waits, is closed (and cleared) whenever the
+	// queue may have become idle. Only tests wait, so in production it
+	// stays nil and costs a nil check per Done.
+	idle chan struct{}
 
 	baseDelay time.Duration
 	maxDelay  time.Duration
@@ -169,6 +175,82 @@ func (q *queue) Done(key string) {
 		delete(q.dirty, key)
 		q.addLocked(key)
 	}
+	q.wakeIdleLocked()
+}
+
+// errQueueShutDown is WaitIdle's answer once the queue is shut down: what
+// it still held will never be processed, so it is not idle, just stopped.
+var errQueueShutDown = errors.New("the work queue is shut down")
+
+// WaitIdle blocks until the queue is idle: no key waiting, none being
+// processed, and no delayed key (AddAfter, a retry) due within `within` of
+// the queue's clock. A worker adds the work a key leads to (the set queued
+// again, a retry) before it calls Done, so an idle queue has processed
+// everything it was given and everything that led to; what it will do later
+// is only its delayed keys due after the horizon. Tests use it to assert
+// that something did not happen once it provably could have. Pass 0 to
+// leave out every delayed key not yet due; with a hand-driven clock those
+// fire only when the test advances it. It returns ctx's error if ctx ends
+// first, and errQueueShutDown once the queue is shut down.
+func (q *queue) WaitIdle(ctx context.Context, within time.Duration) error {
+	for {
+		q.mu.Lock()
+		if q.shutdown {
+			q.mu.Unlock()
+			return errQueueShutDown
+		}
+		if q.idleLocked(q.now().Add(within)) {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.idle == nil {
+			q.idle = make(chan struct{})
+		}
+		wake := q.idle
+		q.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// idleLocked reports whether nothing is waiting or being processed and no
+// delayed key is due at or before horizon. Callers hold q.mu.
+func (q *queue) idleLocked(horizon time.Time) bool {
+	if len(q.order) > 0 || len(q.processing) > 0 {
+		return false
+	}
+	for _, w := range q.timers {
+		if !w.at.After(horizon) {
+			return false
+		}
+	}
+	return true
+}
+
+// wakeIdleLocked wakes the WaitIdle callers to look again. The queue can
+// become idle only when a key is done or the queue shuts down: a delayed
+// key that fires is queued first. Callers hold q.mu.
+func (q *queue) wakeIdleLocked() {
+	if q.idle != nil {
+		close(q.idle)
+		q.idle = nil
+	}
+}
+
+// Delayed returns the deadline of every pending AddAfter, by key: what the
+// queue will do later without being told. Tests read it to show that a set
+// is not scheduled to be looked at again.
+func (q *queue) Delayed() map[string]time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[string]time.Time, len(q.timers))
+	for k, w := range q.timers {
+		out[k] = w.at
+	}
+	return out
 }
 
 // Len returns the number of keys waiting (the queue depth).
@@ -187,4 +269,5 @@ func (q *queue) ShutDown() {
 		w.timer.Stop()
 	}
 	q.cond.Broadcast()
+	q.wakeIdleLocked()
 }

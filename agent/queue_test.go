@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,9 +68,12 @@ func TestQueueConcurrentWorkersNeverOverlapOnAKey(t *testing.T) {
 	for i := 0; i < 3000; i++ {
 		q.Add(keys[i%len(keys)])
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for q.Len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	// Until every key is done, not merely taken: a key still being
+	// processed could yet overlap with its requeued self.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := q.WaitIdle(ctx, 0); err != nil {
+		t.Fatalf("the workers never drained the queue: %v", err)
 	}
 	q.ShutDown()
 	wg.Wait()
@@ -232,5 +237,137 @@ func TestAddAfterKeepsTheEarlierDeadline(t *testing.T) {
 	ft.timers[1].f()
 	if q.Len() != 1 || q.timers["k"] != nil {
 		t.Fatalf("after the deadline: %d queued, timer %v", q.Len(), q.timers["k"])
+	}
+}
+
+// isIdle asks q whether it is idle without waiting: WaitIdle looks before
+// it waits, so with a context already done it answers at once.
+func isIdle(q *queue, within time.Duration) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return q.WaitIdle(ctx, within) == nil
+}
+
+// TestWaitIdleCountsQueuedAndInFlightKeys: a key is work from Add until its
+// Done, and a key added while it was processed is more work, not a
+// duplicate to forget.
+func TestWaitIdleCountsQueuedAndInFlightKeys(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	if !isIdle(q, 0) {
+		t.Fatal("a new queue is not idle")
+	}
+	q.Add("a")
+	if isIdle(q, 0) {
+		t.Fatal("idle with a key waiting")
+	}
+	k, _ := q.Get()
+	if isIdle(q, 0) {
+		t.Fatal("idle with a key being processed")
+	}
+	q.Add("a") // the pass queues its set again
+	q.Done(k)
+	if isIdle(q, 0) {
+		t.Fatal("idle although a key was added while it was processed")
+	}
+	k, _ = q.Get()
+	q.Done(k)
+	if !isIdle(q, 0) {
+		t.Fatal("not idle once every key is done")
+	}
+}
+
+// TestWaitIdleHorizonCountsDelayedKeysDueWithinIt: a delayed key due within
+// the horizon is work to come; one due later is left out, until its time
+// comes and it is queued.
+func TestWaitIdleHorizonCountsDelayedKeysDueWithinIt(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	ft := &fakeTimers{now: time.Unix(1000, 0)}
+	ft.install(q)
+	q.AddAfter("k", time.Second)
+	if !isIdle(q, 0) {
+		t.Fatal("a key delayed by a second counts as work due now")
+	}
+	if !isIdle(q, 999*time.Millisecond) {
+		t.Fatal("a key delayed by a second counts within 999ms")
+	}
+	if isIdle(q, time.Second) {
+		t.Fatal("a key due within the horizon is left out")
+	}
+	if d := q.Delayed(); len(d) != 1 || !d["k"].Equal(ft.now.Add(time.Second)) {
+		t.Fatalf("Delayed() = %v, want k at now+1s", d)
+	}
+	ft.now = ft.now.Add(time.Second)
+	ft.timers[0].f()
+	if isIdle(q, 0) {
+		t.Fatal("idle with the delayed key queued")
+	}
+	if len(q.Delayed()) != 0 {
+		t.Fatalf("a fired key is still delayed: %v", q.Delayed())
+	}
+	k, _ := q.Get()
+	q.Done(k)
+	if !isIdle(q, time.Hour) {
+		t.Fatal("not idle once the delayed key is done")
+	}
+}
+
+// TestWaitIdleWakesWhenTheLastKeyIsDone: a waiter sleeps until the work
+// ends, and a shutdown releases it with an error rather than a false idle.
+func TestWaitIdleWakesWhenTheLastKeyIsDone(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	q.Add("a")
+	k, _ := q.Get()
+	waitIdle := func() chan error {
+		ch := make(chan error, 1)
+		go func() { ch <- q.WaitIdle(context.Background(), 0) }()
+		// Until the waiter sleeps, so that what wakes it is tested, not its
+		// first look.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			q.mu.Lock()
+			asleep := q.idle != nil
+			q.mu.Unlock()
+			if asleep {
+				return ch
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("WaitIdle never slept on a busy queue")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	done := waitIdle()
+	q.Done(k)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WaitIdle after the last Done: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitIdle did not wake when the last key was done")
+	}
+
+	q.Add("b")
+	stopped := waitIdle()
+	q.ShutDown()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, errQueueShutDown) {
+			t.Fatalf("WaitIdle across a shutdown: %v, want errQueueShutDown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ShutDown did not release WaitIdle")
+	}
+}
+
+// TestWaitIdleEndsWithItsContext: a queue that never drains does not hold
+// its waiter past the deadline.
+func TestWaitIdleEndsWithItsContext(t *testing.T) {
+	q := newQueue(time.Millisecond, time.Second)
+	q.Add("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := q.WaitIdle(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitIdle on a queue nobody works: %v, want the deadline", err)
 	}
 }
