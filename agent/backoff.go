@@ -52,10 +52,10 @@ func (st *setState) backoffHolds(now time.Time) []reconciler.Hold {
 		if r.count < 2 {
 			continue
 		}
-		until := r.last.Add(exponential(crashBackoffBase, crashBackoffMax, r.count-2))
-		if until.After(now) {
-			out = append(out, reconciler.Hold{Ordinal: ord, Step: reconciler.StepCreate, Until: until,
-				Reason: reconciler.HoldBackOff, Message: fmt.Sprintf("the pod failed %d times in a row", r.count)})
+		wait := exponential(crashBackoffBase, crashBackoffMax, r.count-2)
+		if until := r.last.Add(wait); until.After(now) {
+			out = append(out, reconciler.Hold{Ordinal: ord, Step: reconciler.StepCreate, Until: until, Reason: reconciler.HoldBackOff,
+				Message: fmt.Sprintf("the pod failed %d times in a row; it is created again after a backoff of %s", r.count, wait)})
 		}
 	}
 	return out

@@ -434,8 +434,8 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 	switch {
 	case len(held) > 0:
 		h := held[0]
-		shown = heldStatus(shown, h.Reason, fmt.Sprintf("%s: %s (until %s)", reconciler.PodName(key.Name, h.Ordinal), h.Message,
-			h.Until.Format(time.RFC3339)), p.now)
+		shown = heldStatus(shown, h.Reason, fmt.Sprintf("%s: %s; trying again in %s", reconciler.PodName(key.Name, h.Ordinal), h.Message,
+			h.Until.Sub(p.now).Round(time.Second)), p.now)
 	case p.holdReady > 0:
 		shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", p.now)
 	}

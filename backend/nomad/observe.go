@@ -146,6 +146,14 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		if d, ok := podFromChild(ch, ord, now); ok {
 			d.Blocked = ch.blockedReason()
 			obs.Pods = append(obs.Pods, d)
+		} else if _, unsettled := c.unsettled[key.Namespace+"/"+id]; unsettled {
+			// A deregister whose stop-or-purge Nomad has not told yet: a
+			// purged child must not be registered again over its old index
+			// (a conflict), nor a stopped one created anew, so until the
+			// answer it is a pod still going.
+			obs.Pods = append(obs.Pods, PodDetail{AllTerminal: true, JobID: id, JobModifyIndex: ch.job.JobModifyIndex(), Job: ch.job.Job(),
+				Digest: ch.job.Digest(), Pod: reconciler.Pod{Ordinal: ord, Revision: ch.job.Meta(jobs.MetaRevision),
+					Phase: reconciler.PhasePending, Terminating: true, AllTerminal: true}})
 		} else {
 			obs.Stopped = append(obs.Stopped, StoppedChild{Ordinal: ord, JobID: id, JobModifyIndex: ch.job.JobModifyIndex()})
 		}
