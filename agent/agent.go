@@ -221,26 +221,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	log.Info("leading: watching Nomad and reconciling sets")
 
 	q := newQueue(a.opts.RetryBaseDelay, a.opts.RetryMaxDelay)
-	cache := nomad.NewCache()
-	c := &controller{
-		log: log, store: a.store, cache: cache, queue: q, clock: a.opts.Clock,
-		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins,
-		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
-	}
-	control := &podControl{
-		log: log, api: a.api, store: a.store, cache: cache, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
-		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event,
-	}
-	c.effector = control
-	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{
-		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
-	},
-		a.log.Named("watcher"), func(k backend.SetKey) {
-			q.Add(k.String())
-			a.depth.Store(int64(q.Len()))
-		})
-	c.requestResync = c.watcher.RequestResync
-	control.requestResync = c.watcher.RequestResync
+	c := a.newController(log, q)
 	if a.opts.ConsulHealth != nil {
 		w := consul.NewCheckWatcher(ctx, consul.CheckWatcherConfig{
 			API: a.opts.ConsulHealth, Logger: a.log.Named("consul_checks"), Clock: a.opts.Clock,
@@ -277,6 +258,33 @@ func (a *Agent) lead(ctx context.Context) error {
 	c.sets.dropAll()
 	log.Info("stopped leading: all reconcile work has ended")
 	return nil
+}
+
+// newController wires one leadership term's controller: a fresh cache, the
+// watcher that fills it and queues the sets it touched, and the podControl
+// that carries out the decisions.
+func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
+	cache := nomad.NewCache()
+	c := &controller{
+		log: log, store: a.store, cache: cache, queue: q, clock: a.opts.Clock,
+		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins,
+		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
+	}
+	control := &podControl{
+		log: log, api: a.api, store: a.store, cache: cache, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
+		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event,
+	}
+	c.effector = control
+	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{
+		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
+	},
+		a.log.Named("watcher"), func(k backend.SetKey) {
+			q.Add(k.String())
+			a.depth.Store(int64(q.Len()))
+		})
+	c.requestResync = c.watcher.RequestResync
+	control.requestResync = c.watcher.RequestResync
+	return c
 }
 
 // work is one worker: it takes a set from the queue and reconciles it, so a
