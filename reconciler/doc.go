@@ -80,4 +80,19 @@
 // A set whose parent job is gone (Spec.Deleted) is torn down instead: pods in
 // reverse ordinal order (all at once under Parallel), volumes as WhenDeleted
 // says once their pods are gone, and its stored state last.
+//
+// # Everything the caller writes is decided here
+//
+// The caller writes nothing the Output does not say. What the world outside
+// the algorithm imposes comes in as facts and waits: Pod.AllTerminal (only a
+// pod that ended with nothing running is purged, DeletePod's Purge),
+// Pod.ScaledCount (a child scaled by hand is put back to count 1 in place,
+// ActionRestoreCount), Pod.NodeBack (a child Nomad blocked on a drained node
+// is placed again once the node is back, ActionEvaluatePod), and Input.Holds,
+// which keep one ordinal's creation, or its disruption, back until a time:
+// a crash-loop backoff, a kill grace, a hook that said wait, a plugin that is
+// down, a spread no node meets. A held step is left out, reported in
+// Output.Held and counted as acted on (a held disruption keeps its place in
+// the budget); Output.Requeue covers its end. A soft spread no node meets
+// holds nothing: the ordinal is created without the rule (Action.Unspread).
 package reconciler
