@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -215,13 +216,29 @@ func remarshal(in, out any) error {
 	return nil
 }
 
-// paths interns field paths: every child of every set shares them.
-var paths sync.Map
+// paths interns field paths: every child of every set shares them. Paths
+// hold user-chosen names (tasks, services), so the table is bounded: past
+// maxInternedPaths a path is kept as it is, which costs memory per child
+// rather than growing a table every set shares for the daemon's lifetime.
+var (
+	paths     sync.Map
+	pathCount atomic.Int64
+)
+
+// maxInternedPaths bounds the paths table. A set's template has tens of
+// paths, so thousands leave room for many templates.
+const maxInternedPaths = 4096
 
 func internPath(p string) string {
 	if v, ok := paths.Load(p); ok {
 		return v.(string)
 	}
-	v, _ := paths.LoadOrStore(p, p)
+	if pathCount.Load() >= maxInternedPaths {
+		return p
+	}
+	v, loaded := paths.LoadOrStore(p, p)
+	if !loaded {
+		pathCount.Add(1)
+	}
 	return v.(string)
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -153,3 +154,21 @@ func TestDecodeChildRecordKeepsWhatPurgeAndDriftNeed(t *testing.T) {
 }
 
 func pointer[T any](v T) *T { return &v }
+
+// TestPathInternTableIsBounded: field paths carry user-chosen task and
+// service names, and the intern table is shared by every set for the
+// daemon's lifetime. It used to grow with every name ever seen; it now
+// stops at maxInternedPaths, and a path past it is still returned whole.
+func TestPathInternTableIsBounded(t *testing.T) {
+	for i := 0; i < 2*maxInternedPaths; i++ {
+		p := fmt.Sprintf("Group.Tasks[task-%d].Env", i)
+		if got := internPath(p); got != p {
+			t.Fatalf("internPath(%q) = %q", p, got)
+		}
+	}
+	n := 0
+	paths.Range(func(any, any) bool { n++; return true })
+	if n > maxInternedPaths {
+		t.Fatalf("the paths table holds %d entries, over its bound of %d", n, maxInternedPaths)
+	}
+}
