@@ -99,3 +99,39 @@ func TestConditionTransitionTimesKept(t *testing.T) {
 		t.Fatalf("a settled set is stuck: %+v", c)
 	}
 }
+
+// TestStatusEqualByMeaning: a status read back from the store differs from
+// the one just computed in representation only (a time's location and
+// monotonic reading, a nil list for an empty one). The agent used to
+// compare them with reflect.DeepEqual, which took that for a change and
+// wrote the status again; StatusEqual compares what they say.
+func TestStatusEqualByMeaning(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	computed := Status{
+		ReadyReplicas: 3, CurrentRevision: "web-1", UpdateRevision: "web-1", LastProgressTime: at.Local(),
+		Conditions: []Condition{{Type: ConditionAvailable, Status: true, Reason: "r", LastTransitionTime: at.In(time.FixedZone("x", 3600))}},
+		Ordinals:   []OrdinalRecord{},
+	}
+	stored := Status{
+		ReadyReplicas: 3, CurrentRevision: "web-1", UpdateRevision: "web-1", LastProgressTime: at,
+		Conditions: []Condition{{Type: ConditionAvailable, Status: true, Reason: "r", LastTransitionTime: at}},
+	}
+	if !StatusEqual(computed, stored) {
+		t.Fatal("statuses that say the same thing compare unequal")
+	}
+	for name, change := range map[string]func(*Status){
+		"a counter":  func(s *Status) { s.ReadyReplicas = 2 },
+		"a revision": func(s *Status) { s.UpdateRevision = "web-2" },
+		"a time":     func(s *Status) { s.LastProgressTime = at.Add(time.Second) },
+		"a condition": func(s *Status) {
+			s.Conditions = []Condition{{Type: ConditionAvailable, Status: false, Reason: "r", LastTransitionTime: at}}
+		},
+		"an ordinal record": func(s *Status) { s.Ordinals = []OrdinalRecord{{Ordinal: 0, Revision: "web-1"}} },
+	} {
+		changed := stored
+		change(&changed)
+		if StatusEqual(computed, changed) {
+			t.Errorf("a change of %s compares equal", name)
+		}
+	}
+}

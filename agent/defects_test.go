@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// TestCrashCountedOnceItsPurgeSucceeds: the crash-loop backoff counted a
+// failed pod before its purge was sent, so every failed retry of that purge
+// counted the same failure again and lengthened the backoff. It is counted
+// once Nomad has taken the purge.
+func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
+	ctx := context.Background()
+	sim := nomadsim.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	control := &podControl{log: hclog.NewNullLogger(), api: sim, clock: func() time.Time { return now }, expectTTL: time.Minute}
+	st := &setState{}
+	failed := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseFailed, AllTerminal: true}
+	act := reconciler.Action{Type: reconciler.ActionDeletePod, Ordinal: 0, Pod: failed, Cause: reconciler.CauseEnded, Purge: true}
+	p := &pass{key: key, st: st, now: now, obs: nomad.Observation{Pods: []nomad.PodDetail{{Pod: failed, JobID: "web-0"}}}}
+	if _, err := sim.RegisterJob(ctx, parentJob("web-0", nil, "v1"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	sim.FailVerb(nomad.VerbDeregisterJob, 2, nomadsim.ServerError())
+	for i := 0; i < 2; i++ {
+		if _, err := control.execute(ctx, p, act); err == nil {
+			t.Fatal("the purge did not fail as injected")
+		}
+	}
+	if n := st.crashes[0].count; n != 0 {
+		t.Fatalf("two failed purges counted %d crashes, want none", n)
+	}
+	if _, err := control.execute(ctx, p, act); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.crashes[0].count; n != 1 {
+		t.Fatalf("the purge that went through counted %d crashes, want 1", n)
+	}
+}
+
+// TestPostReadyCallsAreBounded: a pass used to start one goroutine, and one
+// hook call, per pod whose post_ready hooks were due, however many; a set
+// of a thousand fresh pods started a thousand calls at once. No more than
+// maxPostReadyCalls run at once now, and every pod is still asked.
+func TestPostReadyCallsAreBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	var running, peak, asked atomic.Int64
+	var mu sync.Mutex
+	c := &controller{
+		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil),
+		hooks: hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
+			n := running.Add(1)
+			mu.Lock()
+			peak.Store(max(peak.Load(), n))
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // long enough for the calls to overlap
+			running.Add(-1)
+			asked.Add(1)
+			return plugin.HookResult{Proceed: true}
+		}),
+	}
+	const pods = 5 * maxPostReadyCalls
+	var obs nomad.Observation
+	for i := 0; i < pods; i++ {
+		d := nomad.PodDetail{
+			Pod:   reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning},
+			JobID: reconciler.PodName("web", i), AllocID: "a" + reconciler.PodName("web", i),
+			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: now}},
+		}
+		d.Judge()
+		obs.Pods = append(obs.Pods, d)
+	}
+	c.gatePostReady(context.Background(), c.sets.of(key), key, obs, now)
+	if got := asked.Load(); got != pods {
+		t.Fatalf("%d of %d pods asked", got, pods)
+	}
+	if got := peak.Load(); got > maxPostReadyCalls {
+		t.Fatalf("%d hook calls ran at once, over the bound of %d", got, maxPostReadyCalls)
+	}
+}
