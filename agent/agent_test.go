@@ -154,14 +154,14 @@ func (h *harness) settle() {
 	}
 	for {
 		idx, relists := h.sim.Index(), c.watcher.Relists()
-		if h.sim.Pending() == 0 {
+		if h.sim.Pending() == 0 && c.watcher.Settling() == 0 {
 			if err := h.nomad.caughtUp(ctx, c.cache); err != nil {
 				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache.Index(), err)
 			}
 			if err := q.WaitIdle(ctx, within); err != nil {
 				h.t.Fatalf("the work queue never went idle (a hot loop?): %v; %d reconciles so far", err, reconciles(h.agent))
 			}
-			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists {
+			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists && c.watcher.Settling() == 0 {
 				return
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,8 @@ type settleQueue struct {
 	pending map[string]settleRequest
 	// wake has a token while pending may be non-empty.
 	wake chan struct{}
+	// busy counts the requests taken and not yet applied.
+	busy atomic.Int64
 }
 
 func newSettleQueue() *settleQueue {
@@ -65,7 +68,18 @@ func (q *settleQueue) take() []settleRequest {
 		out = append(out, r)
 	}
 	clear(q.pending)
+	q.busy.Store(int64(len(out)))
 	return out
+}
+
+// Settling counts the deregistered jobs whose stop-or-purge Nomad has not
+// told the cache yet: queued, or asked and not yet applied. A test waits
+// for zero to know the cache has taken in everything Nomad said.
+func (w *Watcher) Settling() int {
+	w.settles.mu.Lock()
+	n := len(w.settles.pending)
+	w.settles.mu.Unlock()
+	return n + int(w.settles.busy.Load())
 }
 
 // dropThrough forgets the requests of events at or below index: a listing
@@ -108,6 +122,7 @@ func (w *Watcher) settle(ctx context.Context) {
 						w.RequestResync() // a re-list settles what no longer fits
 					}
 				}
+				w.settles.busy.Store(0)
 				w.log.Warn("could not ask Nomad whether a deregistered job was stopped or purged; it stays stopping meanwhile",
 					"job", r.namespace+"/"+r.id, "pending", len(reqs)-i, "error", err, "retry_in", backoff)
 				select {
@@ -122,6 +137,7 @@ func (w *Watcher) settle(ctx context.Context) {
 			if k, ok := w.cache.settleDeregister(r.namespace, r.id, r.index, r.held, job, w.cfg.Clock()); ok {
 				w.onChange(k)
 			}
+			w.settles.busy.Add(-1)
 		}
 	}
 }
