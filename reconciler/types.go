@@ -98,7 +98,50 @@ type Spec struct {
 	// Replacements are the `pod replace` requests in the parent job, one per
 	// ordinal at most. Each is carried out once (its Token is recorded).
 	Replacements []Replacement
+
+	// LeaderCheck names the service check of the template whose passing
+	// marks the pod that leads (statefulset_leader_check); empty when the
+	// set has no leader. Pod.Leader carries what it says.
+	LeaderCheck string
+	// LeaderUpdate is how the leader is taken down by any disruption the
+	// daemon makes (statefulset_leader_update, default LeaderLast).
+	LeaderUpdate LeaderUpdate
+	// SwitchoverCommand hands leadership to NSS_TARGET_POD
+	// (statefulset_switchover_command); required by LeaderSwitchover. The
+	// agent runs it; the reconciler only decides when.
+	SwitchoverCommand string
+	// DisruptionCheck is asked before any Ready pod is taken down on
+	// purpose (statefulset_disruption_check); empty: nothing is asked. The
+	// agent runs it; the reconciler decides when, and in which pod.
+	DisruptionCheck string
+	// ExecTask is the task the commands run in (statefulset_exec_task;
+	// the group's only task when it has one).
+	ExecTask string
+	// ExecTimeout bounds one command (statefulset_exec_timeout); zero: the
+	// defaults, 30s, and 2m for a switchover.
+	ExecTimeout time.Duration
+	// Approval is the token of the last `nomad-statefulset rollout approve`
+	// (the parent's meta statefulset_approve). A token the status has not
+	// recorded as used lets one pending step through: the leader's
+	// disruption under LeaderSupervised, or a held switchover or
+	// disruption check the operator overrules.
+	Approval string
 }
+
+// LeaderUpdate says how a set's leader is taken down (DESIGN §3b).
+type LeaderUpdate string
+
+const (
+	// LeaderLast takes the leader down after every other pod that must go.
+	LeaderLast LeaderUpdate = "last"
+	// LeaderSwitchover first hands leadership to a ready follower
+	// (SwitchoverCommand), and takes the old leader down only once another
+	// ready pod leads.
+	LeaderSwitchover LeaderUpdate = "switchover"
+	// LeaderSupervised stops before the leader (WaitingForApproval) until
+	// the operator approves.
+	LeaderSupervised LeaderUpdate = "supervised"
+)
 
 // Replacement is a `nomad-statefulset pod replace` request: recreate one
 // ordinal's pod, on its own volumes or, with NewVolume, on fresh ones (the
