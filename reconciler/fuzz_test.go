@@ -30,6 +30,16 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 	spec.Paused = flags>>5&1 == 1
 	spec.Deleted = b(40)&0x80 != 0
 	spec.SpreadRequired = b(40)&0x40 != 0
+	if b(56)&0x10 != 0 {
+		spec.LeaderCheck = "primary"
+		spec.LeaderUpdate = []LeaderUpdate{LeaderLast, LeaderSwitchover, LeaderSupervised, ""}[b(56)>>5&3]
+	}
+	if b(56)&0x80 != 0 {
+		spec.DisruptionCheck = "check"
+	}
+	if b(48)&0x40 != 0 {
+		spec.Approval = "ok"
+	}
 	if b(48)&0x10 != 0 {
 		spec.VolumeClaims = []string{"data"}
 	}
@@ -71,6 +81,10 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 			AllTerminal: c[3]&0x02 != 0,
 			NodeBack:    c[3]&0x04 != 0,
 			ScaledCount: int(c[3] >> 6),
+			Leader:      c[2]&0x80 != 0,
+		}
+		if c[3]&0x01 != 0 {
+			in.Cleared = append(in.Cleared, Clearance{Ordinal: p.Ordinal, Until: t0.Add(time.Duration(int(c[3]>>3&7)-2) * time.Second)})
 		}
 		if c[0]&0x40 != 0 {
 			// A hold on this ordinal, some already over.

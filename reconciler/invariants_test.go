@@ -101,6 +101,9 @@ func checkDecision(w *world, in Input, out Output) error {
 			}
 		}
 	}
+	if err := checkLeaderAndAsking(in, out); err != nil {
+		return err
+	}
 	if spec.PodManagementPolicy == OrderedReady && (creates > 1 || scaleDowns > 1) {
 		return fmt.Errorf("monotonic: %d creates and %d scale-down deletes in one decision", creates, scaleDowns)
 	}
@@ -265,13 +268,31 @@ func (w *world) checkState() error {
 		}
 	}
 	if w.checkUpdateOrder {
+		live, current, updated := live, st.CurrentReplicas, st.UpdatedReplicas
+		if w.spec.LeaderCheck != "" {
+			// DESIGN §3b: the leader goes last, and leadership may move
+			// during the rollout; the others keep assertUpdateInvariants'
+			// order, which is checked without every pod that led.
+			var rest []Pod
+			for _, p := range live {
+				switch {
+				case !w.everLed[p.Ordinal]:
+					rest = append(rest, p)
+				case p.Revision == st.CurrentRevision:
+					current--
+				case p.Revision == st.UpdateRevision:
+					updated--
+				}
+			}
+			live = rest
+		}
 		if w.spec.UpdateStrategy == RollingUpdate {
-			for i := 0; i < st.CurrentReplicas && i < len(live); i++ {
+			for i := 0; i < current && i < len(live); i++ {
 				if live[i].Revision != st.CurrentRevision {
 					return fmt.Errorf("update: pod %d at %s, want current revision %s", live[i].Ordinal, live[i].Revision, st.CurrentRevision)
 				}
 			}
-			for i, j := len(live)-1, 0; j < st.UpdatedReplicas && i >= 0; i, j = i-1, j+1 {
+			for i, j := len(live)-1, 0; j < updated && i >= 0; i, j = i-1, j+1 {
 				if live[i].Revision != st.UpdateRevision {
 					return fmt.Errorf("update: pod %d at %s, want update revision %s", live[i].Ordinal, live[i].Revision, st.UpdateRevision)
 				}
@@ -301,4 +322,69 @@ func numberAfter(w *world, out Output, name string, def int64) int64 {
 		}
 	}
 	return def
+}
+
+// checkLeaderAndAsking checks the three promises of DESIGN §3b on one
+// decision, against the observation it was made from:
+//   - the leader is never taken down (a rollout, a repair, a drain) while
+//     another pod that must go for the same reason is still up;
+//   - under switchover or supervised, a Ready leader is never taken down
+//     (it must first stop leading), unless the operator approved this step;
+//   - with a disruption check declared, no Ready pod is taken down on
+//     purpose without a passing answer for it, unless the operator approved
+//     this step.
+//
+// An approval is good for one step of one decision.
+func checkLeaderAndAsking(in Input, out Output) error {
+	spec := in.Spec
+	approvals := 0
+	if out.Status.ApprovalUsed != in.Previous.ApprovalUsed {
+		if out.Status.ApprovalUsed != spec.Approval || spec.Approval == "" {
+			return fmt.Errorf("approval %q used, but the spec's is %q", out.Status.ApprovalUsed, spec.Approval)
+		}
+		approvals = 1
+	}
+	inRange := func(o int) bool { return o >= spec.OrdinalsStart && o < spec.OrdinalsStart+spec.Replicas }
+	outdated := func(q Pod) bool { return q.Revision != out.Status.UpdateRevision || q.Drifted }
+	cleared := func(o int) bool {
+		return slices.ContainsFunc(in.Cleared, func(c Clearance) bool { return c.Ordinal == o && c.Until.After(in.Now) })
+	}
+	needApproval := 0
+	for _, a := range out.Actions {
+		if a.Type != ActionDeletePod {
+			continue
+		}
+		p := a.Pod
+		if p.Terminating || p.Phase != PhaseRunning || !p.Ready {
+			continue // down already: replaced without asking
+		}
+		leader := spec.LeaderCheck != "" && p.Leader
+		switch a.Cause {
+		case CauseUpdate, CauseRepair, CauseDrain:
+			for _, q := range in.Pods {
+				if !leader || q.Ordinal == p.Ordinal || q.Terminating || !inRange(q.Ordinal) {
+					continue
+				}
+				mustGo := q.NodeDraining
+				if a.Cause != CauseDrain {
+					mustGo = spec.UpdateStrategy == RollingUpdate && !spec.Paused &&
+						q.Ordinal-spec.OrdinalsStart >= spec.Partition && outdated(q)
+				}
+				if mustGo {
+					return fmt.Errorf("leader %d taken down (%s) while %d, which must go too, is still up", p.Ordinal, a.Cause, q.Ordinal)
+				}
+			}
+		}
+		// One approval lets one pod's step through, whatever it lacked.
+		leaderAsks := leader && a.Cause != CauseReplace && a.Cause != CauseSetDeleted &&
+			(spec.LeaderUpdate == LeaderSwitchover || spec.LeaderUpdate == LeaderSupervised)
+		checkAsks := spec.DisruptionCheck != "" && a.Cause != CauseSetDeleted && !cleared(p.Ordinal)
+		if leaderAsks || checkAsks {
+			needApproval++
+		}
+	}
+	if needApproval > approvals {
+		return fmt.Errorf("%d Ready pods taken down without a switchover, an approval or a passing disruption check (%d approvals)", needApproval, approvals)
+	}
+	return nil
 }

@@ -109,7 +109,15 @@ func randomRun(seed uint64) (err error) {
 	if rng.IntN(2) == 0 {
 		spec.Partition = 0
 	}
+	if rng.IntN(2) == 0 {
+		spec.LeaderCheck = "primary"
+		spec.LeaderUpdate = []LeaderUpdate{LeaderLast, LeaderSwitchover, LeaderSupervised}[rng.IntN(3)]
+	}
+	if rng.IntN(2) == 0 {
+		spec.DisruptionCheck = "check"
+	}
 	w := newWorld(spec, "v1")
+	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
 	w.broken["bad"] = true
 	phase := "create"
 	defer func() {
@@ -131,6 +139,10 @@ func randomRun(seed uint64) (err error) {
 	// A clean rollout from a healthy set: the budget invariant holds too.
 	phase = "rollout"
 	w.template = []byte("v2")
+	w.everLed = map[int]bool{}
+	if w.leader >= 0 {
+		w.everLed[w.leader] = true
+	}
 	w.checkBudget = true
 	if err := w.settle(rng, calm()); err != nil {
 		return err
@@ -140,7 +152,7 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(15) {
+		switch rng.IntN(16) {
 		case 0:
 			w.spec.Replicas = rng.IntN(6)
 			w.logf("spec: replicas=%d", w.spec.Replicas)
@@ -185,6 +197,13 @@ func randomRun(seed uint64) (err error) {
 				w.spec.Replacements = []Replacement{req}
 				w.logf("user: pod replace %d new-volume=%v", req.Ordinal, req.NewVolume)
 			}
+		case 15:
+			// The application refuses now and then; the operator
+			// sometimes approves a step.
+			w.appFails = !w.appFails
+			if rng.IntN(3) == 0 {
+				w.spec.Approval = fmt.Sprint("approve-", w.steps)
+			}
 		case 13, 14:
 			// A wait from outside the algorithm, and sometimes a
 			// required spread.
@@ -205,6 +224,7 @@ func randomRun(seed uint64) (err error) {
 		for k := rng.IntN(3); k > 0; k-- {
 			w.advance(rng)
 		}
+		w.elect()
 		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
 	}
 
@@ -212,6 +232,7 @@ func randomRun(seed uint64) (err error) {
 	// lifted, and the set must converge with nothing else changing.
 	phase = "calm"
 	w.liftDrains()
+	w.appFails = false
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

@@ -68,6 +68,9 @@ type reconciler struct {
 	waitWhy string
 	// held are the holds that kept a step from happening (Output.Held).
 	held []Hold
+	// awaitingApproval is the leader's ordinal while its disruption waits
+	// for `rollout approve` (LeaderSupervised), else -1.
+	awaitingApproval int
 
 	status Status
 }
@@ -76,7 +79,8 @@ type reconciler struct {
 // state one step closer to the spec, and what status to record. It is pure:
 // the same Input always gives the same Output, and Input is not modified.
 func Reconcile(in Input) Output {
-	r := reconciler{in: in, now: in.Now, waitPod: -1}
+	r := reconciler{in: in, now: in.Now, waitPod: -1, awaitingApproval: -1}
+	r.status.ApprovalUsed = in.Previous.ApprovalUsed
 	r.spec = normalize(in.Spec)
 	if r.spec.Deleted {
 		return r.teardown()
@@ -311,8 +315,11 @@ func (r *reconciler) recordNumber(rec OrdinalRecord) int64 {
 // with nothing left running is purged.
 func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 	if disrupts(cause) && !finished(p) {
-		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok {
+		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok && holdApplies(h, p) {
 			r.noteHeld(h)
+			return
+		}
+		if !r.mayDisrupt(p, cause) {
 			return
 		}
 	}
@@ -424,6 +431,10 @@ func (r *reconciler) evacuate(budget int) int {
 			}
 			p := &r.in.Pods[s.pod]
 			if !p.NodeDraining || p.Terminating {
+				continue
+			}
+			if r.leaderWaits(p, CauseDrain) {
+				r.wait(i, "to leave its draining node last, as the leader")
 				continue
 			}
 			if s.healthy {
@@ -645,6 +656,10 @@ func (r *reconciler) rollingUpdate(budget int) {
 		}
 		p := &r.in.Pods[s.pod]
 		if !r.outdated(p) {
+			continue
+		}
+		if r.leaderWaits(p, CauseUpdate) {
+			r.wait(i, "to be updated last, as the leader")
 			continue
 		}
 		if budget <= 0 {

@@ -55,6 +55,9 @@ func checkSafety(in Input) (Output, error) {
 		return spec.MinReadySeconds == 0 ||
 			(!p.ReadySince.IsZero() && !in.Now.Before(p.ReadySince.Add(time.Duration(spec.MinReadySeconds)*time.Second)))
 	}
+	if err := checkLeaderAndAsking(in, out); err != nil {
+		return out, err
+	}
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {
@@ -149,6 +152,7 @@ func cloneInput(in Input) Input {
 	c.Previous.Conditions = slices.Clone(in.Previous.Conditions)
 	c.Previous.Ordinals = slices.Clone(in.Previous.Ordinals)
 	c.Holds = slices.Clone(in.Holds)
+	c.Cleared = slices.Clone(in.Cleared)
 	return c
 }
 
@@ -175,7 +179,7 @@ func checkHoldsAndFixes(in Input, spec Spec, a Action) error {
 		}
 	case ActionDeletePod:
 		ended := a.Pod.Phase == PhaseFailed || a.Pod.Phase == PhaseSucceeded
-		if h, ok := held(StepDisrupt); ok && !ended && a.Cause != CauseDuplicate {
+		if h, ok := held(StepDisrupt); ok && !ended && a.Cause != CauseDuplicate && (h.Reason != HoldSwitchingOver || a.Pod.Leader) {
 			return fmt.Errorf("DeletePod %d (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
 		}
 		if a.Purge && (!ended || !a.Pod.AllTerminal) {

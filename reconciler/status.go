@@ -183,6 +183,10 @@ func (r *reconciler) conditions() time.Duration {
 		st.LastProgressTime = r.now
 	}
 	deadline := r.spec.ProgressDeadline
+	// Waiting for the operator's approval is not a lack of progress.
+	if r.awaitingApproval >= 0 {
+		st.LastProgressTime = r.now
+	}
 	stuck := !settled && !r.spec.Paused && deadline > 0 && r.now.Sub(st.LastProgressTime) >= deadline
 
 	conds := make([]Condition, 0, 3)
@@ -234,6 +238,9 @@ func (r *reconciler) conditions() time.Duration {
 		rs.Reason, rs.Message = ReasonWithinDeadline, "progressing within "+deadline.String()
 	}
 	conds = append(conds, r.keepTransition(rs))
+	if c, ok := r.approvalCondition(); ok {
+		conds = append(conds, c)
+	}
 	st.Conditions = conds
 
 	var requeue time.Duration
@@ -324,7 +331,8 @@ func StatusEqual(a, b Status) bool {
 		a.AvailableReplicas != b.AvailableReplicas || a.CurrentReplicas != b.CurrentReplicas ||
 		a.UpdatedReplicas != b.UpdatedReplicas || a.CurrentRevision != b.CurrentRevision ||
 		a.UpdateRevision != b.UpdateRevision || a.CollisionCount != b.CollisionCount ||
-		!a.LastProgressTime.Equal(b.LastProgressTime) || !slices.Equal(a.Ordinals, b.Ordinals) {
+		!a.LastProgressTime.Equal(b.LastProgressTime) || !slices.Equal(a.Ordinals, b.Ordinals) ||
+		a.ApprovalUsed != b.ApprovalUsed {
 		return false
 	}
 	return slices.EqualFunc(a.Conditions, b.Conditions, func(x, y Condition) bool {

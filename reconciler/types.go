@@ -232,6 +232,9 @@ type Pod struct {
 	// not asked to place it since: Nomad blocked the placement while that
 	// node was ineligible (a drain) and does not retry by itself.
 	NodeBack bool
+	// Leader means the set's leader check (Spec.LeaderCheck) passes on this
+	// pod now: it is the database's primary, the cluster's leader.
+	Leader bool
 }
 
 // Volume is an observed per-ordinal volume.
@@ -256,6 +259,10 @@ const (
 	// ConditionRolloutStuck is true when no progress was made within the
 	// progress deadline.
 	ConditionRolloutStuck ConditionType = "RolloutStuck"
+	// ConditionWaitingForApproval is true while a step waits for
+	// `nomad-statefulset rollout approve`: the leader's disruption under
+	// LeaderSupervised. It is absent otherwise.
+	ConditionWaitingForApproval ConditionType = "WaitingForApproval"
 	// ConditionInvalidSpec is true when the parent job's annotations do not
 	// parse or break a rule; the set is then left untouched.
 	ConditionInvalidSpec ConditionType = "InvalidSpec"
@@ -308,6 +315,9 @@ type Status struct {
 	// ever deleted). It is stored with the status, so it survives restarts
 	// and leader changes.
 	Ordinals []OrdinalRecord
+	// ApprovalUsed is the Spec.Approval token a step has used: a token is
+	// good for one pending step.
+	ApprovalUsed string
 }
 
 // OrdinalRecord is the set's memory of one ordinal.
@@ -333,6 +343,7 @@ type OrdinalRecord struct {
 	// for the ordinal.
 	Replaced string
 }
+
 
 // Input is everything a reconcile needs. It is a value: the reconciler reads
 // it and never changes it.
@@ -361,6 +372,17 @@ type Input struct {
 	// hold covers), reports it in Output.Held, and asks to be called again
 	// when it ends.
 	Holds []Hold
+	// Cleared are the disruption checks that passed: each lets its
+	// ordinal's pod be taken down until Until (Spec.DisruptionCheck).
+	Cleared []Clearance
+}
+
+// Clearance is a passing answer of the disruption check for taking one
+// ordinal's pod down.
+type Clearance struct {
+	Ordinal int
+	// Until is when the answer goes stale: the cluster may have changed.
+	Until time.Time
 }
 
 // HoldStep is the kind of step a Hold keeps from happening.
@@ -388,6 +410,19 @@ const (
 	HoldHookWaiting = "HookWaiting"
 	// HoldPluginUnavailable: the volume provisioner plugin is down.
 	HoldPluginUnavailable = "PluginUnavailable"
+	// HoldDisruptionCheckFailed: the disruption check said the cluster
+	// cannot lose this member now; it is asked again with backoff.
+	HoldDisruptionCheckFailed = "DisruptionCheckFailed"
+	// HoldSwitchoverFailed: the switchover command failed or timed out;
+	// the leader keeps leading and is not taken down.
+	HoldSwitchoverFailed = "SwitchoverFailed"
+	// HoldSwitchingOver: the switchover command ran, and the leader check
+	// has not moved to another pod yet. It holds the old leader only while
+	// it still leads.
+	HoldSwitchingOver = "SwitchingOver"
+	// HoldWaitingForApproval: under LeaderSupervised, the leader is taken
+	// down only once the operator approves (`rollout approve`).
+	HoldWaitingForApproval = "WaitingForApproval"
 	// HoldSpreadUnsatisfiable: no node with a spread value of its own can
 	// take the ordinal. Under a soft spread (Spec.SpreadRequired false) the
 	// reconciler does not wait: it creates the ordinal without the spread
@@ -443,6 +478,13 @@ const (
 	// ActionEvaluatePod asks Nomad to place a blocked child again once the
 	// node holding its volumes is eligible again (Pod.NodeBack).
 	ActionEvaluatePod ActionType = "EvaluatePod"
+	// ActionCheckDisruption runs the disruption check in the pod of
+	// Action.Target, asking whether the pod of Action.Ordinal may be taken
+	// down now. A pass comes back as a Clearance, a failure as a hold.
+	ActionCheckDisruption ActionType = "CheckDisruption"
+	// ActionSwitchover runs the switchover command in the leader (Ordinal)
+	// to hand leadership to the pod of Action.Target.
+	ActionSwitchover ActionType = "Switchover"
 )
 
 // DeleteCause says why a pod is deleted, so the caller can run the right
@@ -505,6 +547,9 @@ type Action struct {
 	// spread value of its own can take the ordinal and the spread is soft:
 	// the ordinal goes where it fits, next to another.
 	Unspread bool
+	// Target is the other ordinal CheckDisruption runs in, or Switchover
+	// hands leadership to.
+	Target int
 }
 
 // Output is the decision of one reconcile.

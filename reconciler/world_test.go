@@ -87,6 +87,20 @@ type world struct {
 	// hooks, plugin outages, unmet spreads).
 	holds []Hold
 
+	// leader is the ordinal whose pod leads (its leader check passes), -1
+	// for none; the database elects one among its Ready pods by itself
+	// when the leader goes (elect). newLeader is where a switchover that
+	// ran hands leadership, which the leader check shows a little later.
+	leader, newLeader int
+	// everLed holds every ordinal that led since the rollout began: the
+	// leader goes last, so each of them may be out of upstream's order.
+	everLed map[int]bool
+	// cleared are the passing disruption checks; appFails makes the
+	// application refuse checks and switchovers at random (chaos).
+	cleared  []Clearance
+	appFails bool
+	rng      *rand.Rand
+
 	last  Output
 	trace []string
 	steps int
@@ -115,7 +129,8 @@ func newWorld(spec Spec, template string) *world {
 	}
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
-		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]bool{}}
+		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]bool{},
+		leader: -1, newLeader: -1, everLed: map[int]bool{}, rng: rand.New(rand.NewPCG(1, 2))}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -171,6 +186,7 @@ func (w *world) input() Input {
 		JobVersion: w.jobVersion,
 		Now:        w.now,
 		Holds:      slices.Clone(w.holds),
+		Cleared:    slices.Clone(w.cleared),
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
@@ -179,6 +195,7 @@ func (w *world) input() Input {
 		in.Pods[i].Drifted = w.drifted(in.Pods[i])
 		in.Pods[i].NodeDraining = w.onDrainingNode[in.Pods[i].Ordinal]
 		in.Pods[i].NodeBack = w.nodeBack[in.Pods[i].Ordinal]
+		in.Pods[i].Leader = in.Pods[i].Ordinal == w.leader && w.spec.LeaderCheck != "" && runningAndReady(&in.Pods[i])
 	}
 	return in
 }
@@ -258,7 +275,8 @@ func (w *world) logf(format string, args ...any) {
 // dump describes the world and the recent steps, for failure messages.
 func (w *world) dump() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "spec: %+v\nstatus: cur=%s upd=%s\n", w.spec, w.status.CurrentRevision, w.status.UpdateRevision)
+	fmt.Fprintf(&b, "spec: %+v\nstatus: cur=%s upd=%s approval used=%q leader=%d\nlast: %d actions, held %+v, wait %q\n", w.spec,
+		w.status.CurrentRevision, w.status.UpdateRevision, w.status.ApprovalUsed, w.leader, len(w.last.Actions), w.last.Held, conditionMessages(w.last.Status))
 	for _, p := range w.sortedPods() {
 		fmt.Fprintf(&b, "  pod %d rev=%s phase=%s ready=%v term=%v drifted=%v\n", p.Ordinal, p.Revision, p.Phase, p.Ready, p.Terminating, w.drifted(p))
 	}
@@ -485,7 +503,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		p := w.pods[i]
 		// A live member is taken down only when no hold on its disruption
 		// (a hook that said wait) is in force.
-		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate {
+		// A switchover in progress holds the old leader only while it leads.
+		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate &&
+			(h.Reason != HoldSwitchingOver || a.Pod.Leader) {
 			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
 		}
 		w.podsDeleted++
@@ -501,6 +521,8 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		w.pods[i].Terminating = true
 	case ActionRecordOrdinals:
 		w.status.Ordinals = a.Ordinals
+	case ActionCheckDisruption, ActionSwitchover:
+		return w.applyAsk(a)
 	case ActionRestoreCount:
 		i := w.podIndex(a.Ordinal)
 		if i < 0 || w.pods[i].Terminating || w.pods[i].ScaledCount < 2 || w.drifted(w.pods[i]) {
@@ -531,6 +553,83 @@ func (w *world) apply(in Input, out Output, a Action) error {
 	return nil
 }
 
+// applyAsk carries out a disruption check or a switchover as the agent
+// does: it runs in another Ready pod (or the leader), and the application
+// answers; a pass or a switchover that ran is an input to the next
+// decisions, a refusal a hold with backoff.
+func (w *world) applyAsk(a Action) error {
+	target := w.podIndex(a.Target)
+	if a.Target == a.Ordinal || target < 0 || !runningAndReady(&w.pods[target]) || w.pods[target].Terminating {
+		return fmt.Errorf("%s of %d run in %d, which is not another Ready pod", a.Type, a.Ordinal, a.Target)
+	}
+	fails := w.appFails && w.rng.IntN(3) == 0
+	if a.Type == ActionCheckDisruption {
+		if w.spec.DisruptionCheck == "" {
+			return errors.New("a disruption check the spec does not declare")
+		}
+		if fails {
+			w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(3 * time.Second), Reason: HoldDisruptionCheckFailed})
+			return nil
+		}
+		w.cleared = append(w.cleared, Clearance{Ordinal: a.Ordinal, Until: w.now.Add(30 * time.Second)})
+		return nil
+	}
+	if w.spec.LeaderUpdate != LeaderSwitchover || a.Ordinal != w.leader || a.Target == w.leader {
+		return fmt.Errorf("switchover from %d to %d, but %d leads (leader update %s)", a.Ordinal, a.Target, w.leader, w.spec.LeaderUpdate)
+	}
+	if fails {
+		w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(5 * time.Second), Reason: HoldSwitchoverFailed})
+		return nil
+	}
+	w.newLeader = a.Target
+	w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(20 * time.Second), Reason: HoldSwitchingOver})
+	return nil
+}
+
+// elect moves leadership as the database does by itself: a switchover that
+// ran takes effect, and a leader that is no longer Ready (stopping,
+// failed, gone) is replaced by a Ready pod.
+func (w *world) elect() {
+	if w.newLeader >= 0 {
+		if i := w.podIndex(w.newLeader); i >= 0 && runningAndReady(&w.pods[i]) && !w.pods[i].Terminating {
+			w.logf("world: leadership moves from %d to %d", w.leader, w.newLeader)
+			w.leader = w.newLeader
+		}
+		w.newLeader = -1
+	}
+	defer func() {
+		if w.leader >= 0 {
+			w.everLed[w.leader] = true
+		}
+	}()
+	if i := w.podIndex(w.leader); i >= 0 && runningAndReady(&w.pods[i]) && !w.pods[i].Terminating {
+		return
+	}
+	var ready []int
+	for _, p := range w.pods {
+		if runningAndReady(&p) && !p.Terminating {
+			ready = append(ready, p.Ordinal)
+		}
+	}
+	w.leader = -1
+	if len(ready) > 0 {
+		w.leader = ready[w.rng.IntN(len(ready))]
+		w.logf("world: %d is elected leader", w.leader)
+	}
+}
+
+// approveIfWaiting plays the operator who answers a set waiting for
+// approval (a supervised leader, a check or switchover that cannot run).
+func (w *world) approveIfWaiting() {
+	for _, h := range w.last.Held {
+		if h.Reason == HoldWaitingForApproval || (h.Until.IsZero() && (h.Reason == HoldDisruptionCheckFailed || h.Reason == HoldSwitchoverFailed)) {
+			w.spec.Approval = fmt.Sprint("approve-", w.steps)
+			w.logf("user: rollout approve (%s)", w.spec.Approval)
+			return
+		}
+	}
+}
+
 // advance moves one pod one step along its life, as Nomad would: Pending to
 // Running, Running to Ready, Terminating to gone. It returns false if no pod
 // can move.
@@ -541,6 +640,7 @@ func (w *world) advance(rng *rand.Rand) bool {
 			movable = append(movable, i)
 		}
 	}
+	defer w.elect()
 	if len(movable) == 0 {
 		return false
 	}
@@ -650,7 +750,7 @@ func (w *world) converged() bool {
 	if w.spec.Deleted {
 		return w.stateDeleted && len(w.pods) == 0
 	}
-	if len(w.last.Actions) > 0 || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas {
+	if len(w.last.Actions) > 0 || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas || w.newLeader >= 0 {
 		return false
 	}
 	for _, p := range w.pods {
@@ -702,6 +802,7 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		}
 		w.now = w.now.Add(time.Second)
 		w.advance(rng)
+		w.approveIfWaiting()
 		if w.userDeletesBroken {
 			for i, p := range w.pods {
 				// A pod stuck at a broken revision is the user's to delete
@@ -718,4 +819,16 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		}
 	}
 	return fmt.Errorf("not converged after %d steps", limit)
+}
+
+// conditionMessages joins the messages of a status's true conditions, for
+// failure messages.
+func conditionMessages(st Status) string {
+	var msgs []string
+	for _, c := range st.Conditions {
+		if c.Status {
+			msgs = append(msgs, string(c.Type)+": "+c.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
 }

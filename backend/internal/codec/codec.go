@@ -58,6 +58,9 @@ type statusV1 struct {
 	// the members afresh. Runs of consecutive ordinals with the same record
 	// are stored once, so a set of any size at one revision is one entry.
 	Ordinals []ordinalRunV1 `json:"ordinals,omitempty"`
+	// ApprovalUsed was added within format 1: absent reads as no token
+	// used, so an approval given before an upgrade is good once more.
+	ApprovalUsed string `json:"approval_used,omitempty"`
 }
 
 // ordinalRunV1 is the record of the ordinals From..To (inclusive).
@@ -186,6 +189,7 @@ func EncodeStatus(st reconciler.Status) ([]byte, error) {
 		CollisionCount:     st.CollisionCount,
 		LastProgressTime:   st.LastProgressTime,
 		Ordinals:           encodeOrdinals(st.Ordinals),
+		ApprovalUsed:       st.ApprovalUsed,
 	}
 	for _, c := range st.Conditions {
 		rec.Conditions = append(rec.Conditions, conditionV1{
@@ -220,6 +224,7 @@ func DecodeStatus(raw []byte) (reconciler.Status, error) {
 		UpdateRevision:     v.UpdateRevision,
 		CollisionCount:     v.CollisionCount,
 		LastProgressTime:   v.LastProgressTime,
+		ApprovalUsed:       v.ApprovalUsed,
 	}
 	recs, err := decodeOrdinals(v.Ordinals)
 	if err != nil {

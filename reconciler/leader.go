@@ -1,0 +1,206 @@
+package reconciler
+
+// The leader-aware part of the decision (DESIGN §3b): which pod leads is an
+// input (Pod.Leader, from the set's leader check), and so is what the
+// application said when asked (Input.Cleared, and holds for a check or a
+// switchover that failed). The reconciler decides when to ask, when to hand
+// leadership over, and when the leader may go.
+
+// disruptionCause reports whether a deletion for cause takes a live member
+// down on purpose in a way the application is asked about (the disruption
+// check): every one the daemon makes but the set's own deletion.
+func disruptionCause(cause DeleteCause) bool {
+	switch cause {
+	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown, CauseReplace:
+		return true
+	}
+	return false
+}
+
+// leaderCause reports whether a deletion for cause takes the leader down in
+// a way DESIGN §3b orders: a rollout, a drift repair, a drain, a
+// scale-down.
+func leaderCause(cause DeleteCause) bool {
+	switch cause {
+	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown:
+		return true
+	}
+	return false
+}
+
+// leads reports whether p is a Ready leader the leader rules apply to.
+func (r *reconciler) leads(p *Pod) bool {
+	return r.spec.LeaderCheck != "" && p.Leader && runningAndReady(p) && !p.Terminating
+}
+
+// leaderWaits reports whether the leader p must wait for the other pods that
+// must go for the same reason: it goes last. A scale-down keeps its order
+// (the highest ordinals go), as DESIGN §3b says.
+func (r *reconciler) leaderWaits(p *Pod, cause DeleteCause) bool {
+	if !r.leads(p) || cause == CauseScaleDown || !leaderCause(cause) {
+		return false
+	}
+	for i := range r.in.Pods {
+		q := &r.in.Pods[i]
+		if q == p || q.Terminating || !r.inRange(q.Ordinal) {
+			continue
+		}
+		switch cause {
+		case CauseDrain:
+			if q.NodeDraining {
+				return true
+			}
+		default:
+			if r.updating() && q.Ordinal-r.spec.OrdinalsStart >= r.spec.Partition && r.outdated(q) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// approvalPending reports whether the operator approved a step
+// (`rollout approve`) that no step has used yet.
+func (r *reconciler) approvalPending() bool {
+	return r.spec.Approval != "" && r.spec.Approval != r.status.ApprovalUsed
+}
+
+// useApproval spends the operator's approval on this decision's step.
+func (r *reconciler) useApproval() {
+	r.status.ApprovalUsed = r.spec.Approval
+}
+
+// mayDisrupt decides whether the Ready pod p may be taken down for cause
+// now. When it may not, it has already emitted what comes first (a
+// switchover, a disruption check) or recorded why it waits.
+func (r *reconciler) mayDisrupt(p *Pod, cause DeleteCause) bool {
+	if !runningAndReady(p) || p.Terminating {
+		// A pod that is down already is replaced without asking.
+		return true
+	}
+	used := r.status.ApprovalUsed
+	if r.leads(p) && leaderCause(cause) {
+		if r.leaderWaits(p, cause) {
+			r.waitOrdinal(p.Ordinal, "to go last, as the leader")
+			return false
+		}
+		if !r.leaderMayGo(p) {
+			return false
+		}
+	}
+	if r.spec.DisruptionCheck == "" || !disruptionCause(cause) || r.cleared(p.Ordinal) || r.status.ApprovalUsed != used {
+		// An approval the leader's turn just used lets the whole step
+		// through: the operator answered for it.
+		return true
+	}
+	if r.approvalPending() {
+		r.useApproval()
+		return true
+	}
+	runner, ok := r.checkRunner(p)
+	if !ok {
+		r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldDisruptionCheckFailed,
+			Message: "no other Ready pod to run the disruption check in; `nomad-statefulset rollout approve` lets this step go"})
+		return false
+	}
+	r.emit(Action{Type: ActionCheckDisruption, Ordinal: p.Ordinal, Target: runner, Pod: *p,
+		Reason: "asking " + PodName(r.spec.Name, runner) + " whether the cluster can lose " + PodName(r.spec.Name, p.Ordinal) + " now"})
+	r.waitOrdinal(p.Ordinal, "for the disruption check")
+	return false
+}
+
+// leaderMayGo applies statefulset_leader_update to the leader's turn.
+func (r *reconciler) leaderMayGo(p *Pod) bool {
+	switch r.spec.LeaderUpdate {
+	case LeaderSupervised:
+		if r.approvalPending() {
+			r.useApproval()
+			return true
+		}
+		r.awaitingApproval = p.Ordinal
+		r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldWaitingForApproval,
+			Message: "the leader is taken down only once approved: nomad-statefulset rollout approve " + r.spec.Name})
+		return false
+	case LeaderSwitchover:
+		if r.approvalPending() {
+			// The operator overrules a switchover that cannot be done.
+			r.useApproval()
+			return true
+		}
+		target, ok := r.switchoverTarget(p)
+		if !ok {
+			r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldSwitchoverFailed,
+				Message: "no Ready follower to hand leadership to; `nomad-statefulset rollout approve` takes the leader down without one"})
+			return false
+		}
+		r.emit(Action{Type: ActionSwitchover, Ordinal: p.Ordinal, Target: target, Pod: *p,
+			Reason: "handing leadership to " + PodName(r.spec.Name, target) + " before " + PodName(r.spec.Name, p.Ordinal) + " goes"})
+		r.waitOrdinal(p.Ordinal, "to hand leadership over")
+		return false
+	}
+	return true
+}
+
+// switchoverTarget is the follower the leader hands over to: a Ready pod
+// that does not lead and is not taken down by this decision, preferring one
+// already at the update revision, then the lowest ordinal.
+func (r *reconciler) switchoverTarget(leader *Pod) (int, bool) {
+	best, found, bestUpdated := 0, false, false
+	for i := range r.slots {
+		s := &r.slots[i]
+		if s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
+			continue
+		}
+		q := &r.in.Pods[s.pod]
+		if q.Ordinal == leader.Ordinal || q.Leader || r.deleting(q.Ordinal) {
+			continue
+		}
+		updated := q.Revision == r.update.Name && !q.Drifted
+		if !found || (updated && !bestUpdated) {
+			best, found, bestUpdated = q.Ordinal, true, updated
+		}
+	}
+	return best, found
+}
+
+// checkRunner is the pod the disruption check of p runs in: a Ready pod
+// other than p that this decision does not take down, the lowest ordinal.
+func (r *reconciler) checkRunner(p *Pod) (int, bool) {
+	for i := range r.slots {
+		s := &r.slots[i]
+		if s.pod == noPod || s.extra > 0 || !s.healthy {
+			continue
+		}
+		q := &r.in.Pods[s.pod]
+		if q.Ordinal != p.Ordinal && !r.deleting(q.Ordinal) {
+			return q.Ordinal, true
+		}
+	}
+	return 0, false
+}
+
+// cleared reports whether a passing disruption check lets ord's pod go now.
+func (r *reconciler) cleared(ord int) bool {
+	for _, c := range r.in.Cleared {
+		if c.Ordinal == ord && c.Until.After(r.now) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdApplies reports whether hold h still holds pod p: a switchover in
+// progress holds the old leader only while it still leads.
+func holdApplies(h Hold, p *Pod) bool {
+	return h.Reason != HoldSwitchingOver || p.Leader
+}
+
+// approvalCondition is the WaitingForApproval condition while a step waits
+// for the operator, or nothing.
+func (r *reconciler) approvalCondition() (Condition, bool) {
+	if r.awaitingApproval < 0 {
+		return Condition{}, false
+	}
+	return r.keepTransition(Condition{Type: ConditionWaitingForApproval, Status: true, Reason: "LeaderUpdateSupervised",
+		Message: "the leader " + PodName(r.spec.Name, r.awaitingApproval) + " is taken down once approved: nomad-statefulset rollout approve " + r.spec.Name}), true
+}

@@ -1,0 +1,119 @@
+package reconciler
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// rollLeader converges a 3-pod set whose leader is ordinal 1 (a middle
+// ordinal), changes the template, and steps the rollout until it settles,
+// with the operator playing along as play says. It returns the order of
+// the pod deletions and the actions of other kinds, by step.
+func rollLeader(t *testing.T, spec Spec, play func(w *world, out Output)) (deleted []int, asked []Action) {
+	t.Helper()
+	spec.Replicas = 3
+	w := newWorld(spec, "v1")
+	converge(t, w)
+	w.leader = 1
+	w.template = []byte("v2")
+	w.checkUpdateOrder, w.checkBudget = true, true
+	for i := 0; i < 300; i++ {
+		out := mustStep(t, w)
+		for _, a := range out.Actions {
+			switch a.Type {
+			case ActionDeletePod:
+				deleted = append(deleted, a.Ordinal)
+			case ActionSwitchover, ActionCheckDisruption:
+				asked = append(asked, a)
+			}
+		}
+		if play != nil {
+			play(w, out)
+		}
+		if w.converged() {
+			return deleted, asked
+		}
+		w.advanceAll()
+		w.elect()
+		w.now = w.now.Add(time.Second)
+	}
+	t.Fatalf("not converged\n%s", w.dump())
+	return nil, nil
+}
+
+// TestLeaderGoesLast: with the leader on ordinal 1 of 0..2, a rolling
+// update takes the others down from the highest ordinal first, and the
+// leader last; under switchover, exactly one switchover comes first, to a
+// follower already at the update revision.
+func TestLeaderGoesLast(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.LeaderCheck, spec.LeaderUpdate = "primary", LeaderLast
+		deleted, asked := rollLeader(t, spec, nil)
+		if !slices.Equal(deleted, []int{2, 0, 1}) || len(asked) != 0 {
+			t.Fatalf("last: deleted %v, asked %v; want [2 0 1] and nothing asked", deleted, asked)
+		}
+
+		spec.LeaderUpdate = LeaderSwitchover
+		deleted, asked = rollLeader(t, spec, nil)
+		if !slices.Equal(deleted, []int{2, 0, 1}) {
+			t.Fatalf("switchover: deleted %v, want [2 0 1]", deleted)
+		}
+		if len(asked) != 1 || asked[0].Type != ActionSwitchover || asked[0].Ordinal != 1 || asked[0].Target != 0 {
+			t.Fatalf("switchover: asked %+v, want one switchover from 1 to 0 (the lowest follower at the update revision)", asked)
+		}
+	})
+}
+
+// TestSupervisedLeaderWaitsForApproval: under supervised the rollout stops
+// before the leader with WaitingForApproval, and goes on once the operator
+// approves; the approval is spent on that one step.
+func TestSupervisedLeaderWaitsForApproval(t *testing.T) {
+	spec := Spec{Name: "web", LeaderCheck: "primary", LeaderUpdate: LeaderSupervised, ProgressDeadline: time.Minute}
+	waited := 0
+	deleted, _ := rollLeader(t, spec, func(w *world, out Output) {
+		waiting := false
+		for _, c := range out.Status.Conditions {
+			waiting = waiting || (c.Type == ConditionWaitingForApproval && c.Status)
+		}
+		if !waiting {
+			return
+		}
+		if slices.ContainsFunc(out.Status.Conditions, func(c Condition) bool { return c.Type == ConditionRolloutStuck && c.Status }) {
+			t.Fatal("waiting for approval counted as a stuck rollout")
+		}
+		if waited++; waited == 120 {
+			w.spec.Approval = "yes"
+		}
+	})
+	if !slices.Equal(deleted, []int{2, 0, 1}) || waited < 120 {
+		t.Fatalf("deleted %v after waiting %d steps; want [2 0 1] with the leader only after the approval", deleted, waited)
+	}
+}
+
+// TestDisruptionCheckHoldsAStep: with a disruption check declared, every
+// Ready pod taken down was asked about first, in another Ready pod; a
+// refusal holds the step, and it goes on once the check passes.
+func TestDisruptionCheckHoldsAStep(t *testing.T) {
+	spec := Spec{Name: "web", DisruptionCheck: "pg_isready", ProgressDeadline: 10 * time.Minute}
+	refusals := 0
+	deleted, asked := rollLeader(t, spec, func(w *world, out Output) {
+		w.appFails = refusals < 3
+		for _, h := range out.Held {
+			if h.Reason == HoldDisruptionCheckFailed {
+				refusals++
+			}
+		}
+	})
+	if !slices.Equal(deleted, []int{2, 1, 0}) {
+		t.Fatalf("deleted %v, want [2 1 0]", deleted)
+	}
+	for _, a := range asked {
+		if a.Type != ActionCheckDisruption || a.Target == a.Ordinal {
+			t.Fatalf("asked %+v: want disruption checks run in another pod", a)
+		}
+	}
+	if len(asked) < 3 {
+		t.Fatalf("asked %d times for 3 pods", len(asked))
+	}
+}
