@@ -344,7 +344,6 @@ type OrdinalRecord struct {
 	Replaced string
 }
 
-
 // Input is everything a reconcile needs. It is a value: the reconciler reads
 // it and never changes it.
 type Input struct {
