@@ -193,39 +193,43 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 		return nil, nil
 	}
 	p := &pass{key: key, st: st, spec: *spec, obs: obs, now: now}
-	if err := c.readStore(ctx, p); err != nil {
+	if ok, err := c.readStore(ctx, p); !ok {
 		return nil, err
 	}
-	if err := c.buildInput(ctx, p); err != nil {
+	if ok, err := c.buildInput(ctx, p); !ok {
 		return nil, err
 	}
 	return p, nil
 }
 
-// readStore reads the set's revisions and status into p.
-func (c *controller) readStore(ctx context.Context, p *pass) error {
+// readStore reads the set's revisions and status into p. It reports false
+// when there is nothing to decide on: the store failed (err), or holds a
+// corrupt value, which leaves the set untouched (err nil).
+func (c *controller) readStore(ctx context.Context, p *pass) (bool, error) {
 	var err error
 	if p.revs, err = c.store.ListRevisions(ctx, p.key); err != nil {
-		return c.recordStoreError(p.key, fmt.Errorf("reading revisions of %s: %w", p.key, err))
+		return false, c.recordStoreError(p.key, fmt.Errorf("reading revisions of %s: %w", p.key, err))
 	}
 	if p.prev, p.found, err = c.store.GetStatus(ctx, p.key); err != nil {
-		return c.recordStoreError(p.key, fmt.Errorf("reading status of %s: %w", p.key, err))
+		return false, c.recordStoreError(p.key, fmt.Errorf("reading status of %s: %w", p.key, err))
 	}
-	return nil
+	return true, nil
 }
 
 // buildInput turns the pass's observation into the reconciler's input: the
 // pods as the readiness gates judge them, with what the agent found out
 // about each (drift, a draining node, a count scaled by hand, a node back),
-// and the holds in force.
-func (c *controller) buildInput(ctx context.Context, p *pass) error {
+// and the holds in force. It reports false when the parent's template
+// cannot be read, which leaves the set untouched (err says why only when
+// that could not be recorded).
+func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	spec, obs, now := p.spec, p.obs, p.now
 	p.in = reconciler.Input{Spec: spec, Revisions: p.revs, Previous: p.prev, Now: now}
 	p.in.JobVersion, _ = jobs.Version(obs.Parent)
 	if !spec.Deleted {
 		data, err := c.revisionData(p.st, obs)
 		if err != nil {
-			return c.recordInvalid(ctx, p.key, err, now)
+			return false, c.recordInvalid(ctx, p.key, err, now)
 		}
 		p.in.TemplateData = data
 	}
@@ -239,7 +243,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) error {
 	}
 	p.in.Holds = append(p.st.liveHolds(now), p.st.backoffHolds(now)...)
 	p.in.Holds = append(p.in.Holds, c.unwatchedGone(p)...)
-	return nil
+	return true, nil
 }
 
 // inputPods are the observed pods as the reconciler sees them.

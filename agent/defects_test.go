@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,5 +93,29 @@ func TestPostReadyCallsAreBounded(t *testing.T) {
 	}
 	if got := peak.Load(); got > maxPostReadyCalls {
 		t.Fatalf("%d hook calls ran at once, over the bound of %d", got, maxPostReadyCalls)
+	}
+}
+
+// corruptRevisions is a store whose revision listing finds a corrupt value.
+type corruptRevisions struct{ backend.Store }
+
+func (s corruptRevisions) ListRevisions(context.Context, backend.SetKey) ([]reconciler.Revision, error) {
+	return nil, &backend.CorruptValueError{Key: "nomad-statefulset/default/web/revisions/web-1", Err: errors.New("garbage")}
+}
+
+// TestCorruptRevisionLeavesTheSetUntouched: a corrupt stored revision is
+// reported on the set and nothing is decided on a store that could not be
+// read. (The split of observe into small steps once let the pass go on
+// with no revisions, and it wrote a revision over the corrupt one; the
+// e2e TestConsulCorruptValue caught it.)
+func TestCorruptRevisionLeavesTheSetUntouched(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
+	r.c.store = corruptRevisions{r.c.store}
+	r.sync(t)
+	if len(r.eff.calls) != 0 {
+		t.Fatalf("acted on a set whose stored revisions are corrupt: %v", r.eff.calls)
+	}
+	if d, ok := r.c.sets.get(r.key); !ok || !strings.Contains(d.Error, "web-1") {
+		t.Fatalf("the set's view does not name the corrupt key: %+v", d.Error)
 	}
 }
