@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -115,7 +116,8 @@ func pauseC(m Meta) interface{ Run([]string) int }         { return &RolloutPaus
 func resumeC(m Meta) interface{ Run([]string) int } {
 	return &RolloutPauseCommand{Meta: m, Resume: true}
 }
-func scaleC(m Meta) interface{ Run([]string) int } { return &ScaleCommand{Meta: m} }
+func scaleC(m Meta) interface{ Run([]string) int }   { return &ScaleCommand{Meta: m} }
+func approveC(m Meta) interface{ Run([]string) int } { return &RolloutApproveCommand{Meta: m} }
 
 // detail reads the set as `status -json` shows it.
 func (s *stack) detail(set string) *client.SetDetail {
@@ -247,5 +249,21 @@ func TestEveryVerbAgainstTheRealAgent(t *testing.T) {
 	d = s.detail("web")
 	if d.Spec.Replicas != 2 || len(d.Pods) != 2 || d.Status.ReadyReplicas != 2 {
 		t.Fatalf("after scale: spec %d, %d pods, %d ready", d.Spec.Replicas, len(d.Pods), d.Status.ReadyReplicas)
+	}
+
+	// Approve: the agent takes the token as a valid annotation, and it
+	// makes no new revision (rollout status waits until the agent has
+	// observed the write).
+	before, beforePods := d.Status.UpdateRevision, fmt.Sprint(podRevisions(d))
+	s.mustRun(approveC, "web")
+	s.follow("web")
+	d = s.detail("web")
+	if d.Status.UpdateRevision != before || fmt.Sprint(podRevisions(d)) != beforePods {
+		t.Fatalf("after approve: update revision %s, pods %v; want %s and %s unchanged", d.Status.UpdateRevision, podRevisions(d), before, beforePods)
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == "InvalidSpec" && c.Status {
+			t.Fatalf("approve made the spec invalid: %s", c.Message)
+		}
 	}
 }

@@ -20,8 +20,8 @@ Usage: nomad-statefulset rollout <subcommand> [options] <set>
 
   Commands for a statefulset's rollouts, like 'kubectl rollout'. Reads
   (status, history) come from the nomad-statefulset agent; writes (undo,
-  restart, pause, resume) re-register the parent job in Nomad with a
-  check-and-set on its JobModifyIndex.
+  restart, pause, resume, approve) re-register the parent job in Nomad with
+  a check-and-set on its JobModifyIndex.
 
 Examples:
 
@@ -51,6 +51,7 @@ func (c *RolloutCommand) Run(args []string) int {
 // for -help, hashicorp/cli appends its own list to Help.
 const rolloutSubcommands = `
 Subcommands:
+    approve    Let one held step of a statefulset through
     history    List a statefulset's revisions, or show one
     pause      Pause a statefulset's rollout
     restart    Restart every pod of a statefulset with a rolling update

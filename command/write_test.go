@@ -26,6 +26,7 @@ func scaleCmd(m Meta) cli.Command   { return &ScaleCommand{Meta: m} }
 func pauseCmd(m Meta) cli.Command   { return &RolloutPauseCommand{Meta: m} }
 func resumeCmd(m Meta) cli.Command  { return &RolloutPauseCommand{Meta: m, Resume: true} }
 func restartCmd(m Meta) cli.Command { return &RolloutRestartCommand{Meta: m} }
+func approveCmd(m Meta) cli.Command { return &RolloutApproveCommand{Meta: m} }
 
 func TestScaleRegistersWithCheckAndSet(t *testing.T) {
 	nomad := newFakeNomad(t)
@@ -83,7 +84,7 @@ func TestScaleJSON(t *testing.T) {
 }
 
 func TestWriteConflictExits3(t *testing.T) {
-	for name, mk := range map[string]func(Meta) cli.Command{"scale": scaleCmd, "pause": pauseCmd, "restart": restartCmd} {
+	for name, mk := range map[string]func(Meta) cli.Command{"scale": scaleCmd, "pause": pauseCmd, "restart": restartCmd, "approve": approveCmd} {
 		t.Run(name, func(t *testing.T) {
 			nomad := newFakeNomad(t)
 			nomad.put(parentJob("web"), 12)
@@ -480,5 +481,67 @@ func TestPodReplaceWritesARequestTheDaemonCarriesOut(t *testing.T) {
 	}
 	if code, _, _ := runWrite(t, podReplaceCmd, nomad, "-yes", "web", "x"); code != ExitUsage {
 		t.Errorf("a bad ordinal: exit %d, want %d", code, ExitUsage)
+	}
+}
+
+// TestRolloutApproveWritesAToken: approve sets the parent's meta
+// statefulset_approve to a fresh token by check-and-set, which the parser
+// reads back as the spec's Approval. It makes no new revision, and a
+// second approval in the same clock tick still gets a new token (or it
+// would approve nothing).
+func TestRolloutApproveWritesAToken(t *testing.T) {
+	nomad := newFakeNomad(t)
+	nomad.put(parentJob("web"), 7)
+	before, err := jobs.RevisionData(nomad.get("default", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWrite(t, approveCmd, nomad, "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	regs := nomad.registers()
+	if len(regs) != 1 || !regs[0].EnforceIndex || regs[0].JobModifyIndex != 7 {
+		t.Fatalf("registers %+v, want one check-and-set on 7", regs)
+	}
+	job := nomad.get("default", "web")
+	const token = "2026-11-21T12:00:00Z"
+	if got := job.Meta[jobs.KeyApprove]; got != token {
+		t.Fatalf("%s = %q, want %q", jobs.KeyApprove, got, token)
+	}
+	spec, err := jobs.Parse(job)
+	if err != nil || spec.Approval != token {
+		t.Fatalf("parsed back: approval %q, err %v", spec.Approval, err)
+	}
+	after, err := jobs.RevisionData(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("approve changed the revision data: the set would roll")
+	}
+	if job.Meta["owner"] != "team-a" || job.Meta["statefulset_replicas"] != "3" {
+		t.Errorf("other meta changed: %v", job.Meta)
+	}
+	want := "Approving the pending step of statefulset \"web\" (meta statefulset_approve = " + token + ")\n" +
+		"Job \"web\" re-registered: job modify index 7 -> 8, evaluation eval-8\n"
+	if out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+
+	code, out, errOut = runWrite(t, approveCmd, nomad, "-json", "web")
+	if code != ExitOK {
+		t.Fatalf("second approve: exit %d, stderr %q", code, errOut)
+	}
+	var res writeResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Action != "approve" || !res.Changed || res.ReadJobModifyIndex != 8 || res.JobModifyIndex != 9 || res.EvalID != "eval-9" {
+		t.Errorf("result %+v", res)
+	}
+	const next = "2026-11-21T12:00:00.000000001Z"
+	if got := nomad.get("default", "web").Meta[jobs.KeyApprove]; got != next || !strings.Contains(res.Message, next) {
+		t.Errorf("second approval in the same tick: %s = %q, message %q; want %q", jobs.KeyApprove, got, res.Message, next)
 	}
 }

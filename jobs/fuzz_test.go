@@ -3,10 +3,13 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // metaFromText turns "k=v" lines into a meta map: a compact fuzz input.
@@ -22,16 +25,29 @@ func metaFromText(text string) map[string]string {
 
 // FuzzParse feeds arbitrary annotations and job shapes to Parse. It must
 // never panic; an accepted job must render valid children at its first and
-// last ordinals; a rejected one must say why, key by key.
+// last ordinals, and its leader-aware fields must keep the rules of DESIGN
+// §3b; a rejected one must say why, key by key. The group's services carry
+// the checks "primary", an unnamed one (`service: "web" check`) and
+// "alive"; bit 2 of groups adds a second task, "backup".
 func FuzzParse(f *testing.F) {
 	f.Add("statefulset=true\nstatefulset_replicas=3\nstatefulset_volume_claims=data", 0, uint8(1), "host", "web")
 	f.Add("statefulset=true\nstatefulset_max_unavailable=25%\nstatefulset_pod_management_policy=Parallel", 0, uint8(1), "host", "db")
 	f.Add("statefulset=true\nstatefulset_replicas=-1\nstatefulset_partiton=2", 3, uint8(2), "csi", "Web")
+	f.Add("statefulset=true\nstatefulset_leader_check=primary\nstatefulset_leader_update=switchover\nstatefulset_switchover_command=promote\nstatefulset_exec_timeout=2m", 0, uint8(1), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_leader_check=service: \"web\" check\nstatefulset_leader_update=supervised\nstatefulset_approve=t1", 0, uint8(5), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_disruption_check=pg_isready\nstatefulset_exec_task=backup", 0, uint8(5), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_disruption_check=true\nstatefulset_leader_update=switchover\nstatefulset_exec_timeout=0", 0, uint8(5), "host", "pg")
 	f.Fuzz(func(t *testing.T, metaText string, count int, groups uint8, volType, id string) {
 		job := newJob(metaFromText(metaText))
 		job.ID = &id
 		job.TaskGroups[0].Count = &count
 		job.TaskGroups[0].Volumes["data"].Type = volType
+		tg := job.TaskGroups[0]
+		tg.Services[0].Checks = []api.ServiceCheck{{Name: "primary", Type: "tcp"}, {Type: "tcp"}}
+		tg.Tasks[0].Services[0].Checks = []api.ServiceCheck{{Name: "alive", Type: "tcp"}}
+		if groups&4 != 0 {
+			tg.Tasks = append(tg.Tasks, &api.Task{Name: "backup", Driver: "exec"})
+		}
 		for range int(groups%4) - 1 {
 			job.TaskGroups = append(job.TaskGroups, &api.TaskGroup{Name: ptr("extra"), Count: ptr(0)})
 		}
@@ -58,6 +74,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
+		checkLeaderSpec(t, job, spec)
 		data, err := RevisionData(job)
 		if err != nil {
 			t.Fatalf("RevisionData of an accepted job: %v", err)
@@ -73,6 +90,44 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkLeaderSpec holds an accepted spec to the rules of DESIGN §3b: a
+// leader update other than last has a leader check, switchover has its
+// command, a command has a task of the group to run in, and the leader
+// check is one of the group's checks.
+func checkLeaderSpec(t *testing.T, job *api.Job, spec reconciler.Spec) {
+	t.Helper()
+	switch spec.LeaderUpdate {
+	case reconciler.LeaderLast:
+	case reconciler.LeaderSupervised, reconciler.LeaderSwitchover:
+		if spec.LeaderCheck == "" {
+			t.Fatalf("leader update %q accepted without a leader check", spec.LeaderUpdate)
+		}
+	default:
+		t.Fatalf("leader update %q accepted", spec.LeaderUpdate)
+	}
+	if spec.LeaderUpdate == reconciler.LeaderSwitchover && spec.SwitchoverCommand == "" {
+		t.Fatalf("switchover accepted without a command")
+	}
+	if _, ok := job.Meta[KeyLeaderCheck]; ok && !slices.Contains(serviceCheckNames(job, job.TaskGroups[0]), spec.LeaderCheck) {
+		t.Fatalf("leader check %q is not a check of the group", spec.LeaderCheck)
+	}
+	if spec.SwitchoverCommand != "" || spec.DisruptionCheck != "" {
+		found := false
+		for _, task := range job.TaskGroups[0].Tasks {
+			found = found || task.Name == spec.ExecTask
+		}
+		if !found {
+			t.Fatalf("commands accepted with exec task %q, not a task of the group", spec.ExecTask)
+		}
+	}
+	if spec.ExecTimeout < 0 {
+		t.Fatalf("exec timeout %v accepted", spec.ExecTimeout)
+	}
+	if _, ok := job.Meta[KeyApprove]; ok && spec.Approval == "" {
+		t.Fatalf("an empty approval accepted")
+	}
 }
 
 // FuzzRender fuzzes the names that end up in a child (set, claim, service,

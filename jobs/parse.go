@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,17 @@ const (
 	KeyProgressDeadline       = "statefulset_progress_deadline"
 	KeySpread                 = "statefulset_spread"
 	KeySpreadRequired         = "statefulset_spread_required"
+	// The leader-aware keys of DESIGN §3b: who leads, how the leader is
+	// taken down, and the commands the daemon runs inside the set's pods.
+	KeyLeaderCheck       = "statefulset_leader_check"
+	KeyLeaderUpdate      = "statefulset_leader_update"
+	KeySwitchoverCommand = "statefulset_switchover_command"
+	KeyDisruptionCheck   = "statefulset_disruption_check"
+	KeyExecTask          = "statefulset_exec_task"
+	KeyExecTimeout       = "statefulset_exec_timeout"
+	// KeyApprove holds the token `rollout approve` writes: a new token
+	// lets one held step through (DESIGN §3b, §4).
+	KeyApprove = "statefulset_approve"
 	// DefaultSpread spreads a set's ordinals over distinct nodes.
 	DefaultSpread = "${node.unique.id}"
 	// KeyPodReplacePrefix starts the keys `pod replace` writes, one per
@@ -95,6 +107,8 @@ var annotationKeys = []string{
 	KeyPartition, KeyMaxUnavailable, KeyMinReadySeconds, KeyRevisionHistoryLimit,
 	KeyVolumeClaims, KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled,
 	KeyPaused, KeyProgressDeadline, KeySpread, KeySpreadRequired,
+	KeyLeaderCheck, KeyLeaderUpdate, KeySwitchoverCommand, KeyDisruptionCheck,
+	KeyExecTask, KeyExecTimeout, KeyApprove,
 }
 
 var (
@@ -180,6 +194,7 @@ func Parse(job *api.Job) (reconciler.Spec, error) {
 		WhenScaled:           reconciler.Retain,
 		ProgressDeadline:     defaultProgressDeadline,
 		Spread:               DefaultSpread,
+		LeaderUpdate:         reconciler.LeaderLast,
 	}
 	if spec.Namespace == "" {
 		spec.Namespace = defaultNamespace
@@ -197,6 +212,7 @@ func Parse(job *api.Job) (reconciler.Spec, error) {
 	group := checkStructure(job, &ps)
 	checkNames(spec, &ps)
 	checkClaims(spec, group, &ps)
+	checkLeader(job, &spec, group, &ps)
 
 	if len(ps) > 0 {
 		return spec, &ValidationError{Namespace: spec.Namespace, Name: spec.Name, Problems: ps}
@@ -292,6 +308,36 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 			default:
 				ps.add(k, raw, oneOfRule(v, "true", "false"))
 			}
+		case KeyLeaderCheck:
+			// Which checks exist is known only with the group: checkLeader.
+			spec.LeaderCheck = v
+		case KeyLeaderUpdate:
+			switch u := reconciler.LeaderUpdate(v); u {
+			case reconciler.LeaderLast, reconciler.LeaderSwitchover, reconciler.LeaderSupervised:
+				spec.LeaderUpdate = u
+			default:
+				ps.add(k, raw, oneOfRule(v, string(reconciler.LeaderLast), string(reconciler.LeaderSwitchover), string(reconciler.LeaderSupervised)))
+			}
+		case KeySwitchoverCommand:
+			spec.SwitchoverCommand = parseCommand(k, raw, v, ps)
+		case KeyDisruptionCheck:
+			spec.DisruptionCheck = parseCommand(k, raw, v, ps)
+		case KeyExecTask:
+			// Checked against the group's tasks in checkLeader.
+			spec.ExecTask = v
+		case KeyExecTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				ps.add(k, raw, "is not a Go duration > 0 (such as 30s or 2m)")
+				continue
+			}
+			spec.ExecTimeout = d
+		case KeyApprove:
+			if v == "" {
+				ps.add(k, raw, "is empty: it holds the token 'nomad-statefulset rollout approve' writes")
+				continue
+			}
+			spec.Approval = v
 		default:
 			if strings.HasPrefix(k, KeyPodReplacePrefix) {
 				if req, ok := parsePodReplace(k, raw, v, ps); ok {
@@ -468,6 +514,187 @@ func checkClaims(spec reconciler.Spec, group *api.TaskGroup, ps *problems) {
 			ps.add(KeyVolumeClaims, c, "is a per_alloc volume: nomad-statefulset names per-ordinal volumes itself")
 		}
 	}
+}
+
+// parseCommand reads a command line the daemon runs with /bin/sh -c inside
+// a pod. An empty one runs nothing and exits 0: a disruption check that
+// always says yes, a switchover that never hands over. A NUL cannot be
+// passed to exec at all.
+func parseCommand(key, raw, v string, ps *problems) string {
+	switch {
+	case v == "":
+		ps.add(key, raw, "is not a command line: it is empty")
+		return ""
+	case strings.ContainsRune(v, 0):
+		ps.add(key, raw, "is not a command line: it contains a NUL character")
+		return ""
+	}
+	return v
+}
+
+// checkLeader applies the rules of the leader-aware keys (DESIGN §3b) that
+// need the group or more than one key, and picks the exec task when the
+// group's only task is meant. Keys the user set but got wrong are reported
+// on their own key only: "requires" asks whether a key is present, so one
+// mistake is not reported twice.
+func checkLeader(job *api.Job, spec *reconciler.Spec, group *api.TaskGroup, ps *problems) {
+	meta := job.Meta
+	if u := spec.LeaderUpdate; u != reconciler.LeaderLast {
+		if _, ok := meta[KeyLeaderCheck]; !ok {
+			ps.add(KeyLeaderUpdate, meta[KeyLeaderUpdate], "requires "+KeyLeaderCheck+": without it no pod is the leader")
+		}
+		if _, ok := meta[KeySwitchoverCommand]; !ok && u == reconciler.LeaderSwitchover {
+			ps.add(KeyLeaderUpdate, meta[KeyLeaderUpdate], "requires "+KeySwitchoverCommand+": the command that hands leadership to another pod")
+		}
+	}
+	if group == nil {
+		// The group is broken (reported already): there is nothing to
+		// look names up in.
+		return
+	}
+	if raw, ok := meta[KeyLeaderCheck]; ok {
+		names := serviceCheckNames(job, group)
+		if !slices.Contains(names, spec.LeaderCheck) {
+			rule := "is not the name of a service check of the task group, which has none"
+			if len(names) > 0 {
+				rule = "is not the name of a service check of the task group (its checks: " + quoteList(names) + ")"
+			}
+			ps.add(KeyLeaderCheck, raw, rule)
+		}
+	}
+	checkExecTask(meta, spec, group, ps)
+}
+
+// checkExecTask checks statefulset_exec_task, or picks the group's only
+// task when it is not set and a command needs one. Without a command key
+// the task stays unset: nothing runs in it.
+func checkExecTask(meta map[string]string, spec *reconciler.Spec, group *api.TaskGroup, ps *problems) {
+	var tasks []string
+	byName := map[string]*api.Task{}
+	for _, t := range group.Tasks {
+		if t != nil {
+			tasks = append(tasks, t.Name)
+			byName[t.Name] = t
+		}
+	}
+	if raw, ok := meta[KeyExecTask]; ok {
+		t, found := byName[spec.ExecTask]
+		switch {
+		case !found:
+			ps.add(KeyExecTask, raw, "is not a task of the task group (its tasks: "+quoteList(tasks)+")"+closest(spec.ExecTask, tasks))
+		case isEphemeral(t):
+			ps.add(KeyExecTask, raw, ephemeralRule(t))
+		}
+		return
+	}
+	var commands []string
+	for _, k := range []string{KeyDisruptionCheck, KeySwitchoverCommand} {
+		if _, ok := meta[k]; ok {
+			commands = append(commands, k)
+		}
+	}
+	if len(commands) == 0 {
+		return
+	}
+	if len(tasks) != 1 {
+		ps.add(KeyExecTask, "", fmt.Sprintf("is required: %s run in one task, and the group has %d (its tasks: %s)",
+			strings.Join(commands, " and "), len(tasks), quoteList(tasks)))
+		return
+	}
+	if t := byName[tasks[0]]; isEphemeral(t) {
+		ps.add(KeyExecTask, "", "is required: the group's only task "+strconv.Quote(t.Name)+" "+ephemeralRule(t))
+		return
+	}
+	spec.ExecTask = tasks[0]
+}
+
+// isEphemeral reports whether a task is a lifecycle hook that does not
+// keep running (prestart, poststart or poststop without sidecar): a
+// command could never find it running while the pod is ready.
+func isEphemeral(t *api.Task) bool {
+	return t.Lifecycle != nil && t.Lifecycle.Hook != "" && !t.Lifecycle.Sidecar
+}
+
+func ephemeralRule(t *api.Task) string {
+	return fmt.Sprintf("is a %s task without sidecar = true: it does not keep running, and the commands need a running task", t.Lifecycle.Hook)
+}
+
+// serviceCheckNames lists the names of every service check of the group, group
+// services first, as Nomad names them: a check without a name is called
+// `service: "<service>" check` (nomad/structs ServiceCheck.Canonicalize).
+// The parent read back from Nomad carries that name already; a job
+// parsed from HCL (validate) does not, so it is computed here the same way.
+func serviceCheckNames(job *api.Job, group *api.TaskGroup) []string {
+	var names []string
+	seen := map[string]bool{}
+	add := func(task string, services []*api.Service) {
+		for _, s := range services {
+			if s == nil {
+				continue
+			}
+			for _, c := range s.Checks {
+				n := c.Name
+				if n == "" {
+					n = fmt.Sprintf("service: %q check", nomadServiceName(job, group, task, s.Name))
+				}
+				if !seen[n] {
+					seen[n] = true
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	add("", group.Services)
+	for _, t := range group.Tasks {
+		if t != nil {
+			add(t.Name, t.Services)
+		}
+	}
+	return names
+}
+
+// serviceNameVar is the ${...} reference Nomad's args.ReplaceEnv replaces.
+var serviceNameVar = regexp.MustCompile(`\$\{[a-zA-Z0-9_\-\.]+\}`)
+
+// nomadServiceName is the name Nomad gives a service: "<job>-<group>" or
+// "<job>-<group>-<task>" when it has none (api Service.Canonicalize), with
+// ${JOB}, ${TASKGROUP}, ${TASK} and ${BASE} replaced (nomad/structs
+// Service.Canonicalize; a group service's ${TASK} is "group"). The
+// default check names are built from it.
+func nomadServiceName(job *api.Job, group *api.TaskGroup, task, name string) string {
+	jobName := strOr(job.Name, strOr(job.ID, ""))
+	groupName := strOr(group.Name, "")
+	if name == "" {
+		name = jobName + "-" + groupName
+		if task != "" {
+			name += "-" + task
+		}
+	}
+	if task == "" {
+		task = "group"
+	}
+	vars := map[string]string{
+		"JOB": jobName, "TASKGROUP": groupName, "TASK": task,
+		"BASE": jobName + "-" + groupName + "-" + task,
+	}
+	return serviceNameVar.ReplaceAllStringFunc(name, func(ref string) string {
+		if v, ok := vars[ref[2:len(ref)-1]]; ok {
+			return v
+		}
+		return ref
+	})
+}
+
+// quoteList renders names as "a", "b" for a rule; none is "none".
+func quoteList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // maxOrdinal is the largest ordinal the spec can produce; names are

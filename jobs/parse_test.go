@@ -69,6 +69,7 @@ func TestParseDefaults(t *testing.T) {
 		WhenScaled:           reconciler.Retain,
 		ProgressDeadline:     10 * time.Minute,
 		Spread:               DefaultSpread,
+		LeaderUpdate:         reconciler.LeaderLast,
 		Generation:           42,
 	}
 	if !specEqual(spec, want) {

@@ -66,6 +66,34 @@ func TestRevisionDataIgnoresAnnotations(t *testing.T) {
 	}
 }
 
+// TestRevisionDataIgnoresLeaderKeys: the DESIGN §3b keys and the approve
+// token are statefulset_* keys too. Setting or changing any one of them
+// changes how the set is managed, never its revision: an approval that
+// made a new revision would roll the whole set.
+func TestRevisionDataIgnoresLeaderKeys(t *testing.T) {
+	base := map[string]string{
+		KeyLeaderCheck: "primary", KeyLeaderUpdate: "switchover", KeySwitchoverCommand: "promote",
+		KeyDisruptionCheck: "true", KeyExecTask: "app", KeyExecTimeout: "30s", KeyApprove: "t1",
+	}
+	changes := map[string]string{
+		KeyLeaderCheck: "alive", KeyLeaderUpdate: "supervised", KeySwitchoverCommand: "promote --force",
+		KeyDisruptionCheck: "pg_isready", KeyExecTask: "backup", KeyExecTimeout: "2m", KeyApprove: "t2",
+	}
+	want := mustRevisionData(t, newJob(nil))
+	for k, v := range changes {
+		t.Run(k, func(t *testing.T) {
+			set := newJob(map[string]string{k: base[k]})
+			changed := newJob(map[string]string{k: v})
+			if got := mustRevisionData(t, set); !bytes.Equal(got, want) {
+				t.Errorf("setting %s changed the revision data:\n%s\n%s", k, got, want)
+			}
+			if got := mustRevisionData(t, changed); !bytes.Equal(got, want) {
+				t.Errorf("changing %s changed the revision data:\n%s\n%s", k, got, want)
+			}
+		})
+	}
+}
+
 // TestRevisionDataChanges: every revisioned field of DESIGN §1 changes the
 // data when it changes.
 func TestRevisionDataChanges(t *testing.T) {

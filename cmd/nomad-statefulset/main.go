@@ -130,6 +130,9 @@ func commands(meta command.Meta, stdin io.Reader) map[string]cli.CommandFactory 
 		"rollout resume": func() (cli.Command, error) {
 			return &command.RolloutPauseCommand{Meta: meta, Resume: true}, nil
 		},
+		"rollout approve": func() (cli.Command, error) {
+			return &command.RolloutApproveCommand{Meta: meta}, nil
+		},
 		"pod": func() (cli.Command, error) {
 			return &command.PodCommand{Meta: meta}, nil
 		},

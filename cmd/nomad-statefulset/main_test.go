@@ -27,7 +27,7 @@ func TestEveryVerbIsWired(t *testing.T) {
 	cmds := commands(command.Meta{}, nil)
 	for _, verb := range []string{
 		"agent", "status", "rollout", "rollout status", "rollout history", "rollout undo",
-		"rollout restart", "rollout pause", "rollout resume", "scale", "validate", "version",
+		"rollout restart", "rollout pause", "rollout resume", "rollout approve", "scale", "validate", "version",
 	} {
 		f, ok := cmds[verb]
 		if !ok {
