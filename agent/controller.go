@@ -238,11 +238,14 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	c.gateChecks(p.key, obs, spec.Deleted)
 	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
 	p.in.Pods = c.inputPods(p)
+	c.noteLeader(p, p.in.Pods)
 	for _, v := range obs.Volumes {
 		p.in.Volumes = append(p.in.Volumes, v.Volume)
 	}
-	p.in.Holds = append(p.st.liveHolds(now), p.st.backoffHolds(now)...)
+	// Copies: the effector adds to the state's lists while the pass runs.
+	p.in.Holds = append(slices.Clone(p.st.liveHolds(now)), p.st.backoffHolds(now)...)
 	p.in.Holds = append(p.in.Holds, c.unwatchedGone(p)...)
+	p.in.Cleared = slices.Clone(p.st.liveClearances(now))
 	return true, nil
 }
 
@@ -561,6 +564,8 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 	switch a.Type {
 	case reconciler.ActionRecordOrdinals:
 		return fmt.Sprintf("%s: %s", a.Type, a.Reason)
+	case reconciler.ActionCheckDisruption, reconciler.ActionSwitchover:
+		return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)
 	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionRestoreCount, reconciler.ActionEvaluatePod:
 		if a.Revision.Name == "" {
 			return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)

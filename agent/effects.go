@@ -45,6 +45,9 @@ type podControl struct {
 	requestResync func()
 	// event adds an event to the set's view.
 	event func(key backend.SetKey, now time.Time, typ, msg string)
+	// exec runs the sets' own commands in their pods; nil when this agent
+	// cannot (then such a step is held, saying so).
+	exec commandRunner
 }
 
 // execute carries out one action. It reports whether the set's stored state
@@ -79,6 +82,11 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		return false, e.restoreCount(ectx, p, act)
 	case reconciler.ActionEvaluatePod:
 		return false, e.evaluatePod(ectx, p, act)
+	case reconciler.ActionCheckDisruption:
+		// On the worker's context: the command's own timeout bounds it.
+		return false, e.checkDisruption(ctx, p, act)
+	case reconciler.ActionSwitchover:
+		return false, e.switchover(ctx, p, act)
 	case reconciler.ActionDeleteSetState:
 		return e.deleteSetState(ectx, p)
 	}

@@ -47,6 +47,14 @@ type setState struct {
 	// readyHolds remembers, per allocation ID, what the post_ready hooks
 	// said.
 	readyHolds map[string]*readyHold
+	// cleared are the passing disruption checks, until they go stale.
+	cleared []reconciler.Clearance
+	// askFailures counts, per ordinal, the disruption checks and
+	// switchovers refused in a row: their backoff.
+	askFailures map[int]int
+	// switching is the switchover whose command ran, until another pod
+	// is seen to lead.
+	switching *switchoverRecord
 
 	viewMu sync.Mutex
 	// view is what the HTTP API shows for the set.

@@ -67,7 +67,7 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 		pod := client.Pod{
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
-			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal],
+			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal], Leader: p.Pod.Leader,
 		}
 		switch state {
 		case "Running":

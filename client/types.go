@@ -94,6 +94,9 @@ type Pod struct {
 	// WaitingForNode) it is Nomad's placement failure. Empty otherwise.
 	NotReady string   `json:"not_ready,omitempty"`
 	Volumes  []string `json:"volumes"`
+	// Leader is set on the pod whose leader check passes
+	// (statefulset_leader_check).
+	Leader bool `json:"leader,omitempty"`
 }
 
 // Revision is one stored revision.

@@ -248,8 +248,13 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 		}
 		rows := [][]string{head}
 		for _, p := range pods {
+			name := orDash(p.Name)
+			if p.Leader {
+				// The pod whose leader check passes (statefulset_leader_check).
+				name += " (leader)"
+			}
 			row := []string{
-				orDash(p.Name),
+				name,
 				orDash(p.Revision),
 				orDash(shortID(p.AllocID, verbose)),
 				orDash(shortID(p.NodeID, verbose)),

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// scriptedRunner answers commands as a test says, and records them.
+type scriptedRunner struct {
+	answer func(allocID, command string, env map[string]string) (int, string, error)
+	ran    []map[string]string
+	allocs []string
+}
+
+func (s *scriptedRunner) RunCommand(_ context.Context, _, allocID, _, command string, env map[string]string) (int, string, error) {
+	s.ran, s.allocs = append(s.ran, env), append(s.allocs, allocID)
+	return s.answer(allocID, command, env)
+}
+
+// askRig is a podControl over three running pods of set "pg", whose commands
+// a scriptedRunner answers.
+func askRig(answer func(allocID, command string, env map[string]string) (int, string, error)) (*podControl, *pass, *scriptedRunner) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	run := &scriptedRunner{answer: answer}
+	e := &podControl{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, exec: run}
+	p := &pass{key: backend.SetKey{Namespace: "default", Name: "pg"}, st: &setState{}, now: now,
+		spec: reconciler.Spec{Name: "pg", ExecTask: "postgres", DisruptionCheck: "check", SwitchoverCommand: "promote"}}
+	for o := 0; o < 3; o++ {
+		p.obs.Pods = append(p.obs.Pods, nomad.PodDetail{Pod: reconciler.Pod{Ordinal: o}, JobID: reconciler.PodName("pg", o), AllocID: "alloc-" + string(rune('0'+o))})
+	}
+	return e, p, run
+}
+
+// TestDisruptionCheckRunsInAnotherPod: the check runs in the pod the
+// reconciler named, with the env of DESIGN §3b; a pass clears the pod for a
+// while, a refusal holds it with the command's output and a growing backoff,
+// and a check that cannot run at all holds it too, saying why.
+func TestDisruptionCheckRunsInAnotherPod(t *testing.T) {
+	exit, out := 0, ""
+	e, p, run := askRig(func(string, string, map[string]string) (int, string, error) { return exit, out, nil })
+	act := reconciler.Action{Type: reconciler.ActionCheckDisruption, Ordinal: 2, Target: 0}
+	if _, err := e.execute(context.Background(), p, act); err != nil {
+		t.Fatal(err)
+	}
+	env := run.ran[0]
+	if run.allocs[0] != "alloc-0" || env["NSS_SET"] != "pg" || env["NSS_POD"] != "pg-0" || env["NSS_ORDINAL"] != "0" ||
+		env["NSS_TARGET_POD"] != "pg-2" || env["NSS_TARGET_ORDINAL"] != "2" {
+		t.Fatalf("ran in %s with %v", run.allocs[0], env)
+	}
+	if c := p.st.liveClearances(p.now); len(c) != 1 || c[0].Ordinal != 2 || !c[0].Until.After(p.now) {
+		t.Fatalf("clearances after a pass: %+v", c)
+	}
+
+	exit, out = 1, "replica lag\n 12 MB"
+	var waits []time.Duration
+	for i := 0; i < 2; i++ {
+		_, err := e.execute(context.Background(), p, act)
+		var h *holdError
+		if !errors.As(err, &h) || h.reason != reconciler.HoldDisruptionCheckFailed || h.step != reconciler.StepDisrupt ||
+			!strings.Contains(h.msg, "replica lag 12 MB") {
+			t.Fatalf("a refusal gave %v", err)
+		}
+		waits = append(waits, h.wait)
+	}
+	if waits[1] <= waits[0] {
+		t.Fatalf("backoff did not grow: %v", waits)
+	}
+
+	e.exec = nil
+	_, err := e.execute(context.Background(), p, act)
+	var h *holdError
+	if !errors.As(err, &h) || !strings.Contains(h.msg, "could not run the disruption check") {
+		t.Fatalf("a check that cannot run gave %v", err)
+	}
+}
+
+// TestSwitchoverWaitsForTheLeaderToMove: a switchover that ran holds the old
+// leader (SwitchingOver) until another pod leads, and the switch is
+// announced once, with how long it took; one that fails is held and says why.
+func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
+	exit := 0
+	e, p, run := askRig(func(string, string, map[string]string) (int, string, error) { return exit, "promoting", nil })
+	act := reconciler.Action{Type: reconciler.ActionSwitchover, Ordinal: 1, Target: 2}
+	if _, err := e.execute(context.Background(), p, act); err != nil {
+		t.Fatal(err)
+	}
+	if run.allocs[0] != "alloc-1" || run.ran[0]["NSS_TARGET_POD"] != "pg-2" {
+		t.Fatalf("switchover ran in %s with %v", run.allocs[0], run.ran[0])
+	}
+	holds := p.st.liveHolds(p.now)
+	if len(holds) != 1 || holds[0].Reason != reconciler.HoldSwitchingOver || holds[0].Ordinal != 1 ||
+		holds[0].Until.Sub(p.now) != defaultSwitchoverTimeout {
+		t.Fatalf("holds after a switchover: %+v", holds)
+	}
+	c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil)}
+	p.now = p.now.Add(3 * time.Second)
+	c.noteLeader(p, []reconciler.Pod{{Ordinal: 1, Leader: true}})
+	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
+	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
+	d, _ := c.sets.get(p.key)
+	if n := len(d.Events); n != 1 || !strings.Contains(d.Events[0].Message, "pg-2 leads, after a switchover from pg-1 in 3s") {
+		t.Fatalf("events: %+v", d.Events)
+	}
+
+	exit = 3
+	_, err := e.execute(context.Background(), p, act)
+	var h *holdError
+	if !errors.As(err, &h) || h.reason != reconciler.HoldSwitchoverFailed || !strings.Contains(h.msg, "exit 3") {
+		t.Fatalf("a failed switchover gave %v", err)
+	}
+}
