@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/hashicorp/nomad/api"
 )
 
 // ExecOutputLimit bounds ExecResult.Output. The output goes into events,
@@ -145,4 +147,22 @@ func TailOutput(output string) (string, bool) {
 	b := newTailBuffer(ExecOutputLimit)
 	_, _ = b.Write([]byte(output))
 	return b.tail()
+}
+
+// checksByName reads Nomad's check results, which it keys by check ID, by
+// check name. A name can repeat across the services of a group; it then
+// passes only when every check of that name passes, so that no pod passes
+// a check on the word of one of two services, and the output is that of a
+// failing one.
+func checksByName(statuses api.AllocCheckStatuses) map[string]CheckStatus {
+	out := make(map[string]CheckStatus, len(statuses))
+	for _, id := range slices.Sorted(maps.Keys(statuses)) {
+		st := statuses[id]
+		c := CheckStatus{Passing: st.Status == "success", Output: st.Output}
+		if prev, seen := out[st.Check]; seen && (!prev.Passing || c.Passing) {
+			continue
+		}
+		out[st.Check] = c
+	}
+	return out
 }

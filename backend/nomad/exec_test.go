@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/nomad/api"
 )
 
 // shellValues are strings a shell would mangle if they were not quoted.
@@ -157,5 +159,78 @@ func TestTailOutput(t *testing.T) {
 	}
 	if got, cut := TailOutput("short"); cut || got != "short" {
 		t.Fatalf("TailOutput(short) = %q, %v", got, cut)
+	}
+}
+
+// TestChecksByName: results keyed by check ID are read by name; a name
+// that two services share passes only if both pass.
+func TestChecksByName(t *testing.T) {
+	st := func(name, status, output string) api.AllocCheckStatus {
+		return api.AllocCheckStatus{Check: name, Status: status, Output: output}
+	}
+	for _, tc := range []struct {
+		name     string
+		statuses api.AllocCheckStatuses
+		want     map[string]CheckStatus
+	}{
+		{"none", nil, map[string]CheckStatus{}},
+		{"by name", api.AllocCheckStatuses{
+			"id1": st("leader", "success", "HTTP 200"),
+			"id2": st("alive", "failure", "connection refused"),
+			"id3": st("ready", "pending", ""),
+		}, map[string]CheckStatus{
+			"leader": {Passing: true, Output: "HTTP 200"},
+			"alive":  {Passing: false, Output: "connection refused"},
+			"ready":  {Passing: false},
+		}},
+		{"shared name, one fails", api.AllocCheckStatuses{
+			"a": st("leader", "success", "ok"),
+			"b": st("leader", "failure", "HTTP 503"),
+		}, map[string]CheckStatus{"leader": {Passing: false, Output: "HTTP 503"}}},
+		{"shared name, one fails, other order", api.AllocCheckStatuses{
+			"a": st("leader", "failure", "HTTP 503"),
+			"b": st("leader", "success", "ok"),
+		}, map[string]CheckStatus{"leader": {Passing: false, Output: "HTTP 503"}}},
+		{"shared name, both pass", api.AllocCheckStatuses{
+			"a": st("leader", "success", "ok a"),
+			"b": st("leader", "success", "ok b"),
+		}, map[string]CheckStatus{"leader": {Passing: true, Output: "ok a"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := checksByName(tc.statuses)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %+v; want %+v", got, tc.want)
+			}
+			for name, want := range tc.want {
+				if got[name] != want {
+					t.Fatalf("%s: got %+v; want %+v", name, got[name], want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeniedExec: Nomad refuses an exec inside the websocket, so the
+// refusal arrives as its bare text, and must still name alloc-exec.
+func TestDeniedExec(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		perm bool
+	}{
+		{"close frame text", errors.New("Permission denied"), true},
+		{"forwarded", errors.New("rpc error: Permission denied"), true},
+		{"other refusal", errors.New(`task "main" is not running.`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := deniedExec("db", tc.err)
+			var perm *PermissionError
+			if got := errors.As(err, &perm); got != tc.perm || (got && (perm.Capability != "alloc-exec" || perm.Namespace != "db")) {
+				t.Fatalf("deniedExec(%v) = %v; PermissionError for alloc-exec in db: %v", tc.err, err, tc.perm)
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("deniedExec lost Nomad's error: %v", err)
+			}
+		})
 	}
 }
