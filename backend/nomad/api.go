@@ -60,6 +60,18 @@ type API interface {
 	// placement was blocked (its volume's node was ineligible) stays blocked
 	// when the node comes back, until something evaluates it.
 	EvaluateJob(ctx context.Context, namespace, id string) error
+	// ExecAlloc runs command in task of an allocation, with env set for it,
+	// and returns its exit code and the end of its combined output (see
+	// ExecResult). nodeID is the allocation's node (its stub's NodeID), for
+	// the api client to reach it directly when it can; the call goes
+	// through Nomad's servers otherwise. A command that has not exited when
+	// ctx is done has failed: the error wraps ctx.Err(). An exit code other
+	// than 0 is not an error; an allocation or task that is not running is.
+	ExecAlloc(ctx context.Context, namespace, nodeID, allocID, task string, command []string, env map[string]string) (ExecResult, error)
+	// AllocChecks returns the latest result of each Nomad-native service
+	// check (a service with provider = "nomad") of an allocation, by check
+	// name, or ErrNotFound.
+	AllocChecks(ctx context.Context, namespace, allocID string) (map[string]CheckStatus, error)
 	// Events subscribes to the event stream from index for the Job,
 	// Allocation, Deployment, Node, HostVolume and Evaluation topics. The
 	// channel closes when the stream ends; the caller then re-lists and
@@ -69,6 +81,31 @@ type API interface {
 	// JSON as Nomad sent it (json.RawMessage), which the real client keeps
 	// so that each payload is decoded once; DecodePayload reads both.
 	Events(ctx context.Context, index uint64) (<-chan *api.Events, error)
+}
+
+// ExecResult is how a command run by ExecAlloc ended.
+type ExecResult struct {
+	// ExitCode is the command's exit status; -1 when the call failed
+	// before the command exited.
+	ExitCode int
+	// Output is the end of what the command wrote to stdout and stderr, in
+	// the order Nomad streamed it (which keeps the order within each, not
+	// between them): at most ExecOutputLimit bytes, cut at a UTF-8
+	// boundary. It is set on failure too, with what arrived before it, so
+	// that an event can say how far a command got.
+	Output string
+	// Truncated is set when Output lost the start of the output.
+	Truncated bool
+}
+
+// CheckStatus is the latest result of one Nomad-native service check.
+type CheckStatus struct {
+	// Passing is set when Nomad reports the check's status "success";
+	// "failure" and "pending" (not run yet) are not passing.
+	Passing bool
+	// Output is what the check last reported (an HTTP status line, a TCP
+	// dial result).
+	Output string
 }
 
 // The verbs of API: each is a method name, so that metrics, /v1/health and
@@ -85,13 +122,16 @@ const (
 	VerbListNodes        = "ListNodes"
 	VerbGetNode          = "GetNode"
 	VerbEvaluateJob      = "EvaluateJob"
+	VerbExecAlloc        = "ExecAlloc"
+	VerbAllocChecks      = "AllocChecks"
 	VerbEvents           = "Events"
 )
 
 // Verb describes one method of API.
 type Verb struct {
-	// Write is set for the verbs that change Nomad's state. A set at rest
-	// makes none of them: that is the steady-state "zero writes" promise.
+	// Write is set for the verbs that change Nomad's state, and for
+	// ExecAlloc, which runs code in a pod. A set at rest makes none of
+	// them: that is the steady-state "zero writes" promise.
 	Write bool
 	// Capability is the Nomad ACL capability the call needs, named in the
 	// PermissionError of a 403, which Nomad answers with a bare
@@ -103,6 +143,11 @@ type Verb struct {
 }
 
 // Verbs describes every method of API, by name.
+//
+// ExecAlloc changes nothing Nomad stores, but it runs code in a pod, and
+// that code can change anything the pod holds (a switchover moves a
+// database's primary): a set at rest must run none, so it counts as a
+// write. Its route is a websocket, opened with a GET.
 var Verbs = map[string]Verb{
 	VerbListJobs:         {Capability: "list-jobs", Method: "GET", Path: "/v1/jobs"},
 	VerbGetJob:           {Capability: "read-job", Method: "GET", Path: "/v1/job/"},
@@ -115,6 +160,8 @@ var Verbs = map[string]Verb{
 	VerbListNodes:        {Capability: "node:read", Method: "GET", Path: "/v1/nodes"},
 	VerbGetNode:          {Capability: "node:read", Method: "GET", Path: "/v1/node/"},
 	VerbEvaluateJob:      {Write: true, Capability: "submit-job", Method: "PUT", Path: "/v1/job/"},
+	VerbExecAlloc:        {Write: true, Capability: "alloc-exec", Method: "GET", Path: "/v1/client/allocation/"},
+	VerbAllocChecks:      {Capability: "read-job", Method: "GET", Path: "/v1/client/allocation/"},
 	VerbEvents:           {Capability: "read-job", Method: "GET", Path: "/v1/event/stream"},
 }
 

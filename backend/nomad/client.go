@@ -183,6 +183,93 @@ func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) (err err
 	return nil
 }
 
+// ExecAlloc implements API through Nomad's alloc exec API, a websocket at
+// /v1/client/allocation/<id>/exec, running command under ExecCommand's
+// shell so that env is set.
+//
+// The api client first reads the allocation's node (GET /v1/node/<id>) and
+// tries a websocket to it directly, for up to api.ClientConnTimeout (1s);
+// failing that, it opens the websocket at the Nomad address the daemon was
+// given, which forwards the exec to the node. Hence nodeID: without one,
+// that read is GET /v1/node/, which Nomad answers 500 "missing node ID"
+// and logs as an error at every call.
+func (n *Client) ExecAlloc(ctx context.Context, namespace, nodeID, allocID, task string, command []string, env map[string]string) (_ ExecResult, err error) {
+	defer TraceCall(ctx, VerbExecAlloc, &err)
+	what := fmt.Sprintf("running %q in task %q of allocation %s/%s", command, task, namespace, allocID)
+	res := ExecResult{ExitCode: -1}
+	argv, err := ExecCommand(command, env)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", what, err)
+	}
+	out := newTailBuffer(ExecOutputLimit)
+	type exit struct {
+		code int
+		err  error
+	}
+	done := make(chan exit, 1)
+	go func() {
+		// Exec reads the allocation's ID and NodeID alone (TaskGroup for
+		// job actions, which this is not); the namespace goes in the query.
+		alloc := &api.Allocation{ID: allocID, Namespace: namespace, NodeID: nodeID}
+		// No stdin: the command reads end of file at once.
+		code, err := n.c.Allocations().Exec(ctx, alloc, task, false, argv, strings.NewReader(""), out, out, nil, query(ctx, namespace))
+		done <- exit{code, err}
+	}()
+	var e exit
+	select {
+	case e = <-done:
+	case <-ctx.Done():
+		// The api client heeds ctx once the websocket is open, but not
+		// while it opens it (its dial takes no context): a Nomad that
+		// accepts the connection and never answers would hold the call
+		// past its deadline. The goroutine ends when the dial does.
+		e = exit{err: ctx.Err()}
+	}
+	res.Output, res.Truncated = out.tail()
+	switch {
+	case e.err == nil:
+		res.ExitCode = e.code
+		return res, nil
+	case ctx.Err() != nil:
+		// Closing the websocket does not stop the command: Nomad lets it
+		// run to its end in the task.
+		return res, fmt.Errorf("%s: it did not exit in time, and may still be running: %w", what, ctx.Err())
+	default:
+		return res, fmt.Errorf("%s: %w", what, deniedExec(namespace, e.err))
+	}
+}
+
+// deniedExec is denied for ExecAlloc. Nomad checks the token's alloc-exec
+// after the websocket is open, so its refusal is no 403: it is the text of
+// the close frame, Nomad's ErrPermissionDenied ("Permission denied"), which
+// the api client returns as a bare error. Nomad recognises that error by
+// its text too (structs.IsErrPermissionDenied).
+func deniedExec(namespace string, err error) error {
+	if err = denied(VerbExecAlloc, namespace, err); errors.As(err, new(*PermissionError)) {
+		return err
+	}
+	if strings.Contains(err.Error(), "Permission denied") {
+		return &PermissionError{Verb: VerbExecAlloc, Namespace: namespace, Capability: Verbs[VerbExecAlloc].Capability, Err: err}
+	}
+	return err
+}
+
+// AllocChecks implements API with GET /v1/client/allocation/<id>/checks,
+// which Nomad's servers forward to the allocation's node: only that node's
+// client runs the checks of provider = "nomad" services, and holds their
+// results.
+func (n *Client) AllocChecks(ctx context.Context, namespace, allocID string) (_ map[string]CheckStatus, err error) {
+	defer TraceCall(ctx, VerbAllocChecks, &err)
+	statuses, err := n.c.Allocations().Checks(allocID, query(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("reading the service checks of allocation %s/%s: %w", namespace, allocID, denied(VerbAllocChecks, namespace, err))
+	}
+	return checksByName(statuses), nil
+}
+
 // GetNode implements API.
 func (n *Client) GetNode(ctx context.Context, id string) (_ *api.Node, err error) {
 	defer TraceCall(ctx, VerbGetNode, &err)

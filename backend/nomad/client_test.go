@@ -308,3 +308,30 @@ func TestClientEventsReadsNomadsPlainTextError(t *testing.T) {
 		})
 	}
 }
+
+// TestClientExecAllocEndsAtTheDeadline: the api client opens the exec's
+// websocket without heeding the context, so a Nomad that takes the
+// connection and never answers must not hold ExecAlloc past its deadline.
+func TestClientExecAllocEndsAtTheDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/node/") {
+			http.NotFound(w, r)
+			return
+		}
+		<-release // the handshake never gets its answer
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handler
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := nomad.NewAPI(c).ExecAlloc(ctx, "default", "node-1", "a1", "main", []string{"true"}, nil)
+	if took := time.Since(start); took > 5*time.Second || !errors.Is(err, context.DeadlineExceeded) || res.ExitCode != -1 {
+		t.Fatalf("got %+v, %v after %s; want a deadline error at 200ms", res, err, took)
+	}
+}

@@ -4,6 +4,7 @@ package nomad_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -233,4 +234,206 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 			t.Errorf("%s after the re-list: %+v", k, obs.Pods)
 		}
 	}
+}
+
+// execJob is a job whose task the exec driver runs (mock_driver cannot
+// exec), with a provider = "nomad" service of two checks: "agent-up" asks
+// the agent's own HTTP port for its health, through a static port of the
+// same number (the scheduler does not know the agent holds it), and
+// passes; "closed-port" dials a port nothing listens on, and fails.
+func execJob(id string, agentPort int) *api.Job {
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("service"), Datacenters: []string{"dc1"},
+		TaskGroups: []*api.TaskGroup{{
+			Name:  ptr("db"),
+			Count: ptr(1),
+			Networks: []*api.NetworkResource{{
+				ReservedPorts: []api.Port{{Label: "agent", Value: agentPort}},
+				DynamicPorts:  []api.Port{{Label: "closed"}},
+			}},
+			Services: []*api.Service{{
+				Name: id, Provider: "nomad", PortLabel: "agent",
+				Checks: []api.ServiceCheck{
+					{Name: "agent-up", Type: "http", Path: "/v1/agent/health", Interval: time.Second, Timeout: time.Second},
+					{Name: "closed-port", Type: "tcp", PortLabel: "closed", Interval: time.Second, Timeout: time.Second},
+				},
+			}},
+			Tasks: []*api.Task{{
+				Name:      "main",
+				Driver:    "exec",
+				Config:    map[string]any{"command": "/bin/sleep", "args": []string{"3600"}},
+				Resources: &api.Resources{CPU: ptr(20), MemoryMB: ptr(32)},
+			}},
+		}},
+	}
+}
+
+// TestRealNomadExecAndChecks runs ExecAlloc and AllocChecks against a real
+// Nomad agent with ACLs on: a command sees its NSS_ variables, quoted
+// values intact, and its exit code and output come back, by the node or
+// through the server; a command that outlives its deadline fails at the
+// deadline; Nomad's refusals are errors, and a token without alloc-exec
+// gets a PermissionError naming it; the checks of a provider = "nomad"
+// service are read by name, and a stopped allocation has none.
+func TestRealNomadExecAndChecks(t *testing.T) {
+	n := testagent.Nomad(t, testagent.WithACL())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := nomad.NewAPI(n.Client)
+	if _, err := client.RegisterJob(ctx, execJob("exec-test", n.HTTPPort), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	var allocID, nodeID string
+	testagent.Eventually(t, 2*time.Minute, "the exec task to run", func() error {
+		allocs, _, err := n.Client.Jobs().Allocations("exec-test", false, nil)
+		if err != nil {
+			return err
+		}
+		for _, a := range allocs {
+			if ts := a.TaskStates["main"]; a.ClientStatus == api.AllocClientStatusRunning && ts != nil && ts.State == "running" {
+				allocID, nodeID = a.ID, a.NodeID
+				return nil
+			}
+		}
+		return fmt.Errorf("allocations %d, none running", len(allocs))
+	})
+	env := map[string]string{
+		"NSS_SET": "db", "NSS_POD": "db-2", "NSS_ORDINAL": "2",
+		"NSS_TARGET_POD": `it's a "db" $HOME ` + "`true`; \\n \n end",
+	}
+	exec := func(ctx context.Context, impl nomad.API, command string) (nomad.ExecResult, error) {
+		return impl.ExecAlloc(ctx, "default", nodeID, allocID, "main", []string{"/bin/sh", "-c", command}, env)
+	}
+
+	t.Run("ExitCodeAndOutput", func(t *testing.T) {
+		res, err := exec(ctx, client, "echo $NSS_POD; exit 3")
+		if err != nil || res.ExitCode != 3 || res.Output != "db-2\n" || res.Truncated {
+			t.Fatalf("got %+v, %v; want exit 3 and output %q", res, err, "db-2\n")
+		}
+	})
+	t.Run("EnvQuoting", func(t *testing.T) {
+		res, err := exec(ctx, client, `printf '%s|%s|%s' "$NSS_SET" "$NSS_ORDINAL" "$NSS_TARGET_POD"`)
+		want := "db|2|" + env["NSS_TARGET_POD"]
+		if err != nil || res.ExitCode != 0 || res.Output != want {
+			t.Fatalf("got %+v, %v; want exit 0 and output %q", res, err, want)
+		}
+	})
+	t.Run("Stderr", func(t *testing.T) {
+		res, err := exec(ctx, client, "echo to stderr >&2; exit 1")
+		if err != nil || res.ExitCode != 1 || res.Output != "to stderr\n" {
+			t.Fatalf("got %+v, %v; want exit 1 and output %q", res, err, "to stderr\n")
+		}
+	})
+	t.Run("ThroughTheServer", func(t *testing.T) {
+		// Without the node's ID the api client cannot try the node, and
+		// the agent at n.Addr forwards the exec.
+		res, err := client.ExecAlloc(ctx, "default", "", allocID, "main", []string{"/bin/sh", "-c", "echo $NSS_ORDINAL"}, env)
+		if err != nil || res.ExitCode != 0 || res.Output != "2\n" {
+			t.Fatalf("got %+v, %v; want exit 0 and output %q", res, err, "2\n")
+		}
+	})
+	t.Run("OutputKeepsItsEnd", func(t *testing.T) {
+		res, err := exec(ctx, client, `i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done`)
+		if err != nil || res.ExitCode != 0 || !res.Truncated || len(res.Output) > nomad.ExecOutputLimit ||
+			!strings.HasSuffix(res.Output, "line-998\nline-999\n") {
+			t.Fatalf("got exit %d, %d bytes (truncated %v) ending %q, %v; want the last %d bytes",
+				res.ExitCode, len(res.Output), res.Truncated, res.Output[max(0, len(res.Output)-30):], err, nomad.ExecOutputLimit)
+		}
+	})
+	t.Run("DeadlineEndsTheCall", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := exec(ctx, client, "echo started; exec sleep 47")
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) || took > 5*time.Second || res.ExitCode != -1 || res.Output != "started\n" {
+			t.Fatalf("a command past its deadline returned %+v, %v after %s; want a deadline error at 2s, with the output so far", res, err, took)
+		}
+	})
+	t.Run("Refused", func(t *testing.T) {
+		for name, call := range map[string]func() (nomad.ExecResult, error){
+			"unknown task": func() (nomad.ExecResult, error) {
+				return client.ExecAlloc(ctx, "default", nodeID, allocID, "nope", []string{"true"}, nil)
+			},
+			"unknown allocation": func() (nomad.ExecResult, error) {
+				return client.ExecAlloc(ctx, "default", nodeID, "4e4c1b5e-0000-4000-8000-000000000000", "main", []string{"true"}, nil)
+			},
+		} {
+			if res, err := call(); err == nil || res.ExitCode != -1 {
+				t.Errorf("%s: got %+v, %v; want an error", name, res, err)
+			}
+		}
+	})
+
+	// Tokens with one capability each: what each verb needs, and the
+	// error that names it when it is missing.
+	token := func(name, rules string) nomad.API {
+		if _, err := n.Client.ACLPolicies().Upsert(&api.ACLPolicy{Name: name, Rules: rules}, nil); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := n.Client.ACLTokens().Create(&api.ACLToken{Name: name, Type: "client", Policies: []string{name}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := api.NewClient(&api.Config{Address: n.Addr, SecretID: tok.SecretID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nomad.NewAPI(c)
+	}
+	readOnly := token("read-only", `namespace "default" { capabilities = ["read-job"] }`)
+	execOnly := token("exec-only", `namespace "default" { capabilities = ["alloc-exec"] }`)
+	t.Run("PermissionDenied", func(t *testing.T) {
+		_, err := exec(ctx, readOnly, "true")
+		var perm *nomad.PermissionError
+		if !errors.As(err, &perm) || perm.Capability != "alloc-exec" {
+			t.Fatalf("an exec without alloc-exec returned %v; want a PermissionError naming alloc-exec", err)
+		}
+		if res, err := exec(ctx, execOnly, "exit 0"); err != nil || res.ExitCode != 0 {
+			t.Fatalf("alloc-exec alone: %+v, %v; want exit 0", res, err)
+		}
+		_, err = execOnly.AllocChecks(ctx, "default", allocID)
+		if !errors.As(err, &perm) || perm.Capability != "read-job" {
+			t.Fatalf("checks without read-job returned %v; want a PermissionError naming read-job", err)
+		}
+	})
+
+	t.Run("Checks", func(t *testing.T) {
+		testagent.Eventually(t, time.Minute, "both checks to have run", func() error {
+			checks, err := readOnly.AllocChecks(ctx, "default", allocID)
+			if err != nil {
+				return err
+			}
+			up, down := checks["agent-up"], checks["closed-port"]
+			if len(checks) != 2 || !up.Passing || down.Passing || down.Output == "" {
+				return fmt.Errorf("checks %+v", checks)
+			}
+			return nil
+		})
+		if _, err := client.AllocChecks(ctx, "default", "4e4c1b5e-0000-4000-8000-000000000000"); !errors.Is(err, nomad.ErrNotFound) {
+			t.Fatalf("checks of an unknown allocation: %v; want ErrNotFound", err)
+		}
+	})
+	t.Run("AfterStop", func(t *testing.T) {
+		if err := client.DeregisterJob(ctx, "default", "exec-test", false); err != nil {
+			t.Fatal(err)
+		}
+		testagent.Eventually(t, time.Minute, "the allocation to stop", func() error {
+			a, _, err := n.Client.Allocations().Info(allocID, nil)
+			if err != nil {
+				return err
+			}
+			if a.ClientStatus == api.AllocClientStatusRunning {
+				return errors.New("still running")
+			}
+			return nil
+		})
+		if res, err := exec(ctx, client, "true"); err == nil || res.ExitCode != -1 {
+			t.Errorf("exec into a stopped allocation: %+v, %v; want an error", res, err)
+		}
+		// Nomad's client drops a stopped allocation's check results.
+		if checks, err := client.AllocChecks(ctx, "default", allocID); err != nil || len(checks) != 0 {
+			t.Errorf("checks of a stopped allocation: %+v, %v; want none", checks, err)
+		}
+	})
 }

@@ -78,6 +78,13 @@ func TestClientTracesEveryCallAndNamesItsCapability(t *testing.T) {
 			routes = nil
 			var calls []tracedCall
 			err := nomadsim.CallVerb(recordCalls(&calls), client, verb)
+			if verb == nomad.VerbExecAlloc && len(routes) > 0 && strings.HasPrefix(routes[0], "GET /v1/node/") {
+				// The api client's Exec reads the allocation's node first,
+				// to try it directly; a failed read sends the exec through
+				// the address it was given. That read is the api's step,
+				// not the verb's route.
+				routes = routes[1:]
+			}
 			if len(routes) == 0 || !strings.HasPrefix(routes[0], v.Method+" "+v.Path) {
 				t.Errorf("%s sent %v; Verbs gives %s %s", verb, routes, v.Method, v.Path)
 			}

@@ -5,7 +5,10 @@ package nomadsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,6 +94,9 @@ type Nomad struct {
 	callFaults  map[uint64]fault
 	verbFaults  map[string][]verbFault
 	unreachable bool
+
+	// exec runs the commands of ExecAlloc (SetExec); nil exits 0 silently.
+	exec ExecFunc
 }
 
 // NomadConfig sets up a simulated Nomad. The zero value is a valid configuration:
@@ -591,6 +597,140 @@ func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) (err erro
 		return err
 	}
 	return after
+}
+
+// ExecFunc plays the command that ExecAlloc runs in task of allocation
+// allocID, with env set for it (the command and env the caller gave, not
+// the shell that nomad.Client wraps them in). It returns the command's exit
+// code and output, or an error for a call that failed before the command
+// exited.
+type ExecFunc func(allocID, task string, command []string, env map[string]string) (exitCode int, output string, err error)
+
+// SetExec makes fn play every command ExecAlloc runs from now on; nil
+// resets to commands that exit 0 with no output. fn is called without the
+// simulation's lock held, so it may call the simulation, and on a
+// goroutine of its own: one that blocks past the caller's deadline plays a
+// command that hangs, and ExecAlloc returns at the deadline, as
+// nomad.Client does.
+func (s *Nomad) SetExec(fn ExecFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exec = fn
+}
+
+// SetAllocChecks sets the results of the Nomad-native service checks of a
+// running allocation, by check name (true = passing), as AllocChecks
+// reports them; nil clears them. They go with the allocation: its
+// replacement starts with none.
+func (s *Nomad) SetAllocChecks(allocID string, checks map[string]bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, err := s.liveAlloc(allocID)
+	if err != nil {
+		return err
+	}
+	a.checks = maps.Clone(checks)
+	return nil
+}
+
+// ExecAlloc implements nomad.API: it refuses, as Nomad does and in its
+// words, a command for an allocation it does not know (or of another
+// namespace), for a task the allocation does not have, and for an
+// allocation that is not running; otherwise SetExec's function plays the
+// command. nodeID is not checked: without one, Nomad's servers forward the
+// exec to the allocation's node. The command and env are checked as
+// nomad.Client checks them (nomad.ExecCommand), before anything is sent.
+// A lost response (LoseResponse) is a command that ran and whose exit was
+// never heard.
+func (s *Nomad) ExecAlloc(ctx context.Context, namespace, nodeID, allocID, task string, command []string, env map[string]string) (_ nomad.ExecResult, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbExecAlloc, &err)
+	what := fmt.Sprintf("running %q in task %q of allocation %s/%s", command, task, namespace, allocID)
+	res := nomad.ExecResult{ExitCode: -1}
+	if _, err := nomad.ExecCommand(command, env); err != nil {
+		return res, fmt.Errorf("%s: %w", what, err)
+	}
+	after, err := s.enter(ctx, nomad.VerbExecAlloc)
+	if err != nil {
+		return res, err
+	}
+	s.mu.Lock()
+	fn := s.exec
+	refused := s.execRefusal(namespace, allocID, task)
+	s.mu.Unlock()
+	if refused != nil {
+		return res, fmt.Errorf("%s: %w", what, refused)
+	}
+	if fn == nil {
+		fn = func(string, string, []string, map[string]string) (int, string, error) { return 0, "", nil }
+	}
+	type exit struct {
+		code   int
+		output string
+		err    error
+	}
+	done := make(chan exit, 1)
+	command, env = slices.Clone(command), maps.Clone(env)
+	go func() {
+		code, output, err := fn(allocID, task, command, env)
+		done <- exit{code, output, err}
+	}()
+	select {
+	case e := <-done:
+		if after != nil {
+			return res, after
+		}
+		res.Output, res.Truncated = nomad.TailOutput(e.output)
+		if e.err != nil {
+			return res, fmt.Errorf("%s: %w", what, e.err)
+		}
+		res.ExitCode = e.code
+		return res, nil
+	case <-ctx.Done():
+		return res, fmt.Errorf("%s: it did not exit in time, and may still be running: %w", what, ctx.Err())
+	}
+}
+
+// execRefusal is Nomad's refusal of an exec into task of allocation
+// allocID, in Nomad's words, or nil. Callers hold s.mu.
+func (s *Nomad) execRefusal(namespace, allocID, task string) error {
+	a, ok := s.allocs[allocID]
+	if !ok || a.ns != namespaceOrDefault(namespace) {
+		//lint:ignore ST1005 Nomad's own wording
+		return fmt.Errorf("Unknown allocation %q", allocID)
+	}
+	if !slices.Contains(a.tasks, task) {
+		return errors.New("task not found")
+	}
+	if a.clientStatus != api.AllocClientStatusRunning {
+		//lint:ignore ST1005 Nomad's own wording
+		return fmt.Errorf("task %q is not running.", task)
+	}
+	return nil
+}
+
+// AllocChecks implements nomad.API: the results SetAllocChecks gave a
+// running allocation, with no output; none for an allocation that is not
+// running, as Nomad's client drops them when it stops one. An allocation
+// the simulation does not know (or of another namespace) is
+// nomad.ErrNotFound.
+func (s *Nomad) AllocChecks(ctx context.Context, namespace, allocID string) (_ map[string]nomad.CheckStatus, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbAllocChecks, &err)
+	if err := s.enterRead(ctx, nomad.VerbAllocChecks); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.allocs[allocID]
+	if !ok || a.ns != namespaceOrDefault(namespace) {
+		return nil, nomad.ErrNotFound
+	}
+	out := make(map[string]nomad.CheckStatus, len(a.checks))
+	if a.clientStatus == api.AllocClientStatusRunning {
+		for name, passing := range a.checks {
+			out[name] = nomad.CheckStatus{Passing: passing}
+		}
+	}
+	return out, nil
 }
 
 // GetNode implements nomad.API: a configured node, ready and eligible, in

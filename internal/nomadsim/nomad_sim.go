@@ -61,6 +61,9 @@ type allocRec struct {
 	// replace marks a lost or migrated allocation whose replacement the next
 	// plan places with PreviousAllocation pointing back at it.
 	replace bool
+	// checks are the results of the Nomad-native service checks, by name
+	// (SetAllocChecks).
+	checks map[string]bool
 }
 
 func (a *allocRec) key() jobKey { return jobKey{a.ns, a.jobID} }
