@@ -272,7 +272,7 @@ func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
 	}
 	control := &podControl{
 		log: log, api: a.api, store: a.store, cache: cache, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
-		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event,
+		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event, exec: nomadRunner{a.api},
 	}
 	c.effector = control
 	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -14,7 +15,16 @@ import (
 // of its pods, with env set, and returns its exit code and output. Nomad's
 // alloc exec API carries it in production; tests script it.
 type commandRunner interface {
-	RunCommand(ctx context.Context, namespace, allocID, task, command string, env map[string]string) (exitCode int, output string, err error)
+	RunCommand(ctx context.Context, namespace, nodeID, allocID, task, command string, env map[string]string) (exitCode int, output string, err error)
+}
+
+// nomadRunner runs the commands through Nomad's alloc exec API, under
+// /bin/sh -c as DESIGN §3b says.
+type nomadRunner struct{ api nomad.API }
+
+func (r nomadRunner) RunCommand(ctx context.Context, namespace, nodeID, allocID, task, command string, env map[string]string) (int, string, error) {
+	res, err := r.api.ExecAlloc(ctx, namespace, nodeID, allocID, task, []string{"/bin/sh", "-c", command}, env)
+	return res.ExitCode, res.Output, err
 }
 
 const (
@@ -87,7 +97,7 @@ func (e *podControl) runCommand(ctx context.Context, p *pass, runner, target int
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	code, out, err := e.exec.RunCommand(cctx, p.key.Namespace, d.AllocID, p.spec.ExecTask, command, commandEnv(p.key.Name, runner, target))
+	code, out, err := e.exec.RunCommand(cctx, p.key.Namespace, d.NodeID, d.AllocID, p.spec.ExecTask, command, commandEnv(p.key.Name, runner, target))
 	if err != nil && cctx.Err() != nil {
 		err = fmt.Errorf("it did not finish within %s (statefulset_exec_timeout): %w", timeout, err)
 	}

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +23,7 @@ type scriptedRunner struct {
 	allocs []string
 }
 
-func (s *scriptedRunner) RunCommand(_ context.Context, _, allocID, _, command string, env map[string]string) (int, string, error) {
+func (s *scriptedRunner) RunCommand(_ context.Context, _, _, allocID, _, command string, env map[string]string) (int, string, error) {
 	s.ran, s.allocs = append(s.ran, env), append(s.allocs, allocID)
 	return s.answer(allocID, command, env)
 }
@@ -116,5 +118,47 @@ func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
 	var h *holdError
 	if !errors.As(err, &h) || h.reason != reconciler.HoldSwitchoverFailed || !strings.Contains(h.msg, "exit 3") {
 		t.Fatalf("a failed switchover gave %v", err)
+	}
+}
+
+// TestDisruptionCheckHoldsARolloutOnSimulatedNomad: the whole agent on the
+// simulated Nomad, with a disruption check the application refuses three
+// times: the rollout holds (Held, DisruptionCheckFailed, with the
+// command's output), no Ready pod goes down without a passing answer, and
+// the rollout completes once the check passes.
+func TestDisruptionCheckHoldsARolloutOnSimulatedNomad(t *testing.T) {
+	fc := newFakeClock()
+	h := startAgentOnClock(t, fastSim(), fc, nil)
+	var mu sync.Mutex
+	refusals, passes := 0, 0
+	h.sim.SetExec(func(allocID, task string, command []string, env map[string]string) (int, string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refusals < 3 {
+			refusals++
+			return 1, "standby lag too high", nil
+		}
+		passes++
+		return 0, "", nil
+	})
+	meta := map[string]string{"statefulset_replicas": "3", "statefulset_disruption_check": "check-lag"}
+	h.register(parentJob("dc", meta, "v1"))
+	h.waitConverged("dc", 3, nil)
+	first := h.healthyChildren("dc")[0]
+	h.register(parentJob("dc", meta, "v2"))
+	h.waitFor("the rollout to be held by the check", 20*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("dc"))
+		return ok && c.Reason == reconciler.HoldDisruptionCheckFailed && strings.Contains(c.Message, "standby lag too high"), fmt.Sprintf("%+v", c)
+	})
+	// The refusals back off (5s, 10s, 20s): time moves on the agent's clock.
+	for i := 0; i < 10; i++ {
+		fc.Advance(30 * time.Second)
+		h.settle()
+	}
+	h.waitConverged("dc", 3, func(rev string) bool { return rev != first })
+	mu.Lock()
+	defer mu.Unlock()
+	if passes < 3 {
+		t.Fatalf("3 pods went down with %d passing checks", passes)
 	}
 }

@@ -19,6 +19,7 @@ var writeVerbFor = map[string][]reconciler.ActionType{
 	nomad.VerbCreateHostVolume: {reconciler.ActionCreateVolume},
 	nomad.VerbDeleteHostVolume: {reconciler.ActionDeleteVolume},
 	nomad.VerbEvaluateJob:      {reconciler.ActionEvaluatePod},
+	nomad.VerbExecAlloc:        {reconciler.ActionCheckDisruption, reconciler.ActionSwitchover},
 }
 
 // writeAudit records every Nomad write the agent makes, and the ones that
@@ -76,7 +77,8 @@ func (w *writeAudit) check(t *testing.T, sim map[string]int, testWrites map[stri
 
 // TestEveryWriteIsAnAction drives the agent against the simulated Nomad
 // through a set's life (creation, a rollout, a child scaled by hand, a
-// scale-down, the set's deletion) and checks that every Nomad write the
+// scale-down, the set's deletion), with a disruption check asked before
+// each Ready pod goes, and checks that every Nomad write the
 // agent makes was made while carrying out an action of the reconciler's
 // output, one that makes that kind of write. The safety promises are
 // proven for the reconciler's actions only (the randomized drivers), so a
@@ -85,7 +87,7 @@ func TestEveryWriteIsAnAction(t *testing.T) {
 	audit := &writeAudit{writes: map[string]int{}, traced: map[string]int{}}
 	h := startAgentWith(t, fastSim(), func(o *Options) { o.CallTrace = audit.trace })
 	ctx := context.Background()
-	meta := map[string]string{"statefulset_replicas": "3",
+	meta := map[string]string{"statefulset_replicas": "3", "statefulset_disruption_check": "/bin/true",
 		"statefulset_volume_retention_when_deleted": "Delete", "statefulset_volume_retention_when_scaled": "Delete"}
 	h.register(parentJob("w", meta, "v1"))
 	h.waitConverged("w", 3, nil)
@@ -125,5 +127,6 @@ func TestEveryWriteIsAnAction(t *testing.T) {
 	// The test's own writes: four registrations (the set, its new
 	// template, the hand scale, the scale-down) and the parent's stop.
 	testWrites := map[string]int{nomad.VerbRegisterJob: 4, nomad.VerbDeregisterJob: 1}
-	audit.check(t, h.sim.Calls(), testWrites, nomad.VerbRegisterJob, nomad.VerbDeregisterJob, nomad.VerbCreateHostVolume, nomad.VerbDeleteHostVolume)
+	audit.check(t, h.sim.Calls(), testWrites, nomad.VerbRegisterJob, nomad.VerbDeregisterJob, nomad.VerbCreateHostVolume,
+		nomad.VerbDeleteHostVolume, nomad.VerbExecAlloc)
 }
