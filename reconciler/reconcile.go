@@ -500,15 +500,18 @@ func (r *reconciler) processReplica(i int) bool {
 		// briefly not ready (restarting) is waited for, as upstream does.
 		if r.replaceableNow(i, p) {
 			cause, why := CauseUpdate, "not ready at an abandoned revision; replacing it with "+r.update.Name
-			if p.Drifted {
+			switch {
+			case p.Drifted:
 				cause, why = CauseRepair, "not ready and drifted from its revision; recreating it"
+			case p.Revision == r.current.Name:
+				why = "not ready at the current revision, and the rollout made no progress for statefulset_progress_deadline; replacing it with " + r.update.Name
 			}
 			r.deletePod(p, cause, why)
 			s.acted = true
 			r.wait(i, "to be replaced")
 			return true
 		}
-		r.wait(i, "to be Running and Ready")
+		r.wait(i, "to be Running and Ready (the rollout waits for it until statefulset_progress_deadline)")
 		return true
 	}
 	if !r.available(p) {
