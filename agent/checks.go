@@ -11,7 +11,7 @@ import (
 // checkSource is what the readiness gate reads of Consul: the watcher, or
 // a fake in tests.
 type checkSource interface {
-	Watch(key backend.SetKey, services []string)
+	Watch(key backend.SetKey, services []string, leaderCheck string)
 	Checks(key backend.SetKey, allocID string) (consul.AllocChecks, bool)
 }
 
@@ -27,7 +27,7 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 	if !deleted {
 		services = jobs.ConsulServices(obs.Parent)
 	}
-	c.checks.Watch(key, services)
+	c.checks.Watch(key, services, "")
 	applyChecks(c.checks, key, obs.Pods, len(services) > 0)
 }
 

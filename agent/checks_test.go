@@ -23,7 +23,7 @@ type fakeChecks struct {
 	watched map[backend.SetKey][]string
 }
 
-func (f *fakeChecks) Watch(key backend.SetKey, services []string) {
+func (f *fakeChecks) Watch(key backend.SetKey, services []string, _ string) {
 	if f.watched == nil {
 		f.watched = map[backend.SetKey][]string{}
 	}
@@ -128,10 +128,7 @@ func TestRecordedAllocationMapsToItsChecks(t *testing.T) {
 			if err := json.Unmarshal(b, &entries); err != nil {
 				t.Fatal(err)
 			}
-			src := &fakeChecks{checks: map[string]consul.AllocChecks{}, synced: true}
-			for id, critical := range consul.AllocChecksOf(entries) {
-				src.checks[id] = consul.AllocChecks{Known: true, Critical: critical}
-			}
+			src := &fakeChecks{checks: consul.AllocChecksOf(entries, ""), synced: true}
 			obs := cache.Observe(key, nil, time.Now())
 			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != full.ID {
 				t.Fatalf("the recorded allocation is not a Ready pod: %+v", obs.Pods)

@@ -452,7 +452,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 func (c *controller) forget(key backend.SetKey) {
 	c.sets.drop(key)
 	if c.checks != nil {
-		c.checks.Watch(key, nil)
+		c.checks.Watch(key, nil, "")
 	}
 }
 
