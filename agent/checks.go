@@ -11,15 +11,16 @@ import (
 // checkSource is what the readiness gate reads of Consul: the watcher, or
 // a fake in tests.
 type checkSource interface {
-	Watch(key backend.SetKey, services []string)
+	Watch(key backend.SetKey, services []string, leaderCheck string)
 	Checks(key backend.SetKey, allocID string) (consul.AllocChecks, bool)
 }
 
 // gateChecks keeps the set's Consul watches to the services of its parent
-// (none once it is deleted) and records their checks in the readiness facts
-// of the pods of obs; see applyChecks. Without Consul (-dev) it does
-// nothing: the task states alone decide.
-func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, deleted bool) {
+// (none once it is deleted) and its leader check (statefulset_leader_check,
+// "" for none), and records their checks in the readiness facts and the
+// leadership of the pods of obs; see applyChecks. Without Consul (-dev) it
+// does nothing: the task states alone decide, and no pod leads.
+func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, deleted bool, leaderCheck string) {
 	if c.checks == nil {
 		return
 	}
@@ -27,25 +28,32 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 	if !deleted {
 		services = jobs.ConsulServices(obs.Parent)
 	}
-	c.checks.Watch(key, services)
+	c.checks.Watch(key, services, leaderCheck)
 	applyChecks(c.checks, key, obs.Pods, len(services) > 0)
 }
 
 // applyChecks records the Consul checks of each live pod's allocation in its
 // readiness facts and judges the pod again: what the checks do to its
 // readiness (DESIGN §2) is reconciler.JudgeReadiness's to say, not this
-// gate's. hasServices says whether the set has Consul services at all;
-// without, the checks have no say.
+// gate's. It also marks the pod where the set's leader check passes as the
+// Leader (DESIGN §3b). hasServices says whether the set has Consul services
+// at all; without, the checks have no say and no pod leads.
 func applyChecks(src checkSource, key backend.SetKey, pods []nomad.PodDetail, hasServices bool) {
 	for i := range pods {
 		d := &pods[i]
 		d.Facts.Checks = reconciler.CheckFacts{}
+		d.Pod.Leader = false
+		// Only a live allocation (running, not terminating, with no older
+		// one beside it) is asked about: the leader check of one on its way
+		// out says nothing of who leads next, and the reconciler must not
+		// order the rest of the set around it.
 		if hasServices && d.Facts.Alloc.Live {
 			checks, synced := src.Checks(key, d.AllocID)
 			d.Facts.Checks = reconciler.CheckFacts{
 				Watched: true, Synced: synced,
 				Known: checks.Known, Critical: checks.Critical, PassingSince: checks.PassingSince,
 			}
+			d.Pod.Leader = checks.Leader
 		}
 		d.Judge()
 	}
