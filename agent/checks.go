@@ -20,16 +20,23 @@ type checkSource interface {
 // "" for none), and records their checks in the readiness facts and the
 // leadership of the pods of obs; see applyChecks. Without Consul (-dev) it
 // does nothing: the task states alone decide, and no pod leads.
-func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, deleted bool, leaderCheck string) {
+//
+// It reports whether the leader is known: true without a leader check;
+// false while the checks of a live pod are not read yet, or when the
+// leader check cannot be read at all (no Consul, or on no service it
+// watches), so that the reconciler waits rather than take the leader down
+// as if it were a follower.
+func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, deleted bool, leaderCheck string) (leaderKnown bool) {
 	if c.checks == nil {
-		return
+		return leaderCheck == ""
 	}
 	var services []string
 	if !deleted {
 		services = jobs.ConsulServices(obs.Parent)
 	}
 	c.checks.Watch(key, services, leaderCheck)
-	applyChecks(c.checks, key, obs.Pods, len(services) > 0)
+	synced := applyChecks(c.checks, key, obs.Pods, len(services) > 0)
+	return leaderCheck == "" || (len(services) > 0 && synced)
 }
 
 // applyChecks records the Consul checks of each live pod's allocation in its
@@ -38,7 +45,8 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 // gate's. It also marks the pod where the set's leader check passes as the
 // Leader (DESIGN §3b). hasServices says whether the set has Consul services
 // at all; without, the checks have no say and no pod leads.
-func applyChecks(src checkSource, key backend.SetKey, pods []nomad.PodDetail, hasServices bool) {
+func applyChecks(src checkSource, key backend.SetKey, pods []nomad.PodDetail, hasServices bool) (synced bool) {
+	synced = true
 	for i := range pods {
 		d := &pods[i]
 		d.Facts.Checks = reconciler.CheckFacts{}
@@ -48,13 +56,15 @@ func applyChecks(src checkSource, key backend.SetKey, pods []nomad.PodDetail, ha
 		// out says nothing of who leads next, and the reconciler must not
 		// order the rest of the set around it.
 		if hasServices && d.Facts.Alloc.Live {
-			checks, synced := src.Checks(key, d.AllocID)
+			checks, read := src.Checks(key, d.AllocID)
+			synced = synced && read
 			d.Facts.Checks = reconciler.CheckFacts{
-				Watched: true, Synced: synced,
+				Watched: true, Synced: read,
 				Known: checks.Known, Critical: checks.Critical, PassingSince: checks.PassingSince,
 			}
 			d.Pod.Leader = checks.Leader
 		}
 		d.Judge()
 	}
+	return synced
 }

@@ -179,6 +179,25 @@ func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
 			}
 		}
 	}
+
+	// The leader is known only once every live pod's checks are read, and
+	// never without Consul: until then the reconciler takes no Ready pod
+	// down as a follower.
+	src.checks = map[string]consul.AllocChecks{"a0": {Known: true, Leader: true}, "a1": {Known: true}}
+	if !c.gateChecks(key, observe(), false, "primary") {
+		t.Error("synced checks: the leader is unknown")
+	}
+	src.synced = false
+	if c.gateChecks(key, observe(), false, "primary") {
+		t.Error("checks not read yet: the leader is taken as known")
+	}
+	if !c.gateChecks(key, observe(), false, "") {
+		t.Error("a set without a leader check has an unknown leader")
+	}
+	noConsul := &controller{}
+	if noConsul.gateChecks(key, observe(), false, "primary") {
+		t.Error("without Consul the leader check cannot be read, yet the leader is taken as known")
+	}
 }
 
 // From recorded payloads of a real Nomad registering in a real Consul

@@ -235,7 +235,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	}
 	// Consul checks first: a pod they make not Ready is not one whose
 	// post_ready hooks should be asked.
-	c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck)
+	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck)
 	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
 	p.in.Pods = c.inputPods(p)
 	c.noteLeader(p, p.in.Pods)

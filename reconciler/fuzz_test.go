@@ -40,6 +40,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 	if b(48)&0x40 != 0 {
 		spec.Approval = "ok"
 	}
+	leaderUnknown := b(48)&0x80 != 0
 	if b(48)&0x10 != 0 {
 		spec.VolumeClaims = []string{"data"}
 	}
@@ -47,7 +48,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		spec.VolumeClaims = append(spec.VolumeClaims, "logs")
 	}
 	t0 := epoch.Add(time.Duration(now%100000) * time.Second)
-	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}}
+	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}, LeaderUnknown: leaderUnknown}
 	names := []string{"", "web-x", "garbage"}
 	for r := 0; r < b(16)>>4%4; r++ {
 		d := []byte{'v', byte('0' + r)}

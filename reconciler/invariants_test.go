@@ -330,6 +330,8 @@ func numberAfter(w *world, out Output, name string, def int64) int64 {
 //     another pod that must go for the same reason is still up;
 //   - under switchover or supervised, a Ready leader is never taken down
 //     (it must first stop leading), unless the operator approved this step;
+//   - while the leader is unknown, no Ready pod is taken down for a
+//     reason the leader rules order (it may be the leader);
 //   - with a disruption check declared, no Ready pod is taken down on
 //     purpose without a passing answer for it, unless the operator approved
 //     this step.
@@ -359,6 +361,10 @@ func checkLeaderAndAsking(in Input, out Output) error {
 			continue // down already: replaced without asking
 		}
 		leader := spec.LeaderCheck != "" && p.Leader
+		if spec.LeaderCheck != "" && in.LeaderUnknown && (a.Cause == CauseUpdate || a.Cause == CauseRepair ||
+			a.Cause == CauseDrain || a.Cause == CauseScaleDown) {
+			return fmt.Errorf("Ready pod %d taken down (%s) while the leader is unknown", p.Ordinal, a.Cause)
+		}
 		switch a.Cause {
 		case CauseUpdate, CauseRepair, CauseDrain:
 			for _, q := range in.Pods {

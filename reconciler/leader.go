@@ -78,6 +78,11 @@ func (r *reconciler) mayDisrupt(p *Pod, cause DeleteCause) bool {
 		// A pod that is down already is replaced without asking.
 		return true
 	}
+	if r.spec.LeaderCheck != "" && r.in.LeaderUnknown && leaderCause(cause) {
+		// Any Ready pod may be the leader: take none down as a follower.
+		r.waitOrdinal(p.Ordinal, "to learn which pod leads (the leader check is not read yet)")
+		return false
+	}
 	used := r.status.ApprovalUsed
 	if r.leads(p) && leaderCause(cause) {
 		if r.leaderWaits(p, cause) {

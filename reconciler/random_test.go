@@ -201,6 +201,7 @@ func randomRun(seed uint64) (err error) {
 			// The application refuses now and then; the operator
 			// sometimes approves a step.
 			w.appFails = !w.appFails
+			w.leaderUnknown = rng.IntN(3) == 0
 			if rng.IntN(3) == 0 {
 				w.spec.Approval = fmt.Sprint("approve-", w.steps)
 			}
@@ -232,7 +233,7 @@ func randomRun(seed uint64) (err error) {
 	// lifted, and the set must converge with nothing else changing.
 	phase = "calm"
 	w.liftDrains()
-	w.appFails = false
+	w.appFails, w.leaderUnknown = false, false
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

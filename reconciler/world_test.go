@@ -99,7 +99,9 @@ type world struct {
 	// application refuse checks and switchovers at random (chaos).
 	cleared  []Clearance
 	appFails bool
-	rng      *rand.Rand
+	// leaderUnknown plays a leader check not read yet (chaos).
+	leaderUnknown bool
+	rng           *rand.Rand
 
 	last  Output
 	trace []string
@@ -187,6 +189,9 @@ func (w *world) input() Input {
 		Now:        w.now,
 		Holds:      slices.Clone(w.holds),
 		Cleared:    slices.Clone(w.cleared),
+		// The leader check is unread while nobody leads yet at times
+		// (a daemon restart, Consul catching up).
+		LeaderUnknown: w.leaderUnknown,
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
