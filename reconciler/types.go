@@ -75,6 +75,10 @@ type Spec struct {
 	RevisionHistoryLimit int
 	// VolumeClaims are the group volume names that become per-ordinal volumes.
 	VolumeClaims []string
+	// ClaimTemplates are the size and class of the claims that set them
+	// (statefulset_claim_<claim>_capacity and _class); a claim not listed
+	// takes its provisioner's defaults.
+	ClaimTemplates []ClaimTemplate
 	// WhenDeleted says what happens to the volumes when the set is deleted.
 	WhenDeleted RetentionPolicy
 	// WhenScaled says what happens to a condemned ordinal's volumes.
@@ -126,6 +130,19 @@ type Spec struct {
 	// disruption under LeaderSupervised, or a held switchover or
 	// disruption check the operator overrules.
 	Approval string
+}
+
+// ClaimTemplate is one claim's size and storage class (DESIGN §3b).
+type ClaimTemplate struct {
+	// Claim is the claim (group volume) name.
+	Claim string
+	// CapacityMin and CapacityMax are in bytes; zero leaves them to the
+	// provisioner. Raising CapacityMin above a volume's capacity expands
+	// that volume.
+	CapacityMin, CapacityMax int64
+	// Class names the agent's volume_provisioner block the claim's
+	// volumes are made by; empty: the unnamed one.
+	Class string
 }
 
 // LeaderUpdate says how a set's leader is taken down (DESIGN §3b).
@@ -245,6 +262,10 @@ type Volume struct {
 	Ordinal int
 	// Name is "<claim>-<set>-<ordinal>".
 	Name string
+	// Class is the storage class the volume was made by ("" the default);
+	// Capacity its size in bytes as Nomad reports it (0: unknown).
+	Class    string
+	Capacity int64
 }
 
 // ConditionType names a status condition.
