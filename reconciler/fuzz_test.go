@@ -41,6 +41,10 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		spec.Approval = "ok"
 	}
 	leaderUnknown := b(48)&0x80 != 0
+	if b(40)&0x20 != 0 {
+		spec.ClaimTemplates = []ClaimTemplate{{Claim: "data", CapacityMin: int64(b(24) & 0x3f), CapacityMax: int64(b(16) & 0x3f),
+			Class: []string{"", "fast"}[b(8)&1]}}
+	}
 	if b(48)&0x10 != 0 {
 		spec.VolumeClaims = []string{"data"}
 	}
@@ -68,6 +72,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		if c[0]&0x80 != 0 { // a volume
 			in.Volumes = append(in.Volumes, Volume{
 				Claim: []string{"data", "logs", "other"}[int(c[1])%3], Ordinal: int(int8(c[2])) % 16,
+				Capacity: int64(c[3] & 0x3f), Class: []string{"", "fast"}[c[3]>>6&1],
 			})
 			continue
 		}

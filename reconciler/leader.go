@@ -11,7 +11,7 @@ package reconciler
 // check): every one the daemon makes but the set's own deletion.
 func disruptionCause(cause DeleteCause) bool {
 	switch cause {
-	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown, CauseReplace:
+	case CauseUpdate, CauseRepair, CauseResize, CauseDrain, CauseScaleDown, CauseReplace:
 		return true
 	}
 	return false
@@ -22,7 +22,7 @@ func disruptionCause(cause DeleteCause) bool {
 // scale-down.
 func leaderCause(cause DeleteCause) bool {
 	switch cause {
-	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown:
+	case CauseUpdate, CauseRepair, CauseResize, CauseDrain, CauseScaleDown:
 		return true
 	}
 	return false

@@ -284,6 +284,10 @@ const (
 	// `nomad-statefulset rollout approve`: the leader's disruption under
 	// LeaderSupervised. It is absent otherwise.
 	ConditionWaitingForApproval ConditionType = "WaitingForApproval"
+	// ConditionVolumeClaimRefused is true while a claim template asks of an
+	// existing volume what is not done: to shrink, or to change class. It
+	// is absent otherwise.
+	ConditionVolumeClaimRefused ConditionType = "VolumeClaimRefused"
 	// ConditionInvalidSpec is true when the parent job's annotations do not
 	// parse or break a rule; the set is then left untouched.
 	ConditionInvalidSpec ConditionType = "InvalidSpec"
@@ -509,6 +513,10 @@ const (
 	// ActionSwitchover runs the switchover command in the leader (Ordinal)
 	// to hand leadership to the pod of Action.Target.
 	ActionSwitchover ActionType = "Switchover"
+	// ActionExpandVolume grows Action.Volume to Action.Volume.Capacity
+	// bytes while no pod of its ordinal exists (Nomad refuses to change a
+	// volume an allocation claims). The volume and its data stay.
+	ActionExpandVolume ActionType = "ExpandVolume"
 )
 
 // DeleteCause says why a pod is deleted, so the caller can run the right
@@ -535,6 +543,10 @@ const (
 	// explicit delete, like `kubectl delete pod`, which no budget holds. It
 	// runs pre_delete hooks.
 	CauseReplace DeleteCause = "Replace"
+	// CauseResize deletes a pod whose volume must grow, so that the volume
+	// is expanded while no allocation claims it and the pod comes back on
+	// it. It disrupts a healthy member like an update does (pre_update).
+	CauseResize DeleteCause = "Resize"
 	// CauseDrain deletes a pod whose node is being drained, so that it is
 	// recreated elsewhere (or on its volume's node once that is eligible
 	// again). The member leaves for a while, so it runs pre_delete hooks.
