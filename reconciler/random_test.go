@@ -2,9 +2,9 @@ package reconciler
 
 import (
 	"flag"
-	"slices"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
