@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,18 +17,22 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
-// fakeChecks answers Checks from a map by allocation ID.
+// fakeChecks answers Checks from a map by allocation ID, and records what
+// each set watches.
 type fakeChecks struct {
 	checks  map[string]consul.AllocChecks
 	synced  bool
 	watched map[backend.SetKey][]string
+	leader  map[backend.SetKey]string
 }
 
-func (f *fakeChecks) Watch(key backend.SetKey, services []string) {
+func (f *fakeChecks) Watch(key backend.SetKey, services []string, leaderCheck string) {
 	if f.watched == nil {
 		f.watched = map[backend.SetKey][]string{}
+		f.leader = map[backend.SetKey]string{}
 	}
 	f.watched[key] = services
+	f.leader[key] = leaderCheck
 }
 
 func (f *fakeChecks) Checks(_ backend.SetKey, allocID string) (consul.AllocChecks, bool) {
@@ -82,6 +87,119 @@ func TestApplyChecks(t *testing.T) {
 	}
 }
 
+// A pod leads when the watcher says its leader check passes, and only while
+// its allocation is live: a pod on its way out, or a set without Consul
+// services, has no leader. Leading says nothing of readiness.
+func TestApplyChecksLeader(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "pg"}
+	readyAt := time.Unix(1_000_000, 0)
+	live := reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: readyAt, TasksKnown: true}
+	running := nomad.PodDetail{AllocID: "a1", Pod: reconciler.Pod{Phase: reconciler.PhaseRunning}, Facts: reconciler.ReadinessFacts{Alloc: live}}
+	// terminating is how Observe hands over a pod whose allocation is
+	// being stopped: running, and no live facts.
+	terminating := nomad.PodDetail{AllocID: "a1", Pod: reconciler.Pod{Phase: reconciler.PhaseRunning, Terminating: true}}
+	wasLeader := running
+	wasLeader.Pod.Leader = true
+	cases := []struct {
+		name        string
+		pod         nomad.PodDetail
+		checks      consul.AllocChecks
+		hasServices bool
+		leader      bool
+		ready       bool
+	}{
+		{name: "the leader check passes", pod: running, checks: consul.AllocChecks{Known: true, Leader: true}, hasServices: true,
+			leader: true, ready: true},
+		{name: "a follower is Ready", pod: running, checks: consul.AllocChecks{Known: true}, hasServices: true, ready: true},
+		{name: "a leader whose other checks fail still leads, not Ready", pod: running,
+			checks: consul.AllocChecks{Known: true, Critical: "check data is critical", Leader: true}, hasServices: true, leader: true},
+		{name: "a terminating pod does not lead", pod: terminating, checks: consul.AllocChecks{Known: true, Leader: true}, hasServices: true},
+		{name: "without Consul services no pod leads", pod: running, checks: consul.AllocChecks{Known: true, Leader: true}, ready: true},
+		{name: "a pod that led no longer does once the check moves", pod: wasLeader, checks: consul.AllocChecks{Known: true}, hasServices: true,
+			ready: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &fakeChecks{checks: map[string]consul.AllocChecks{"a1": tc.checks}, synced: true}
+			pods := []nomad.PodDetail{tc.pod}
+			applyChecks(src, key, pods, tc.hasServices)
+			if p := pods[0]; p.Pod.Leader != tc.leader || p.Pod.Ready != tc.ready {
+				t.Fatalf("leader %v ready %v (%q); want leader %v ready %v", p.Pod.Leader, p.Pod.Ready, p.NotReady, tc.leader, tc.ready)
+			}
+		})
+	}
+}
+
+// The controller watches the set's services with the leader check its spec
+// names, and each pass's pods lead as the watcher says: the leader follows
+// the check from one pass to the next. A deleted set stops its watches and
+// has no leader.
+func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "pg"}
+	parent := &api.Job{TaskGroups: []*api.TaskGroup{{Services: []*api.Service{{Name: "pg"}, {Name: "pg-primary"}}}}}
+	live := reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: time.Unix(1_000_000, 0), TasksKnown: true}
+	observe := func() nomad.Observation {
+		obs := nomad.Observation{Parent: parent}
+		for i, id := range []string{"a0", "a1"} {
+			obs.Pods = append(obs.Pods, nomad.PodDetail{AllocID: id,
+				Pod:   reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning},
+				Facts: reconciler.ReadinessFacts{Alloc: live}})
+		}
+		return obs
+	}
+	src := &fakeChecks{synced: true}
+	c := &controller{checks: src}
+	for _, tc := range []struct {
+		name    string
+		leads   string
+		deleted bool
+		want    []bool
+	}{
+		{name: "a0 leads", leads: "a0", want: []bool{true, false}},
+		{name: "a1 leads", leads: "a1", want: []bool{false, true}},
+		{name: "between leaders", want: []bool{false, false}},
+		{name: "deleted", leads: "a1", deleted: true, want: []bool{false, false}},
+	} {
+		src.checks = map[string]consul.AllocChecks{"a0": {Known: true}, "a1": {Known: true}}
+		if tc.leads != "" {
+			src.checks[tc.leads] = consul.AllocChecks{Known: true, Leader: true}
+		}
+		obs := observe()
+		c.gateChecks(key, obs, tc.deleted, "primary")
+		if tc.deleted {
+			if len(src.watched[key]) != 0 {
+				t.Errorf("%s: still watching %v", tc.name, src.watched[key])
+			}
+		} else if got := src.watched[key]; src.leader[key] != "primary" || !slices.Equal(got, []string{"pg", "pg-primary"}) {
+			t.Errorf("%s: watching %v with leader check %q; want pg, pg-primary with primary", tc.name, got, src.leader[key])
+		}
+		for i, p := range obs.Pods {
+			if p.Pod.Leader != tc.want[i] || !p.Pod.Ready {
+				t.Errorf("%s: pod %d leader %v ready %v; want leader %v, Ready", tc.name, i, p.Pod.Leader, p.Pod.Ready, tc.want[i])
+			}
+		}
+	}
+
+	// The leader is known only once every live pod's checks are read, and
+	// never without Consul: until then the reconciler takes no Ready pod
+	// down as a follower.
+	src.checks = map[string]consul.AllocChecks{"a0": {Known: true, Leader: true}, "a1": {Known: true}}
+	if !c.gateChecks(key, observe(), false, "primary") {
+		t.Error("synced checks: the leader is unknown")
+	}
+	src.synced = false
+	if c.gateChecks(key, observe(), false, "primary") {
+		t.Error("checks not read yet: the leader is taken as known")
+	}
+	if !c.gateChecks(key, observe(), false, "") {
+		t.Error("a set without a leader check has an unknown leader")
+	}
+	noConsul := &controller{}
+	if noConsul.gateChecks(key, observe(), false, "primary") {
+		t.Error("without Consul the leader check cannot be read, yet the leader is taken as known")
+	}
+}
+
 // From recorded payloads of a real Nomad registering in a real Consul
 // (backend/consul/testdata): the allocation, listed as the watcher lists
 // it, becomes a Ready pod; its service's critical check, mapped by the
@@ -128,10 +246,7 @@ func TestRecordedAllocationMapsToItsChecks(t *testing.T) {
 			if err := json.Unmarshal(b, &entries); err != nil {
 				t.Fatal(err)
 			}
-			src := &fakeChecks{checks: map[string]consul.AllocChecks{}, synced: true}
-			for id, critical := range consul.AllocChecksOf(entries) {
-				src.checks[id] = consul.AllocChecks{Known: true, Critical: critical}
-			}
+			src := &fakeChecks{checks: consul.AllocChecksOf(entries, ""), synced: true}
 			obs := cache.Observe(key, nil, time.Now())
 			if len(obs.Pods) != 1 || !obs.Pods[0].Pod.Ready || obs.Pods[0].AllocID != full.ID {
 				t.Fatalf("the recorded allocation is not a Ready pod: %+v", obs.Pods)

@@ -235,7 +235,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	}
 	// Consul checks first: a pod they make not Ready is not one whose
 	// post_ready hooks should be asked.
-	c.gateChecks(p.key, obs, spec.Deleted)
+	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck)
 	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
 	p.in.Pods = c.inputPods(p)
 	c.noteLeader(p, p.in.Pods)
@@ -433,7 +433,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 			finalRevs = r
 		}
 		finalObs = c.cache.Observe(key, p.spec.VolumeClaims, p.now)
-		c.gateChecks(key, finalObs, p.spec.Deleted)
+		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck)
 		finalObs = c.postReadyView(p.st, finalObs)
 	}
 	shown := out.Status
@@ -455,7 +455,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 func (c *controller) forget(key backend.SetKey) {
 	c.sets.drop(key)
 	if c.checks != nil {
-		c.checks.Watch(key, nil)
+		c.checks.Watch(key, nil, "")
 	}
 }
 

@@ -259,8 +259,8 @@ func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) 
 }
 
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. An
-// update and a drift repair both take a member down to recreate it, so both
-// run pre_update; a scale-down, the set's deletion, a drain and a pod replace
+// update, a drift repair and a volume growth all take a member down to
+// recreate it, so they run pre_update; a scale-down, the set's deletion, a drain and a pod replace
 // take it away (for good, until its node is back, or onto a fresh volume),
 // so they run pre_delete. A pod that already ended, or a duplicate, runs
 // none.
@@ -271,7 +271,7 @@ func hookEvent(act reconciler.Action) (plugin.Event, bool) {
 	switch act.Cause {
 	case reconciler.CauseScaleDown, reconciler.CauseSetDeleted, reconciler.CauseDrain, reconciler.CauseReplace:
 		return plugin.EventPreDelete, true
-	case reconciler.CauseUpdate, reconciler.CauseRepair:
+	case reconciler.CauseUpdate, reconciler.CauseRepair, reconciler.CauseResize:
 		return plugin.EventPreUpdate, true
 	}
 	return "", false

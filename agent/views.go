@@ -50,6 +50,7 @@ func (s *setStates) setStatus(key backend.SetKey, st reconciler.Status) {
 func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, now time.Time) {
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
+	claimsByOrd := claimViews(spec, obs.Volumes)
 	volumesByOrd := map[int][]string{}
 	volumeNodes := map[int][]string{}
 	for _, vol := range obs.Volumes {
@@ -68,6 +69,7 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal], Leader: p.Pod.Leader,
+			Claims: claimsByOrd[p.Pod.Ordinal],
 		}
 		switch state {
 		case "Running":
@@ -242,4 +244,22 @@ func statusView(s reconciler.Status) client.Status {
 		CurrentRevision: s.CurrentRevision, UpdateRevision: s.UpdateRevision, CollisionCount: s.CollisionCount,
 		Conditions: conds,
 	}
+}
+
+// claimViews shows each ordinal's volumes with their class and sizes, and
+// what their claim template asks of them.
+func claimViews(spec reconciler.Spec, vols []nomad.VolumeDetail) map[int][]client.ClaimVolume {
+	out := map[int][]client.ClaimVolume{}
+	for _, v := range vols {
+		cv := client.ClaimVolume{Claim: v.Volume.Claim, Name: v.Volume.Name, Class: v.Volume.Class, Capacity: v.Volume.Capacity}
+		for _, t := range spec.ClaimTemplates {
+			if t.Claim == v.Volume.Claim {
+				cv.Requested = t.CapacityMin
+				cv.ClassDiffers = t.Class != v.Volume.Class
+				cv.ResizePending = !cv.ClassDiffers && v.Volume.Capacity > 0 && t.CapacityMin > v.Volume.Capacity
+			}
+		}
+		out[v.Volume.Ordinal] = append(out[v.Volume.Ordinal], cv)
+	}
+	return out
 }

@@ -97,6 +97,26 @@ type Pod struct {
 	// Leader is set on the pod whose leader check passes
 	// (statefulset_leader_check).
 	Leader bool `json:"leader,omitempty"`
+	// Claims are the pod's volumes with their class and sizes.
+	Claims []ClaimVolume `json:"claims,omitempty"`
+}
+
+// ClaimVolume is one per-ordinal volume of a pod as its claim template
+// sees it.
+type ClaimVolume struct {
+	Claim string `json:"claim"`
+	Name  string `json:"name"`
+	// Class is the volume's storage class ("" the default), Capacity its
+	// size in bytes as Nomad reports it (0 unknown), Requested what its
+	// claim asks (0: the provisioner's default).
+	Class     string `json:"class,omitempty"`
+	Capacity  int64  `json:"capacity_bytes,omitempty"`
+	Requested int64  `json:"requested_bytes,omitempty"`
+	// ResizePending is set while the volume waits to grow to Requested.
+	ResizePending bool `json:"resize_pending,omitempty"`
+	// ClassDiffers is set when the claim names another class: the volume
+	// keeps its own.
+	ClassDiffers bool `json:"class_differs,omitempty"`
 }
 
 // Revision is one stored revision.

@@ -260,7 +260,7 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 				orDash(shortID(p.NodeID, verbose)),
 				orDash(p.State),
 				formatAgo(p.ReadySince, now),
-				orDash(strings.Join(p.Volumes, ",")),
+				orDash(volumesCell(p)),
 			}
 			if why {
 				row = append(row, oneLine(p.NotReady))
@@ -306,4 +306,49 @@ func formatConditions(cs []client.Condition, now time.Time) string {
 // oneLine keeps a multi-line message from breaking a table's columns.
 func oneLine(s string) string {
 	return orDash(strings.Join(strings.Fields(s), " "))
+}
+
+// volumesCell names a pod's volumes, each with its class and size when
+// known, and what a claim template still asks of it: "data-web-0 (fast,
+// 10.0 GiB, growing to 20.0 GiB)".
+func volumesCell(p client.Pod) string {
+	if len(p.Claims) == 0 {
+		return strings.Join(p.Volumes, ",")
+	}
+	cells := make([]string, 0, len(p.Claims))
+	for _, c := range p.Claims {
+		var notes []string
+		if c.Class != "" {
+			notes = append(notes, c.Class)
+		}
+		if c.Capacity > 0 {
+			notes = append(notes, formatBytes(c.Capacity))
+		}
+		if c.ResizePending {
+			notes = append(notes, "growing to "+formatBytes(c.Requested))
+		}
+		if c.ClassDiffers {
+			notes = append(notes, "its claim names another class")
+		}
+		cell := c.Name
+		if len(notes) > 0 {
+			cell += " (" + strings.Join(notes, ", ") + ")"
+		}
+		cells = append(cells, cell)
+	}
+	return strings.Join(cells, ",")
+}
+
+// formatBytes prints a size in binary units, as Nomad's capacities read.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

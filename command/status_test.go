@@ -295,3 +295,19 @@ func TestStatusNamespaceFromEnv(t *testing.T) {
 		t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
 	}
 }
+
+// TestVolumesCellShowsClaims: status names each volume with its class, its
+// size and what its claim still asks, and marks the leader.
+func TestVolumesCellShowsClaims(t *testing.T) {
+	p := client.Pod{Volumes: []string{"data-pg-0", "wal-pg-0"}, Claims: []client.ClaimVolume{
+		{Claim: "data", Name: "data-pg-0", Class: "fast", Capacity: 10 << 30, Requested: 20 << 30, ResizePending: true},
+		{Claim: "wal", Name: "wal-pg-0", Capacity: 512 << 20, ClassDiffers: true},
+	}}
+	want := "data-pg-0 (fast, 10.0 GiB, growing to 20.0 GiB),wal-pg-0 (512.0 MiB, its claim names another class)"
+	if got := volumesCell(p); got != want {
+		t.Fatalf("volumesCell = %q, want %q", got, want)
+	}
+	if got := volumesCell(client.Pod{Volumes: []string{"a", "b"}}); got != "a,b" {
+		t.Fatalf("without claims: %q", got)
+	}
+}

@@ -40,6 +40,11 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 	if b(48)&0x40 != 0 {
 		spec.Approval = "ok"
 	}
+	leaderUnknown := b(48)&0x80 != 0
+	if b(40)&0x20 != 0 {
+		spec.ClaimTemplates = []ClaimTemplate{{Claim: "data", CapacityMin: int64(b(24) & 0x3f), CapacityMax: int64(b(16) & 0x3f),
+			Class: []string{"", "fast"}[b(8)&1]}}
+	}
 	if b(48)&0x10 != 0 {
 		spec.VolumeClaims = []string{"data"}
 	}
@@ -47,7 +52,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		spec.VolumeClaims = append(spec.VolumeClaims, "logs")
 	}
 	t0 := epoch.Add(time.Duration(now%100000) * time.Second)
-	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}}
+	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}, LeaderUnknown: leaderUnknown}
 	names := []string{"", "web-x", "garbage"}
 	for r := 0; r < b(16)>>4%4; r++ {
 		d := []byte{'v', byte('0' + r)}
@@ -67,6 +72,7 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		if c[0]&0x80 != 0 { // a volume
 			in.Volumes = append(in.Volumes, Volume{
 				Claim: []string{"data", "logs", "other"}[int(c[1])%3], Ordinal: int(int8(c[2])) % 16,
+				Capacity: int64(c[3] & 0x3f), Class: []string{"", "fast"}[c[3]>>6&1],
 			})
 			continue
 		}

@@ -144,8 +144,8 @@ func checkReplacement(w *world, in Input, out Output, p Pod, byOrd map[int][]Pod
 		return fmt.Errorf("paused: live pod %d deleted", p.Ordinal)
 	case idx < spec.Partition:
 		return fmt.Errorf("live pod %d below partition %d deleted", p.Ordinal, spec.Partition)
-	case p.Revision == upd && !p.Drifted:
-		return fmt.Errorf("pod %d at the update revision, not drifted, deleted", p.Ordinal)
+	case p.Revision == upd && !p.Drifted && !mustGrowIn(in, p.Ordinal):
+		return fmt.Errorf("pod %d at the update revision, not drifted, its volumes as large as their claims, deleted", p.Ordinal)
 	}
 	if spec.PodManagementPolicy != OrderedReady {
 		return nil
@@ -330,6 +330,8 @@ func numberAfter(w *world, out Output, name string, def int64) int64 {
 //     another pod that must go for the same reason is still up;
 //   - under switchover or supervised, a Ready leader is never taken down
 //     (it must first stop leading), unless the operator approved this step;
+//   - while the leader is unknown, no Ready pod is taken down for a
+//     reason the leader rules order (it may be the leader);
 //   - with a disruption check declared, no Ready pod is taken down on
 //     purpose without a passing answer for it, unless the operator approved
 //     this step.
@@ -345,7 +347,9 @@ func checkLeaderAndAsking(in Input, out Output) error {
 		approvals = 1
 	}
 	inRange := func(o int) bool { return o >= spec.OrdinalsStart && o < spec.OrdinalsStart+spec.Replicas }
-	outdated := func(q Pod) bool { return q.Revision != out.Status.UpdateRevision || q.Drifted }
+	outdated := func(q Pod) bool {
+		return q.Revision != out.Status.UpdateRevision || q.Drifted || mustGrowIn(in, q.Ordinal)
+	}
 	cleared := func(o int) bool {
 		return slices.ContainsFunc(in.Cleared, func(c Clearance) bool { return c.Ordinal == o && c.Until.After(in.Now) })
 	}
@@ -359,6 +363,10 @@ func checkLeaderAndAsking(in Input, out Output) error {
 			continue // down already: replaced without asking
 		}
 		leader := spec.LeaderCheck != "" && p.Leader
+		if spec.LeaderCheck != "" && in.LeaderUnknown && (a.Cause == CauseUpdate || a.Cause == CauseRepair ||
+			a.Cause == CauseDrain || a.Cause == CauseScaleDown) {
+			return fmt.Errorf("Ready pod %d taken down (%s) while the leader is unknown", p.Ordinal, a.Cause)
+		}
 		switch a.Cause {
 		case CauseUpdate, CauseRepair, CauseDrain:
 			for _, q := range in.Pods {
@@ -387,4 +395,21 @@ func checkLeaderAndAsking(in Input, out Output) error {
 		return fmt.Errorf("%d Ready pods taken down without a switchover, an approval or a passing disruption check (%d approvals)", needApproval, approvals)
 	}
 	return nil
+}
+
+// mustGrowIn reports whether a volume of ord is smaller than its claim
+// template asks, in a class the claim names: DESIGN §3b's expansion, which
+// takes the pod down like a rolling update.
+func mustGrowIn(in Input, ord int) bool {
+	for _, v := range in.Volumes {
+		if v.Ordinal != ord || v.Capacity == 0 {
+			continue
+		}
+		for _, t := range in.Spec.ClaimTemplates {
+			if t.Claim == v.Claim && t.CapacityMin > v.Capacity && t.Class == v.Class {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -11,7 +11,7 @@ package reconciler
 // check): every one the daemon makes but the set's own deletion.
 func disruptionCause(cause DeleteCause) bool {
 	switch cause {
-	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown, CauseReplace:
+	case CauseUpdate, CauseRepair, CauseResize, CauseDrain, CauseScaleDown, CauseReplace:
 		return true
 	}
 	return false
@@ -22,7 +22,7 @@ func disruptionCause(cause DeleteCause) bool {
 // scale-down.
 func leaderCause(cause DeleteCause) bool {
 	switch cause {
-	case CauseUpdate, CauseRepair, CauseDrain, CauseScaleDown:
+	case CauseUpdate, CauseRepair, CauseResize, CauseDrain, CauseScaleDown:
 		return true
 	}
 	return false
@@ -77,6 +77,11 @@ func (r *reconciler) mayDisrupt(p *Pod, cause DeleteCause) bool {
 	if !runningAndReady(p) || p.Terminating {
 		// A pod that is down already is replaced without asking.
 		return true
+	}
+	if r.spec.LeaderCheck != "" && r.in.LeaderUnknown && leaderCause(cause) {
+		// Any Ready pod may be the leader: take none down as a follower.
+		r.waitOrdinal(p.Ordinal, "to learn which pod leads (the leader check is not read yet)")
+		return false
 	}
 	used := r.status.ApprovalUsed
 	if r.leads(p) && leaderCause(cause) {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestRandomized(t *testing.T) {
 	cs := cells()
 	per := max(*flagRuns/len(cs), 1)
 	t.Cleanup(func() {
-		t.Logf("%d randomized runs, %d reconciles, each checked", per*len(cs), randomSteps.Load())
+		t.Logf("%d randomized runs, %d reconciles, each checked; %d volumes grown", per*len(cs), randomSteps.Load(), randomExpansions.Load())
 	})
 	for ci, c := range cs {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
@@ -67,8 +68,9 @@ func TestRandomized(t *testing.T) {
 	}
 }
 
-// randomSteps counts the reconciles of all randomized runs, for the log.
-var randomSteps atomic.Int64
+// randomSteps counts the reconciles of all randomized runs, and
+// randomExpansions the volumes they grew, for the log.
+var randomSteps, randomExpansions atomic.Int64
 
 var templates = []string{"v1", "v2", "v3", "bad"}
 
@@ -122,6 +124,7 @@ func randomRun(seed uint64) (err error) {
 	phase := "create"
 	defer func() {
 		randomSteps.Add(int64(w.steps))
+		randomExpansions.Add(int64(w.expansions))
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w\n%s", phase, err, w.dump())
 		}
@@ -138,7 +141,13 @@ func randomRun(seed uint64) (err error) {
 
 	// A clean rollout from a healthy set: the budget invariant holds too.
 	phase = "rollout"
-	w.template = []byte("v2")
+	if rng.IntN(3) == 0 && slices.Contains(w.spec.VolumeClaims, "data") {
+		// The rollout is a claim growing, within the same budget.
+		w.spec.ClaimTemplates = []ClaimTemplate{{Claim: "data", CapacityMin: 20}}
+		phase = "rollout (volume growth)"
+	} else {
+		w.template = []byte("v2")
+	}
 	w.everLed = map[int]bool{}
 	if w.leader >= 0 {
 		w.everLed[w.leader] = true
@@ -152,7 +161,7 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(16) {
+		switch rng.IntN(17) {
 		case 0:
 			w.spec.Replicas = rng.IntN(6)
 			w.logf("spec: replicas=%d", w.spec.Replicas)
@@ -197,10 +206,23 @@ func randomRun(seed uint64) (err error) {
 				w.spec.Replacements = []Replacement{req}
 				w.logf("user: pod replace %d new-volume=%v", req.Ordinal, req.NewVolume)
 			}
+		case 16:
+			// A claim's size grows (most often), or its class or its
+			// maximum changes; only growth touches existing volumes.
+			t := ClaimTemplate{Claim: "data", CapacityMin: int64(10 * (1 + rng.IntN(4)))}
+			if rng.IntN(4) == 0 {
+				t.Class = "fast"
+			}
+			if rng.IntN(4) == 0 {
+				t.CapacityMax = 15
+			}
+			w.spec.ClaimTemplates = []ClaimTemplate{t}
+			w.logf("spec: claim data %+v", t)
 		case 15:
 			// The application refuses now and then; the operator
 			// sometimes approves a step.
 			w.appFails = !w.appFails
+			w.leaderUnknown = rng.IntN(3) == 0
 			if rng.IntN(3) == 0 {
 				w.spec.Approval = fmt.Sprint("approve-", w.steps)
 			}
@@ -232,7 +254,7 @@ func randomRun(seed uint64) (err error) {
 	// lifted, and the set must converge with nothing else changing.
 	phase = "calm"
 	w.liftDrains()
-	w.appFails = false
+	w.appFails, w.leaderUnknown = false, false
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

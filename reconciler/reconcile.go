@@ -470,6 +470,7 @@ func (r *reconciler) processReplica(i int) bool {
 		}
 		rev := r.newPodRevision(i)
 		r.createVolumes(i)
+		r.expandVolumes(i)
 		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod", Unspread: unspread})
 		s.acted, s.created, s.createdRev, s.createdNum = true, true, rev.Name, rev.Number
 		r.wait(i, "to be created")
@@ -500,15 +501,18 @@ func (r *reconciler) processReplica(i int) bool {
 		// briefly not ready (restarting) is waited for, as upstream does.
 		if r.replaceableNow(i, p) {
 			cause, why := CauseUpdate, "not ready at an abandoned revision; replacing it with "+r.update.Name
-			if p.Drifted {
+			switch {
+			case p.Drifted:
 				cause, why = CauseRepair, "not ready and drifted from its revision; recreating it"
+			case p.Revision == r.current.Name:
+				why = "not ready at the current revision, and the rollout made no progress for statefulset_progress_deadline; replacing it with " + r.update.Name
 			}
 			r.deletePod(p, cause, why)
 			s.acted = true
 			r.wait(i, "to be replaced")
 			return true
 		}
-		r.wait(i, "to be Running and Ready")
+		r.wait(i, "to be Running and Ready (the rollout waits for it until statefulset_progress_deadline)")
 		return true
 	}
 	if !r.available(p) {
@@ -535,6 +539,10 @@ func (r *reconciler) createVolumes(i int) {
 			continue
 		}
 		v := Volume{Claim: claim, Ordinal: ord, Name: VolumeName(claim, r.spec.Name, ord)}
+		if t, ok := r.claimTemplate(claim); ok {
+			// What the claim asks: the provisioner makes it so.
+			v.Capacity, v.Class = t.CapacityMin, t.Class
+		}
 		r.emit(Action{Type: ActionCreateVolume, Ordinal: ord, Volume: v, Reason: "volume for pod", Unspread: unspread})
 		if c < 64 {
 			r.slots[i].vols |= 1 << c // one CreateVolume per claim, even if called twice
@@ -626,7 +634,7 @@ func pastDeadline(spec Spec, prev Status, now time.Time) bool {
 // outdated reports whether a rolling update must replace the pod: it is not
 // at the update revision, or its child drifted from its revision.
 func (r *reconciler) outdated(p *Pod) bool {
-	return p.Revision != r.update.Name || p.Drifted
+	return p.Revision != r.update.Name || p.Drifted || r.resizePending(p.Ordinal)
 }
 
 // rollingUpdate deletes outdated pods (not at the update revision, or
@@ -673,10 +681,13 @@ func (r *reconciler) rollingUpdate(budget int) {
 
 // replace deletes the pod of slot i for a rolling update or a drift repair.
 func (r *reconciler) replace(i int, p *Pod) {
-	if p.Revision == r.update.Name {
-		r.deletePod(p, CauseRepair, "child job drifted from its revision; recreating it")
-	} else {
+	switch {
+	case p.Revision != r.update.Name:
 		r.deletePod(p, CauseUpdate, "rolling update to "+r.update.Name)
+	case p.Drifted:
+		r.deletePod(p, CauseRepair, "child job drifted from its revision; recreating it")
+	default:
+		r.deletePod(p, CauseResize, "a volume of its must grow to what its claim asks; it comes back on it")
 	}
 	r.slots[i].acted = true
 	r.wait(i, "to be updated")

@@ -185,6 +185,21 @@ func checkHoldsAndFixes(in Input, spec Spec, a Action) error {
 		if a.Purge && (!ended || !a.Pod.AllTerminal) {
 			return fmt.Errorf("DeletePod %d purges a pod that may still run: %+v", a.Ordinal, a.Pod)
 		}
+	case ActionExpandVolume:
+		grown := false
+		for _, v := range in.Volumes {
+			if v.Name == a.Volume.Name || (v.Claim == a.Volume.Claim && v.Ordinal == a.Volume.Ordinal) {
+				grown = a.Volume.Capacity > v.Capacity && v.Class == a.Volume.Class && v.Capacity > 0
+			}
+		}
+		for _, p := range in.Pods {
+			if p.Ordinal == a.Ordinal {
+				return fmt.Errorf("ExpandVolume %s while a pod of ordinal %d exists", a.Volume.Name, a.Ordinal)
+			}
+		}
+		if !grown || spec.Paused {
+			return fmt.Errorf("ExpandVolume %s does not grow a volume of its class, or the set is paused: %+v", a.Volume.Name, a.Volume)
+		}
 	case ActionRestoreCount:
 		if a.Pod.ScaledCount < 2 || a.Pod.Terminating || a.Pod.Drifted || spec.Deleted {
 			return fmt.Errorf("RestoreCount %d of a pod that is not a live, undrifted child scaled by hand: %+v", a.Ordinal, a.Pod)

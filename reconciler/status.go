@@ -115,7 +115,7 @@ func (r *reconciler) settled() bool {
 		if !s.healthy {
 			return false
 		}
-		if r.updating() && i >= r.spec.Partition && r.in.Pods[s.pod].Revision != r.update.Name {
+		if r.updating() && i >= r.spec.Partition && (r.in.Pods[s.pod].Revision != r.update.Name || r.resizePending(r.spec.OrdinalsStart+i)) {
 			return false
 		}
 	}
@@ -129,7 +129,7 @@ func (r *reconciler) revisionsPending() bool {
 		return false
 	}
 	for i := r.spec.Partition; i < len(r.slots); i++ {
-		if s := &r.slots[i]; s.pod != noPod && r.in.Pods[s.pod].Revision != r.update.Name {
+		if s := &r.slots[i]; s.pod != noPod && (r.in.Pods[s.pod].Revision != r.update.Name || r.resizePending(r.spec.OrdinalsStart+i)) {
 			return true
 		}
 	}
@@ -239,6 +239,9 @@ func (r *reconciler) conditions() time.Duration {
 	}
 	conds = append(conds, r.keepTransition(rs))
 	if c, ok := r.approvalCondition(); ok {
+		conds = append(conds, c)
+	}
+	if c, ok := r.claimCondition(); ok {
 		conds = append(conds, c)
 	}
 	st.Conditions = conds

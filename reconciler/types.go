@@ -75,6 +75,10 @@ type Spec struct {
 	RevisionHistoryLimit int
 	// VolumeClaims are the group volume names that become per-ordinal volumes.
 	VolumeClaims []string
+	// ClaimTemplates are the size and class of the claims that set them
+	// (statefulset_claim_<claim>_capacity and _class); a claim not listed
+	// takes its provisioner's defaults.
+	ClaimTemplates []ClaimTemplate
 	// WhenDeleted says what happens to the volumes when the set is deleted.
 	WhenDeleted RetentionPolicy
 	// WhenScaled says what happens to a condemned ordinal's volumes.
@@ -126,6 +130,19 @@ type Spec struct {
 	// disruption under LeaderSupervised, or a held switchover or
 	// disruption check the operator overrules.
 	Approval string
+}
+
+// ClaimTemplate is one claim's size and storage class (DESIGN §3b).
+type ClaimTemplate struct {
+	// Claim is the claim (group volume) name.
+	Claim string
+	// CapacityMin and CapacityMax are in bytes; zero leaves them to the
+	// provisioner. Raising CapacityMin above a volume's capacity expands
+	// that volume.
+	CapacityMin, CapacityMax int64
+	// Class names the agent's volume_provisioner block the claim's
+	// volumes are made by; empty: the unnamed one.
+	Class string
 }
 
 // LeaderUpdate says how a set's leader is taken down (DESIGN §3b).
@@ -245,6 +262,10 @@ type Volume struct {
 	Ordinal int
 	// Name is "<claim>-<set>-<ordinal>".
 	Name string
+	// Class is the storage class the volume was made by ("" the default);
+	// Capacity its size in bytes as Nomad reports it (0: unknown).
+	Class    string
+	Capacity int64
 }
 
 // ConditionType names a status condition.
@@ -263,6 +284,10 @@ const (
 	// `nomad-statefulset rollout approve`: the leader's disruption under
 	// LeaderSupervised. It is absent otherwise.
 	ConditionWaitingForApproval ConditionType = "WaitingForApproval"
+	// ConditionVolumeClaimRefused is true while a claim template asks of an
+	// existing volume what is not done: to shrink, or to change class. It
+	// is absent otherwise.
+	ConditionVolumeClaimRefused ConditionType = "VolumeClaimRefused"
 	// ConditionInvalidSpec is true when the parent job's annotations do not
 	// parse or break a rule; the set is then left untouched.
 	ConditionInvalidSpec ConditionType = "InvalidSpec"
@@ -374,6 +399,10 @@ type Input struct {
 	// Cleared are the disruption checks that passed: each lets its
 	// ordinal's pod be taken down until Until (Spec.DisruptionCheck).
 	Cleared []Clearance
+	// LeaderUnknown says the leader check could not be read (not yet, or
+	// not at all): no pod's Leader can be trusted, so no Ready pod is taken
+	// down for a reason the leader rules order until it is known.
+	LeaderUnknown bool
 }
 
 // Clearance is a passing answer of the disruption check for taking one
@@ -484,6 +513,10 @@ const (
 	// ActionSwitchover runs the switchover command in the leader (Ordinal)
 	// to hand leadership to the pod of Action.Target.
 	ActionSwitchover ActionType = "Switchover"
+	// ActionExpandVolume grows Action.Volume to Action.Volume.Capacity
+	// bytes while no pod of its ordinal exists (Nomad refuses to change a
+	// volume an allocation claims). The volume and its data stay.
+	ActionExpandVolume ActionType = "ExpandVolume"
 )
 
 // DeleteCause says why a pod is deleted, so the caller can run the right
@@ -510,6 +543,10 @@ const (
 	// explicit delete, like `kubectl delete pod`, which no budget holds. It
 	// runs pre_delete hooks.
 	CauseReplace DeleteCause = "Replace"
+	// CauseResize deletes a pod whose volume must grow, so that the volume
+	// is expanded while no allocation claims it and the pod comes back on
+	// it. It disrupts a healthy member like an update does (pre_update).
+	CauseResize DeleteCause = "Resize"
 	// CauseDrain deletes a pod whose node is being drained, so that it is
 	// recreated elsewhere (or on its volume's node once that is eligible
 	// again). The member leaves for a while, so it runs pre_delete hooks.

@@ -40,6 +40,7 @@ type world struct {
 	// volumesEverCreated records volumes, to prove Retain never removes one.
 	volumesEverCreated int
 	volumesDeleted     int
+	expansions         int
 	podsCreated        int
 	podsDeleted        int
 
@@ -99,7 +100,9 @@ type world struct {
 	// application refuse checks and switchovers at random (chaos).
 	cleared  []Clearance
 	appFails bool
-	rng      *rand.Rand
+	// leaderUnknown plays a leader check not read yet (chaos).
+	leaderUnknown bool
+	rng           *rand.Rand
 
 	last  Output
 	trace []string
@@ -187,6 +190,9 @@ func (w *world) input() Input {
 		Now:        w.now,
 		Holds:      slices.Clone(w.holds),
 		Cleared:    slices.Clone(w.cleared),
+		// The leader check is unread while nobody leads yet at times
+		// (a daemon restart, Consul catching up).
+		LeaderUnknown: w.leaderUnknown,
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
@@ -429,7 +435,15 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		if a.Volume.Name != VolumeName(a.Volume.Claim, w.spec.Name, a.Volume.Ordinal) {
 			return fmt.Errorf("volume name %q", a.Volume.Name)
 		}
-		w.volumes = append(w.volumes, a.Volume)
+		if a.Volume.Capacity != w.claimMin(a.Volume.Claim) || a.Volume.Class != w.claimClass(a.Volume.Claim) {
+			return fmt.Errorf("volume %s created with %d bytes of class %q, want its claim's %d of %q", a.Volume.Name,
+				a.Volume.Capacity, a.Volume.Class, w.claimMin(a.Volume.Claim), w.claimClass(a.Volume.Claim))
+		}
+		made := a.Volume
+		if made.Capacity == 0 {
+			made.Capacity = provisionerDefault // the provisioner's own default size
+		}
+		w.volumes = append(w.volumes, made)
 		w.volumesEverCreated++
 	case ActionDeleteVolume:
 		if w.podIndex(a.Volume.Ordinal) >= 0 {
@@ -523,6 +537,8 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		w.status.Ordinals = a.Ordinals
 	case ActionCheckDisruption, ActionSwitchover:
 		return w.applyAsk(a)
+	case ActionExpandVolume:
+		return w.expand(a)
 	case ActionRestoreCount:
 		i := w.podIndex(a.Ordinal)
 		if i < 0 || w.pods[i].Terminating || w.pods[i].ScaledCount < 2 || w.drifted(w.pods[i]) {
@@ -550,6 +566,53 @@ func (w *world) apply(in Input, out Output, a Action) error {
 	default:
 		return fmt.Errorf("unknown action %q", a.Type)
 	}
+	return nil
+}
+
+// provisionerDefault is the size the world's provisioner gives a volume
+// whose claim asks none.
+const provisionerDefault = 5
+
+// claimMin and claimClass are what the claim's template asks now.
+func (w *world) claimMin(claim string) int64 {
+	for _, t := range w.spec.ClaimTemplates {
+		if t.Claim == claim {
+			return t.CapacityMin
+		}
+	}
+	return 0
+}
+
+func (w *world) claimClass(claim string) string {
+	for _, t := range w.spec.ClaimTemplates {
+		if t.Claim == claim {
+			return t.Class
+		}
+	}
+	return ""
+}
+
+// expand grows a volume as the provisioner does: DESIGN §3b, a volume
+// grows only while no pod of its ordinal exists (Nomad refuses to change a
+// claimed volume), never shrinks, keeps its class, and stays the same
+// volume (its data with it).
+func (w *world) expand(a Action) error {
+	i := slices.IndexFunc(w.volumes, func(v Volume) bool { return v.Name == a.Volume.Name })
+	switch {
+	case i < 0:
+		return fmt.Errorf("expanding missing volume %s", a.Volume.Name)
+	case w.podIndex(a.Volume.Ordinal) >= 0:
+		return fmt.Errorf("volume %s expanded while a pod of ordinal %d exists", a.Volume.Name, a.Volume.Ordinal)
+	case a.Volume.Capacity <= w.volumes[i].Capacity:
+		return fmt.Errorf("volume %s 'expanded' from %d to %d bytes", a.Volume.Name, w.volumes[i].Capacity, a.Volume.Capacity)
+	case a.Volume.Class != w.volumes[i].Class:
+		return fmt.Errorf("volume %s expanded into class %q from %q", a.Volume.Name, a.Volume.Class, w.volumes[i].Class)
+	case w.spec.Paused || (w.spec.UpdateStrategy == RollingUpdate && a.Volume.Ordinal-w.spec.OrdinalsStart < w.spec.Partition):
+		// Growing follows pause and the partition as a template change does.
+		return fmt.Errorf("volume %s expanded while paused (%v) or below partition %d", a.Volume.Name, w.spec.Paused, w.spec.Partition)
+	}
+	w.volumes[i].Capacity = a.Volume.Capacity
+	w.expansions++
 	return nil
 }
 
@@ -752,6 +815,14 @@ func (w *world) converged() bool {
 	}
 	if len(w.last.Actions) > 0 || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas || w.newLeader >= 0 {
 		return false
+	}
+	for _, v := range w.volumes {
+		t := w.claimMin(v.Claim)
+		idx := v.Ordinal - w.spec.OrdinalsStart
+		if w.inRange(v.Ordinal) && t > v.Capacity && v.Capacity > 0 && v.Class == w.claimClass(v.Claim) &&
+			w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused && idx >= w.spec.Partition {
+			return false // its claim asks more, and a rollout would grow it
+		}
 	}
 	for _, p := range w.pods {
 		if p.ScaledCount > 1 && !w.drifted(p) {

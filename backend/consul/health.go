@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,13 @@ type AllocChecks struct {
 	// PassingSince is when the watch saw the allocation's checks stop
 	// being critical; zero when it has not seen them critical.
 	PassingSince time.Time
+	// Leader is set when the set's leader check (the check name passed to
+	// Watch) is listed for the allocation and every check of that name
+	// passes. Warning is not passing: a leader is named only when the
+	// application says so plainly. The leader check never sets Critical nor
+	// moves PassingSince (DESIGN §3b): on a follower it is critical by
+	// design, and that says nothing about the follower's readiness.
+	Leader bool
 }
 
 // CheckWatcher follows the health of Consul services with one blocking
@@ -90,8 +98,15 @@ type CheckWatcher struct {
 
 	mu       sync.Mutex
 	services map[string]*serviceWatch
-	sets     map[backend.SetKey][]string
+	sets     map[backend.SetKey]setWatch
 	wg       sync.WaitGroup
+}
+
+// setWatch is what one set watches.
+type setWatch struct {
+	services []string
+	// leaderCheck names the set's leader check, "" for none.
+	leaderCheck string
 }
 
 // serviceWatch is the state of one service's blocking query.
@@ -105,10 +120,63 @@ type serviceWatch struct {
 	err string
 }
 
-// allocCheck is one allocation's checks in one service.
+// allocCheck is one allocation's checks in one service. It keeps the
+// checks by name rather than one verdict, because the verdict depends on
+// the set that asks: sets sharing a service may name different leader
+// checks, and each set's own leader check must neither make a pod critical
+// nor move its PassingSince.
 type allocCheck struct {
-	critical     string
-	passingSince time.Time
+	// critical lists the allocation's critical checks in the order Consul
+	// lists them, so that the one a pod's reason shows does not flap.
+	critical []namedCheck
+	// passing is, per check name, whether every check of that name passes.
+	passing map[string]bool
+	// recovered is, per check name, when the watch saw the checks of that
+	// name stop being critical (turn passing, warning, or go away).
+	recovered map[string]time.Time
+}
+
+// namedCheck is a critical check: its name, and how a pod's reason shows it.
+type namedCheck struct {
+	name, reason string
+}
+
+// checkView is what one allocation's checks in one service say to a set
+// whose leader check is named leaderCheck, but for PassingSince: comparing
+// two views tells whether the set must look again (PassingSince moves only
+// with critical).
+type checkView struct {
+	critical string
+	// leaderListed is set when a check of the leader check's name is
+	// listed; leaderPassing when every such check passes.
+	leaderListed, leaderPassing bool
+}
+
+// view is what a's checks say to a set whose leader check is leaderCheck
+// ("" for none), and since when they are not critical to it.
+func (a *allocCheck) view(leaderCheck string) (v checkView, passingSince time.Time) {
+	// counts reports whether a check of this name has a say in readiness.
+	counts := func(name string) bool { return leaderCheck == "" || name != leaderCheck }
+	for _, c := range a.critical {
+		if counts(c.name) {
+			v.critical = c.reason
+			break
+		}
+	}
+	if leaderCheck != "" {
+		v.leaderPassing, v.leaderListed = a.passing[leaderCheck]
+	}
+	for name, t := range a.recovered {
+		if counts(name) && t.After(passingSince) {
+			passingSince = t
+		}
+	}
+	return v, passingSince
+}
+
+// isCritical reports whether a check of this name is critical in a.
+func (a *allocCheck) isCritical(name string) bool {
+	return slices.ContainsFunc(a.critical, func(c namedCheck) bool { return c.name == name })
 }
 
 // CheckWatcherConfig configures a CheckWatcher.
@@ -139,22 +207,27 @@ func NewCheckWatcher(ctx context.Context, cfg CheckWatcherConfig) *CheckWatcher 
 	}
 	return &CheckWatcher{
 		ctx: ctx, api: cfg.API, log: cfg.Logger, clock: cfg.Clock, onChange: cfg.OnChange, queries: cfg.Queries,
-		services: map[string]*serviceWatch{}, sets: map[backend.SetKey][]string{},
+		services: map[string]*serviceWatch{}, sets: map[backend.SetKey]setWatch{},
 	}
 }
 
 // Watch sets the Consul services whose checks decide the readiness of a
-// set's pods: a query starts for a service no set watched yet, and stops
-// for one no set watches any more. A nil or empty list forgets the set.
-// Calling it again with the same services costs a comparison.
-func (w *CheckWatcher) Watch(key backend.SetKey, services []string) {
+// set's pods, and the name of the set's leader check (its
+// statefulset_leader_check, "" for none): a check of that name, in any of
+// the services, says which pod leads (AllocChecks.Leader) and has no say in
+// readiness. A query starts for a service no set watched yet, and stops for
+// one no set watches any more. A nil or empty list forgets the set.
+// Calling it again with the same arguments costs a comparison; a new leader
+// check name holds from the next Checks on, since every check's status is
+// kept whatever the name.
+func (w *CheckWatcher) Watch(key backend.SetKey, services []string, leaderCheck string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := w.sets[key]
-	if slices.Equal(old, services) {
+	prev := w.sets[key]
+	if slices.Equal(prev.services, services) && (prev.leaderCheck == leaderCheck || len(services) == 0) {
 		return
 	}
-	for _, s := range old {
+	for _, s := range prev.services {
 		if slices.Contains(services, s) {
 			continue
 		}
@@ -172,7 +245,7 @@ func (w *CheckWatcher) Watch(key backend.SetKey, services []string) {
 		delete(w.sets, key)
 		return
 	}
-	w.sets[key] = slices.Clone(services)
+	w.sets[key] = setWatch{services: slices.Clone(services), leaderCheck: leaderCheck}
 	for _, s := range services {
 		sw := w.services[s]
 		if sw == nil {
@@ -205,12 +278,16 @@ func (w *CheckWatcher) Services() int {
 
 // Checks returns what the checks of the set's services say about one
 // allocation, and whether every one of those services has been read at
-// least once (synced). A critical check in any service wins.
+// least once (synced). A critical check in any service wins, the set's
+// leader check aside. The allocation leads when its leader check passes
+// wherever a check of that name is listed.
 func (w *CheckWatcher) Checks(key backend.SetKey, allocID string) (checks AllocChecks, synced bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	set := w.sets[key]
 	synced = true
-	for _, s := range w.sets[key] {
+	leaderListed, leaderFailing := false, false
+	for _, s := range set.services {
 		sw := w.services[s]
 		if sw == nil || !sw.synced {
 			synced = false
@@ -220,14 +297,18 @@ func (w *CheckWatcher) Checks(key backend.SetKey, allocID string) (checks AllocC
 		if a == nil {
 			continue
 		}
+		v, passingSince := a.view(set.leaderCheck)
 		checks.Known = true
-		if checks.Critical == "" && a.critical != "" {
-			checks.Critical = a.critical
+		if checks.Critical == "" {
+			checks.Critical = v.critical
 		}
-		if a.passingSince.After(checks.PassingSince) {
-			checks.PassingSince = a.passingSince
+		if passingSince.After(checks.PassingSince) {
+			checks.PassingSince = passingSince
 		}
+		leaderListed = leaderListed || v.leaderListed
+		leaderFailing = leaderFailing || (v.leaderListed && !v.leaderPassing)
 	}
+	checks.Leader = leaderListed && !leaderFailing
 	return checks, synced
 }
 
@@ -315,11 +396,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // update folds one answer into the service's state, with errMsg the
 // problem it has ("" for none). It reports whether what the answer says
-// about any allocation changed (or it is the first answer), and whether
-// errMsg is news.
+// about any allocation changed for any set watching the service (or it is
+// the first answer), and whether errMsg is news.
 func (w *CheckWatcher) update(service string, entries []*consulapi.ServiceEntry, errMsg string) (changed, newErr bool) {
 	now := w.clock()
-	next := AllocChecksOf(entries)
+	allocs := allocChecksOf(entries)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sw := w.services[service]
@@ -330,19 +411,34 @@ func (w *CheckWatcher) update(service string, entries []*consulapi.ServiceEntry,
 	sw.err = errMsg
 	changed = !sw.synced
 	sw.synced = true
-	allocs := make(map[string]*allocCheck, len(next))
-	for id, critical := range next {
-		a := &allocCheck{critical: critical}
-		if old := sw.allocs[id]; old != nil {
-			a.passingSince = old.passingSince
-			if old.critical != "" && critical == "" {
-				a.passingSince = now
-			}
-			changed = changed || old.critical != critical
-		} else {
-			changed = true
+	// Only what some watching set would see is a change: the leader
+	// checks they name, and no leader check at all.
+	leaderChecks := []string{""}
+	for k := range sw.sets {
+		if l := w.sets[k].leaderCheck; l != "" && !slices.Contains(leaderChecks, l) {
+			leaderChecks = append(leaderChecks, l)
 		}
-		allocs[id] = a
+	}
+	for id, a := range allocs {
+		old := sw.allocs[id]
+		if old == nil {
+			changed = true
+			continue
+		}
+		a.recovered = maps.Clone(old.recovered)
+		for _, c := range old.critical {
+			if !a.isCritical(c.name) {
+				if a.recovered == nil {
+					a.recovered = map[string]time.Time{}
+				}
+				a.recovered[c.name] = now
+			}
+		}
+		for _, l := range leaderChecks {
+			was, _ := old.view(l)
+			is, _ := a.view(l)
+			changed = changed || was != is
+		}
 	}
 	for id := range sw.allocs {
 		if _, ok := allocs[id]; !ok {
@@ -370,12 +466,27 @@ func (w *CheckWatcher) notify(service string) {
 
 // AllocChecksOf maps a service's health entries to the allocations that
 // registered them, by the service ID Nomad gives every instance
-// (_nomad-task-<alloc ID>-…): per allocation, the first critical check of
-// its instances ("" when none is critical). Only the instance's own checks
-// count, not the node's (serfHealth): a node's health is Nomad's to judge.
+// (_nomad-task-<alloc ID>-…), as a set whose leader check is leaderCheck
+// ("" for none) sees them in a first answer: per allocation, Known, the
+// first critical check of its instances other than the leader check, and
+// whether the leader check passes (Leader). PassingSince is left zero: it
+// takes a watch to see checks turn. Only the instance's own checks count,
+// not the node's (serfHealth): a node's health is Nomad's to judge.
 // Instances not registered by Nomad are left out.
-func AllocChecksOf(entries []*consulapi.ServiceEntry) map[string]string {
-	out := make(map[string]string, len(entries))
+func AllocChecksOf(entries []*consulapi.ServiceEntry, leaderCheck string) map[string]AllocChecks {
+	allocs := allocChecksOf(entries)
+	out := make(map[string]AllocChecks, len(allocs))
+	for id, a := range allocs {
+		v, _ := a.view(leaderCheck)
+		out[id] = AllocChecks{Known: true, Critical: v.critical, Leader: v.leaderListed && v.leaderPassing}
+	}
+	return out
+}
+
+// allocChecksOf gathers a service's health entries by allocation, as
+// AllocChecksOf describes, keeping every check's status by name.
+func allocChecksOf(entries []*consulapi.ServiceEntry) map[string]*allocCheck {
+	out := make(map[string]*allocCheck, len(entries))
 	for _, e := range entries {
 		if e == nil || e.Service == nil {
 			continue
@@ -384,17 +495,26 @@ func AllocChecksOf(entries []*consulapi.ServiceEntry) map[string]string {
 		if !ok {
 			continue
 		}
-		critical := out[id]
+		a := out[id]
+		if a == nil {
+			a = &allocCheck{}
+			out[id] = a
+		}
 		for _, c := range e.Checks {
-			if critical != "" {
-				break
-			}
-			if c == nil || c.ServiceID != e.Service.ID || c.Status != consulapi.HealthCritical {
+			if c == nil || c.ServiceID != e.Service.ID {
 				continue
 			}
-			critical = describeCritical(c)
+			if a.passing == nil {
+				a.passing = map[string]bool{}
+			}
+			// Two checks of one name (two instances of the service, say)
+			// pass only when both do.
+			passing, seen := a.passing[c.Name]
+			a.passing[c.Name] = c.Status == consulapi.HealthPassing && (passing || !seen)
+			if c.Status == consulapi.HealthCritical {
+				a.critical = append(a.critical, namedCheck{name: c.Name, reason: describeCritical(c)})
+			}
 		}
-		out[id] = critical
 	}
 	return out
 }
