@@ -1,0 +1,623 @@
+# PostgreSQL 15 with streaming replication: one primary and two hot
+# standbys, as a nomad-statefulset set (README: "PostgreSQL example").
+#
+#   postgres-0, postgres-1, postgres-2   one child job each, on distinct nodes
+#   data-postgres-<n>                    each member's own host volume (/data)
+#   pg.service.consul                    every member (readiness: accepts connections)
+#   pg-primary.service.consul            the primary alone (the check "primary")
+#
+# What the daemon is told (DESIGN §3b):
+#   - the leader is the member whose check "primary" passes;
+#   - a rollout (or drain, repair) takes the primary down last, after a
+#     switchover to a standby that is already at the new revision;
+#   - before it takes any Ready member down, it asks the cluster
+#     (/local/can-lose-one.sh) whether it can lose one now.
+#
+# Everything the members run is in this file (template blocks), so the job
+# is self-contained; nothing but the Debian postgresql-15 package is needed
+# on the clients (/usr/lib/postgresql/15/bin), the exec driver, and a Consul
+# the Nomad clients register services with and render templates from.
+#
+# The member's volume must be writable by the task's user: give the
+# daemon's volume provisioner the postgres uid and gid of the clients
+# (volume_provisioner { config = { "parameters.uid" = "...",
+# "parameters.gid" = "..." } } with the mkdir plugin), or a plugin that
+# creates volumes owned by postgres.
+#
+# Run it: nomad job run examples/postgres/postgres.nomad.hcl, then
+# nomad-statefulset status postgres.
+#
+# Without Consul: the daemon learns the leader from a Consul check, so a
+# leader check needs Consul. With provider = "nomad" services instead, drop
+# statefulset_leader_check/leader_update (the primary is then updated like
+# any member), render /local/members and /local/primary with nomadService
+# instead of service, and let the scripts ask every member in
+# /local/members for pg_is_in_recovery() to find the primary (a Nomad
+# service has no health, so /local/primary would list every member).
+
+variable "min_healthy_time" {
+  description = "How long a member must be healthy before it counts as Ready (tests use a few seconds)."
+  type        = string
+  default     = "10s"
+}
+
+variable "check_interval" {
+  description = "Interval of the readiness and primary checks: how soon a new primary is seen."
+  type        = string
+  default     = "5s"
+}
+
+job "postgres" {
+  datacenters = ["*"]
+
+  meta {
+    statefulset                       = "true"
+    statefulset_replicas              = "3"
+    statefulset_pod_management_policy = "OrderedReady"
+    statefulset_update_strategy       = "RollingUpdate"
+    statefulset_volume_claims         = "data"
+
+    # The member where the script check "primary" (service pg-primary)
+    # passes leads. It never counts against readiness.
+    statefulset_leader_check = "primary"
+    # last | switchover | supervised
+    statefulset_leader_update = "switchover"
+    # Run in the primary, with NSS_TARGET_POD the standby to promote.
+    statefulset_switchover_command = "/local/switchover.sh"
+    # Run in another Ready member, with NSS_TARGET_POD the one to lose.
+    statefulset_disruption_check = "/local/can-lose-one.sh"
+    statefulset_exec_task        = "postgres"
+  }
+
+  group "db" {
+    # The template: nomad-statefulset creates one child job per ordinal.
+    count = 0
+
+    # Each member's own data: data-postgres-<n>, which also pins the member
+    # to that volume's node.
+    volume "data" {
+      type            = "host"
+      source          = "data"
+      access_mode     = "single-node-single-writer"
+      attachment_mode = "file-system"
+    }
+
+    network {
+      port "pg" {}
+    }
+
+    # Every member; Ready while it accepts connections. A standby that has
+    # fallen behind is still Ready (it serves reads): whether the cluster
+    # can lose a member is the disruption check's question.
+    service {
+      name = "pg"
+      port = "pg"
+
+      check {
+        name     = "ready"
+        type     = "script"
+        task     = "postgres"
+        command  = "/local/ready.sh"
+        interval = var.check_interval
+        timeout  = "5s"
+      }
+    }
+
+    # The primary alone: its check passes only where pg_is_in_recovery()
+    # is false, so pg-primary.service.consul names the primary, and the
+    # daemon reads its leader from it. on_update = "ignore": the standbys'
+    # critical "primary" must not make Nomad judge them unhealthy.
+    service {
+      name = "pg-primary"
+      port = "pg"
+
+      check {
+        name      = "primary"
+        type      = "script"
+        task      = "postgres"
+        command   = "/local/is-primary.sh"
+        interval  = var.check_interval
+        timeout   = "5s"
+        on_update = "ignore"
+      }
+    }
+
+    update {
+      min_healthy_time = var.min_healthy_time
+      healthy_deadline = "5m"
+    }
+
+    restart {
+      attempts = 3
+      interval = "5m"
+      delay    = "5s"
+    }
+
+    task "postgres" {
+      driver = "exec"
+      user   = "postgres"
+
+      config {
+        command = "/local/start.sh"
+      }
+
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+
+      # start.sh forwards SIGINT to postgres: a fast shutdown (sessions
+      # end, a shutdown checkpoint is written and streamed to the standbys).
+      kill_signal  = "SIGINT"
+      kill_timeout = "60s"
+
+      env {
+        TZ = "UTC"
+      }
+
+      resources {
+        cpu    = 200
+        memory = 256
+      }
+
+      # ---- Discovery, from Consul -------------------------------------
+
+      # Every member Consul knows, healthy or not: "<address> <port> <tags>"
+      # (the daemon tags each service with the pod's name, postgres-<n>).
+      # (wait: Nomad's default waits 5s for Consul to settle before it
+      # renders a change; a new primary should be seen at once.)
+      template {
+        destination = "local/members"
+        change_mode = "noop"
+        wait {
+          min = "250ms"
+          max = "2s"
+        }
+        data        = <<-EOT
+        {{- range service "pg|any" }}
+        {{ .Address }} {{ .Port }} {{ join " " .Tags }}
+        {{- end }}
+        EOT
+      }
+
+      # The primary, if it is another member: "<address> <port> <tags>".
+      template {
+        destination = "local/primary"
+        change_mode = "noop"
+        wait {
+          min = "250ms"
+          max = "2s"
+        }
+        data        = <<-EOT
+        {{- range service "pg-primary" }}{{ if not (.Tags | contains (env "STATEFULSET_POD_NAME")) }}
+        {{ .Address }} {{ .Port }} {{ join " " .Tags }}
+        {{- end }}{{ end }}
+        EOT
+      }
+
+      # Where a standby streams from, included by postgresql.conf. When the
+      # primary moves, the file changes and postgres reloads it (SIGHUP,
+      # forwarded by start.sh): since PostgreSQL 13 the WAL receiver then
+      # reconnects to the new primary and follows its new timeline
+      # (recovery_target_timeline = latest). Empty while no other member
+      # is primary.
+      template {
+        destination   = "local/primary.conf"
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        splay         = "0s"
+        wait {
+          min = "250ms"
+          max = "2s"
+        }
+        data          = <<-EOT
+        {{- range service "pg-primary" }}{{ if not (.Tags | contains (env "STATEFULSET_POD_NAME")) }}
+        primary_conninfo = 'host={{ .Address }} port={{ .Port }} user=postgres application_name={{ env "STATEFULSET_POD_NAME" }}'
+        {{- end }}{{ end }}
+        EOT
+      }
+
+      # ---- PostgreSQL configuration -----------------------------------
+
+      template {
+        destination = "local/postgresql.conf"
+        change_mode = "noop"
+        data        = <<-EOT
+        data_directory = '/data/pgdata'
+        # Each member answers with its pod name: the scripts check whom
+        # they reached at an address Consul gave them.
+        cluster_name = '{{ env "STATEFULSET_POD_NAME" }}'
+        hba_file = '/local/pg_hba.conf'
+        listen_addresses = '{{ env "NOMAD_IP_pg" }}'
+        port = {{ env "NOMAD_PORT_pg" }}
+        unix_socket_directories = '/local/run'
+        max_connections = 50
+        shared_buffers = 32MB
+        wal_level = replica
+        max_wal_senders = 10
+        wal_keep_size = 512MB
+        # pg_rewind needs it to bring a former primary back as a standby.
+        wal_log_hints = on
+        hot_standby = on
+        hot_standby_feedback = on
+        wal_receiver_status_interval = 1s
+        recovery_target_timeline = 'latest'
+        timezone = 'UTC'
+        log_timezone = 'UTC'
+        log_line_prefix = '%m [%p] '
+        include_if_exists = '/local/primary.conf'
+        EOT
+      }
+
+      # Trust inside the cluster network keeps the example short. In
+      # production use scram-sha-256 with passwords from Nomad Variables
+      # (a template with nomadVar writing a .pgpass under secrets/).
+      template {
+        destination = "local/pg_hba.conf"
+        change_mode = "noop"
+        data        = <<-EOT
+        local all         all         trust
+        local replication all         trust
+        host  all         all samenet trust
+        host  replication all samenet trust
+        EOT
+      }
+
+      # ---- Scripts ----------------------------------------------------
+
+      # Sourced by every script: where things are, and helpers.
+      template {
+        destination = "local/lib.sh"
+        change_mode = "noop"
+        data        = <<-EOT
+        export PATH=/usr/lib/postgresql/15/bin:/usr/local/bin:/usr/bin:/bin
+        export PGDATA=/data/pgdata PGHOST=/local/run PGPORT={{ env "NOMAD_PORT_pg" }}
+        export PGUSER=postgres PGDATABASE=postgres PGCONNECT_TIMEOUT=3
+        SET={{ env "STATEFULSET_NAME" }}
+        POD={{ env "STATEFULSET_POD_NAME" }}
+        ORDINAL={{ env "STATEFULSET_ORDINAL" }}
+        # The disruption check's rule: after losing one member, at least
+        # this many standbys stream within this many bytes of the primary.
+        MIN_STREAMING_STANDBYS=1
+        MAX_LAG_BYTES=16777216
+
+        # sql [psql options] QUERY: one value, unaligned, no headers.
+        sql() { psql -X -A -t -q -v ON_ERROR_STOP=1 "$@"; }
+
+        # podof TAGS...: the pod name among a service's tags.
+        podof() {
+          for t in "$@"; do
+            case "$t" in "$SET"-[0-9]*) echo "$t"; return 0 ;; esac
+          done
+          return 1
+        }
+
+        # member POD: "<address> <port>" of that member. Consul may list a
+        # member that was just replaced at its old address for a moment:
+        # each address is asked whom it serves (cluster_name).
+        member() {
+          while read -r a p tags; do
+            [ -n "$a" ] || continue
+            # shellcheck disable=SC2086
+            [ "$(podof $tags)" = "$1" ] || continue
+            [ "$(sql -h "$a" -p "$p" -c 'show cluster_name' </dev/null 2>/dev/null)" = "$1" ] && { echo "$a $p"; return 0; }
+          done < /local/members
+          return 1
+        }
+
+        # others: whether Consul knows any member but this one.
+        others() {
+          while read -r a p tags; do
+            [ -n "$a" ] || continue
+            # shellcheck disable=SC2086
+            [ "$(podof $tags)" != "$POD" ] && return 0
+          done < /local/members
+          return 1
+        }
+
+        # primary: "<address> <port> <pod>" of the primary if it is another
+        # member: one whose check passes in Consul and that says, asked
+        # now, that it is that member and not in recovery.
+        primary() {
+          while read -r a p tags; do
+            [ -n "$a" ] || continue
+            # shellcheck disable=SC2086
+            pod=$(podof $tags)
+            [ "$(sql -h "$a" -p "$p" -F ' ' -c "select current_setting('cluster_name'), pg_is_in_recovery()" </dev/null 2>/dev/null)" = "$pod f" ] || continue
+            echo "$a $p $pod"
+            return 0
+          done < /local/primary
+          return 1
+        }
+
+        # local_role: primary, standby, or down.
+        local_role() {
+          case "$(sql -c 'select pg_is_in_recovery()' 2>/dev/null)" in
+            f) echo primary ;;
+            t) echo standby ;;
+            *) echo down ;;
+          esac
+        }
+        EOT
+      }
+
+      # The task: prepares the data directory for the role this member
+      # must take, runs postgres, and stays PID 1 of the task so that a
+      # postgres stopped by the switchover command comes back as a standby
+      # inside the same allocation (Nomad would kill the command's own
+      # alloc exec session with the task otherwise).
+      template {
+        destination = "local/start.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        log() { echo "start.sh: $*" >&2; }
+        mkdir -p /local/run
+
+        # wait_primary: waits until Consul names another member as the
+        # primary, and sets P_ADDR, P_PORT and P_POD. (Not in a $(...):
+        # the traps must run while it waits.)
+        wait_primary() {
+          n=0
+          while [ -z "$stopping" ]; do
+            if p=$(primary); then
+              set -- $p
+              P_ADDR=$1 P_PORT=$2 P_POD=$3
+              return 0
+            fi
+            [ $((n % 15)) -eq 0 ] && log "waiting for a primary to show in Consul (pg-primary)"
+            n=$((n + 1))
+            sleep 1
+          done
+          return 1
+        }
+
+        clone() {
+          wait_primary || return 1
+          log "cloning from the primary $P_POD ($P_ADDR:$P_PORT)"
+          rm -rf "$PGDATA"
+          # Not -R: it would write primary_conninfo into
+          # postgresql.auto.conf, which overrides /local/primary.conf and
+          # would pin this member to the primary of today.
+          pg_basebackup -h "$P_ADDR" -p "$P_PORT" -U postgres -D "$PGDATA" -X stream -c fast || return 1
+          touch "$PGDATA/standby.signal"
+        }
+
+        # prepare: makes $PGDATA right for the role this member must start in.
+        prepare() {
+          if [ ! -s "$PGDATA/PG_VERSION" ]; then
+            # An empty volume. Ordinal 0 bootstraps the cluster, but only
+            # if Consul knows no other member: a lost volume of ordinal 0
+            # in a living cluster is cloned like any other.
+            if [ "$ORDINAL" = 0 ] && ! others; then
+              log "empty volume and no other member: initdb, this member is the primary"
+              rm -rf "$PGDATA"
+              initdb -D "$PGDATA" -U postgres --auth=trust --locale=C --encoding=UTF8 >&2 || return 1
+              # A table the operator can hold the daemon off with (see
+              # can-lose-one.sh): INSERT INTO nss_disruption_hold VALUES ('backup running').
+              pg_ctl start -w -s -o "-c config_file=/local/postgresql.conf -c listen_addresses=''" >&2 || return 1
+              sql -c "create table if not exists nss_disruption_hold (reason text not null, since timestamptz not null default now())" || return 1
+              pg_ctl stop -w -s -m fast >&2 || return 1
+            else
+              clone || return 1
+            fi
+          elif [ ! -f "$PGDATA/standby.signal" ]; then
+            # Data of a primary. If another member leads now (a failover
+            # or a switchover happened while this one was down), this one
+            # must follow it: pg_rewind takes back whatever it wrote that
+            # the new primary never got, or, if that fails, it is cloned
+            # again (the old data is kept aside, once).
+            if p=$(primary); then
+              set -- $p
+              log "this member was a primary, and $3 leads now: pg_rewind, then follow it"
+              if ! pg_rewind -D "$PGDATA" --source-server="host=$1 port=$2 user=postgres dbname=postgres" >&2; then
+                log "pg_rewind failed: cloning again, the old data kept in $PGDATA.old"
+                rm -rf "$PGDATA.old" && mv "$PGDATA" "$PGDATA.old"
+                clone || return 1
+              fi
+              touch "$PGDATA/standby.signal"
+            fi
+          fi
+          chmod 700 "$PGDATA"
+          # Nothing else runs postgres in this allocation, and the volume has
+          # one writer: a pid file left by a killed allocation is stale.
+          rm -f "$PGDATA/postmaster.pid"
+        }
+
+        trap 'kill -HUP "$pg" 2>/dev/null' HUP
+        trap 'stopping=1; kill -INT "$pg" 2>/dev/null' INT TERM
+
+        while :; do
+          [ -z "$stopping" ] || exit 0
+          prepare || { [ -n "$stopping" ] && exit 0; log "could not prepare the data directory"; exit 1; }
+          [ -z "$stopping" ] || exit 0
+          if [ -f "$PGDATA/standby.signal" ]; then log "starting as a standby"; else log "starting as the primary"; fi
+          postgres -c config_file=/local/postgresql.conf &
+          pg=$!
+          status=0
+          while kill -0 "$pg" 2>/dev/null; do
+            wait "$pg"
+            status=$?
+          done
+          [ -z "$stopping" ] || exit 0
+          if [ -f /data/switchover ]; then
+            # The switchover command stopped postgres. It leaves
+            # standby.signal when the standby was promoted, and takes it
+            # away if the switchover was undone: wait for it to finish,
+            # then start as whatever it left.
+            log "postgres stopped for a switchover; waiting for it to finish"
+            n=0
+            while [ -f /data/switchover ] && [ "$n" -lt 300 ]; do sleep 1; n=$((n + 1)); done
+            rm -f /data/switchover
+            continue
+          fi
+          log "postgres exited ($status)"
+          exit 1
+        done
+        EOT
+      }
+
+      # The check "ready" (service pg): accepting connections. Any failure
+      # is critical (exit 2), never a warning.
+      template {
+        destination = "local/ready.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        pg_isready -q || exit 2
+        EOT
+      }
+
+      # The check "primary" (service pg-primary): passes only on the
+      # member that is not in recovery.
+      template {
+        destination = "local/is-primary.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        r=$(local_role)
+        echo "$POD is $r"
+        [ "$r" = primary ] || exit 2
+        EOT
+      }
+
+      # statefulset_switchover_command: run in the primary; promotes
+      # $NSS_TARGET_POD. Exit 0 once the target is the primary.
+      #
+      # Why no acknowledged write is lost. A commit is acknowledged only
+      # once its WAL is flushed on the primary. The primary is stopped with
+      # a fast shutdown: open transactions are rolled back (never
+      # acknowledged), no new ones start, a shutdown checkpoint is written
+      # as the last WAL record, and the WAL senders send everything up to
+      # and including it to the connected standbys and wait for them to
+      # confirm it before they exit. So every acknowledged commit lies
+      # before that checkpoint, at an LSN the script reads from
+      # pg_controldata. The target is promoted only once it has replayed
+      # past that LSN; if it does not get there, the switchover is undone
+      # and this member starts again as the primary, with its data. After
+      # the promotion the target's new timeline branches off after the
+      # checkpoint, so its history holds every acknowledged commit, and
+      # this member, with nothing the target lacks, follows it as a
+      # standby without a rewind.
+      #
+      # And this member never writes again as a primary: standby.signal is
+      # in its data directory before it stops, so however postgres starts
+      # there next (start.sh, a new allocation), it starts in recovery.
+      template {
+        destination = "local/switchover.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        say() { echo "switchover: $*"; }
+        fail() { echo "switchover failed: $*"; exit 1; }
+        target="$NSS_TARGET_POD"
+        [ -n "$target" ] && [ "$target" != "$POD" ] || fail "no target (NSS_TARGET_POD=$target)"
+        # resolve: finds the target's address, for up to 20s.
+        resolve() {
+          n=0
+          until addr=$(member "$target"); do
+            n=$((n + 1))
+            [ "$n" -lt 40 ] || return 1
+            sleep 0.5
+          done
+          set -- $addr
+          thost=$1 tport=$2
+        }
+        tsql() { sql -h "$thost" -p "$tport" "$@" </dev/null; }
+        resolve || fail "$target does not answer at any address Consul lists for it"
+
+        role=$(local_role)
+        if [ "$role" != primary ]; then
+          # Run again after it went through (or by mistake elsewhere).
+          [ "$(tsql -c 'select pg_is_in_recovery()' 2>/dev/null)" = f ] && { say "$target is the primary already"; exit 0; }
+          fail "$POD is not the primary (it is $role)"
+        fi
+
+        # The target must stream from this primary, nearly caught up: the
+        # write pause below is then a moment, and the shutdown's WAL reaches it.
+        n=0
+        while :; do
+          lag=$(sql -c "select pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn) from pg_stat_replication where application_name = '$target' and state = 'streaming'")
+          [ -n "$lag" ] && [ "$lag" -le "$MAX_LAG_BYTES" ] && break
+          n=$((n + 1))
+          [ "$n" -lt 60 ] || fail "$target does not stream from $POD within $MAX_LAG_BYTES bytes (lag: $${lag:-not streaming})"
+          sleep 0.5
+        done
+
+        # From here on this member must not come back as a primary on its
+        # own: standby.signal first, and /data/switchover tells start.sh to
+        # wait for this script instead of exiting when postgres stops.
+        touch /data/switchover "$PGDATA/standby.signal" || fail "cannot write $PGDATA"
+        undo() {
+          rm -f "$PGDATA/standby.signal" /data/switchover
+          fail "$*; undone: $POD starts again as the primary"
+        }
+        pg_ctl stop -w -s -m fast -t 60 || undo "pg_ctl stop -m fast failed"
+        state=$(pg_controldata "$PGDATA" | sed -n 's/^Database cluster state: *//p')
+        end=$(pg_controldata "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
+        [ "$state" = "shut down" ] && [ -n "$end" ] || undo "the primary did not shut down cleanly ($state)"
+
+        # The target must have replayed the shutdown checkpoint: all of
+        # this primary's WAL.
+        n=0
+        until [ "$(tsql -c "select pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '$end') > 0" 2>/dev/null)" = t ]; do
+          n=$((n + 1))
+          [ "$n" -lt 60 ] || undo "$target did not replay the WAL up to $end in 30s"
+          sleep 0.5
+          resolve || true
+        done
+        ok=$(tsql -c "select pg_promote(true, 60)" 2>&1)
+        if [ "$ok" != t ]; then
+          # The promotion may still complete: not undone (two primaries
+          # would be worse); this member stays a standby.
+          rm -f /data/switchover
+          fail "pg_promote on $target: $ok"
+        fi
+        rm -f /data/switchover
+        say "$POD stopped at $end; $target promoted; $POD restarts as its standby"
+        EOT
+      }
+
+      # statefulset_disruption_check: run in a Ready member other than
+      # $NSS_TARGET_POD; exit 0 if the cluster can lose that member now.
+      # No: when the operator holds disruptions (a row in
+      # nss_disruption_hold), when no primary is known, or when fewer than
+      # MIN_STREAMING_STANDBYS standbys other than the target stream from
+      # the primary within MAX_LAG_BYTES of it (losing the target would
+      # leave the primary without a caught-up copy).
+      template {
+        destination = "local/can-lose-one.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        target="$NSS_TARGET_POD"
+        no() { echo "no: $*"; exit 1; }
+        if [ "$(local_role)" = primary ]; then
+          psrv="" pname="$POD"
+        else
+          p=$(primary) || no "no primary is known"
+          set -- $p
+          psrv="-h $1 -p $2" pname=$3
+        fi
+        # shellcheck disable=SC2086
+        held=$(sql $psrv -c "select string_agg(reason, '; ') from nss_disruption_hold") || no "cannot ask the primary $pname"
+        [ -z "$held" ] || no "disruptions are held: $held"
+        # shellcheck disable=SC2086
+        ok=$(sql $psrv -c "select count(*) from pg_stat_replication where state = 'streaming' and application_name <> '$target' and pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) <= $MAX_LAG_BYTES") || no "cannot ask the primary $pname"
+        [ "$ok" -ge "$MIN_STREAMING_STANDBYS" ] || no "without $target, $ok standby(s) stream from the primary $pname within $MAX_LAG_BYTES bytes; $MIN_STREAMING_STANDBYS needed"
+        echo "yes: without $target, $ok standby(s) stream from the primary $pname"
+        EOT
+      }
+    }
+  }
+}
