@@ -10,6 +10,8 @@
 #                   agents (build tag realagents): the Consul store, elector
 #                   and ACLs, the Nomad client
 #   make test-e2e   end-to-end scenarios against real Nomad and Consul agents
+#                   (installs Debian's PostgreSQL 15 first if it is missing:
+#                   make postgres)
 #   make lint       gofmt, go vet, staticcheck
 #   make test       lint + test-unit + test-integration + test-e2e (what CI runs)
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
@@ -39,7 +41,7 @@ export CONSUL_BIN ?= $(BIN_DIR)/consul
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unexport AWS_CA_BUNDLE
 
-.PHONY: all tools build release test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
+.PHONY: all tools postgres build release test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
 
 # The version comes from git (a tag, else the commit, "-dirty" for local
 # changes) and is stamped into the binary with -ldflags.
@@ -78,7 +80,21 @@ test-unit:
 test-integration: tools
 	$(GO) test $(RACE) -tags realagents -count=1 -timeout $(UNIT_TIMEOUT) ./backend/consul/ ./backend/nomad/ ./internal/testagent/
 
-test-e2e: tools build
+# PostgreSQL 15 for e2e/postgres_test.go (examples/postgres): Debian's
+# postgresql-15 (or the postgresql metapackage where that is 15), installed
+# non-interactively when its server binary is missing; a no-op when present.
+PG_SERVER := /usr/lib/postgresql/15/bin/postgres
+postgres:
+	@if [ ! -x $(PG_SERVER) ]; then \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+		echo "installing PostgreSQL 15 (apt-get install postgresql-15)"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql-15 || \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; \
+		[ -x $(PG_SERVER) ] || { echo "$(PG_SERVER) is still missing after apt-get" >&2; exit 1; }; \
+	fi
+
+test-e2e: tools build postgres
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 
 $(STATICCHECK):
