@@ -1,0 +1,895 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+	_ "github.com/lib/pq"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+)
+
+// The PostgreSQL example (examples/postgres) on one Nomad server and three
+// clients, against real PostgreSQL 15 from Debian's postgresql-15 package.
+
+const (
+	pgBinDir   = "/usr/lib/postgresql/15/bin"
+	pgSet      = "postgres"
+	pgExample  = "examples/postgres/postgres.nomad.hcl"
+	pgInstall  = "`make test-e2e` installs it (apt-get install -y postgresql-15), or run that apt-get yourself"
+	pgWaitLong = 4 * time.Minute
+)
+
+// pgVars are the example's variables in the test: a short min_healthy_time
+// and a fast check interval, so that a step takes seconds.
+const pgVars = `
+min_healthy_time = "3s"
+check_interval   = "1s"
+`
+
+// requirePostgres fails the test, saying how to get it, when PostgreSQL 15
+// or its user is missing.
+func requirePostgres(t *testing.T) (uid, gid string) {
+	t.Helper()
+	for _, b := range []string{"postgres", "initdb", "pg_ctl", "psql", "pg_basebackup", "pg_rewind", "pg_isready", "pg_controldata"} {
+		if _, err := os.Stat(filepath.Join(pgBinDir, b)); err != nil {
+			t.Fatalf("PostgreSQL 15 is not installed (%v): %s", err, pgInstall)
+		}
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("no postgres user (%v): %s", err, pgInstall)
+	}
+	return u.Uid, u.Gid
+}
+
+// postgresChroot is what the example's task needs in the exec driver's
+// chroot beyond the harness's minimal one (Nomad's default chroot holds all
+// of /usr and /lib, so a real client needs none of this): PostgreSQL's
+// programs, libraries and share files, the time zone data, the few
+// utilities the scripts call, and every shared library they link against,
+// found with ldd.
+func postgresChroot(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{
+		"/usr/lib/postgresql/15":   "/usr/lib/postgresql/15",
+		"/usr/share/postgresql/15": "/usr/share/postgresql/15",
+		"/usr/share/zoneinfo":      "/usr/share/zoneinfo",
+	}
+	var elfs []string
+	for _, u := range []string{"sed", "rm", "mkdir", "chmod", "mv", "sleep"} {
+		p, err := filepath.EvalSymlinks(filepath.Join("/usr/bin", u))
+		if err != nil {
+			t.Fatalf("finding %s: %v", u, err)
+		}
+		out[p] = "/bin/" + u
+		elfs = append(elfs, p)
+	}
+	bins, _ := filepath.Glob(filepath.Join(pgBinDir, "*"))
+	libs, _ := filepath.Glob("/usr/lib/postgresql/15/lib/*.so")
+	elfs = append(append(elfs, bins...), libs...)
+	seen := map[string]bool{}
+	for _, f := range elfs {
+		b, err := exec.Command("ldd", f).Output()
+		if err != nil {
+			continue // not dynamic (a script), or not ELF
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			// "libpq.so.5 => /lib/x86_64-linux-gnu/libpq.so.5 (0x...)"
+			fs := strings.Fields(line)
+			if len(fs) < 3 || fs[1] != "=>" || !strings.HasPrefix(fs[2], "/") || seen[fs[2]] {
+				continue
+			}
+			seen[fs[2]] = true
+			real, err := filepath.EvalSymlinks(fs[2])
+			if err != nil {
+				t.Fatalf("resolving %s: %v", fs[2], err)
+			}
+			out[real] = filepath.Join("/lib/x86_64-linux-gnu", filepath.Base(fs[2]))
+		}
+	}
+	return out
+}
+
+// pgCluster is the shared rig of the Postgres scenarios.
+type pgCluster struct {
+	m      *MultiCluster
+	d      *Daemon
+	consul *consulapi.Client
+	w      *pgWriter
+	ev     *eventLog
+	t      *testing.T
+}
+
+// startPostgres starts the cluster and the daemon (its provisioner creates
+// volumes owned by postgres) and runs the example until it converges with
+// a primary.
+func startPostgres(t *testing.T) *pgCluster {
+	uid, gid := requirePostgres(t)
+	m := NewMultiClusterConsulPerNode(t, 3, testagent.WithChrootEnv(postgresChroot(t)))
+	d := StartDaemon(t, m.Server, m.Consul, fmt.Sprintf(`volume_provisioner {
+  config = { plugin_id = "mkdir", "parameters.uid" = %q, "parameters.gid" = %q, "parameters.mode" = "0700" }
+}`, uid, gid))
+	root, err := testagent.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, pgExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := m.Server.Client.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Variables: pgVars, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parsing %s: %v", pgExample, err)
+	}
+	if _, _, err := m.Server.Client.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering %s: %v", pgExample, err)
+	}
+	pc := &pgCluster{m: m, d: d, consul: m.Consul.Client, t: t}
+	start := time.Now()
+	pc.waitRollout(t, "", pgWaitLong)
+	t.Logf("the example converged in %v", time.Since(start).Round(time.Second))
+	pc.waitLeader(t, 0)
+	return pc
+}
+
+// waitRollout waits until every pod is Ready at the update revision (and
+// it differs from old, when old is set), with a leader when the set has a
+// leader check, and returns the revision.
+func (pc *pgCluster) waitRollout(t *testing.T, old string, timeout time.Duration) string {
+	t.Helper()
+	var rev string
+	Eventually(t, timeout, "the postgres set to converge at its update revision", func() error {
+		st, err := setStatus(pc.d, pgSet)
+		if err != nil {
+			return err
+		}
+		s := st.Status
+		rev = s.UpdateRevision
+		if rev == "" || rev == old {
+			return fmt.Errorf("update revision %q (old %q)", rev, old)
+		}
+		if s.ReadyReplicas != 3 || s.UpdatedReplicas != 3 || s.CurrentRevision != rev {
+			return fmt.Errorf("ready %d, updated %d, current %s, update %s; pods %s", s.ReadyReplicas, s.UpdatedReplicas, s.CurrentRevision, rev, podLine(st))
+		}
+		for _, p := range st.Pods {
+			if p.Revision != rev || (p.State != "Running" && p.State != "Available") {
+				return fmt.Errorf("pods %s", podLine(st))
+			}
+		}
+		return nil
+	})
+	return rev
+}
+
+func podLine(st client.SetDetail) string {
+	var b strings.Builder
+	for _, p := range st.Pods {
+		fmt.Fprintf(&b, "[%s %s %s", p.Name, p.Revision, p.State)
+		if p.Leader {
+			b.WriteString(" leader")
+		}
+		if p.NotReady != "" {
+			b.WriteString(" not ready: " + p.NotReady)
+		}
+		b.WriteString("] ")
+	}
+	return b.String()
+}
+
+// leader is the ordinal the daemon marks as the leader, or -1.
+func (pc *pgCluster) leader() (int, error) {
+	st, err := setStatus(pc.d, pgSet)
+	if err != nil {
+		return -1, err
+	}
+	for _, p := range st.Pods {
+		if p.Leader {
+			return p.Ordinal, nil
+		}
+	}
+	return -1, nil
+}
+
+// waitLeader waits until the daemon marks ordinal ord as the leader.
+func (pc *pgCluster) waitLeader(t *testing.T, ord int) {
+	t.Helper()
+	Eventually(t, time.Minute, fmt.Sprintf("the daemon to mark %s-%d as the leader", pgSet, ord), func() error {
+		got, err := pc.leader()
+		if err != nil || got != ord {
+			st, _ := setStatus(pc.d, pgSet)
+			return fmt.Errorf("leader %d (%v); pods %s", got, err, podLine(st))
+		}
+		return nil
+	})
+}
+
+// members lists the pg service's instances Consul knows, healthy or not:
+// pod name -> "host:port".
+func (pc *pgCluster) members() (map[string]string, error) {
+	entries, _, err := pc.consul.Health().Service("pg", "", false, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		for _, tag := range e.Service.Tags {
+			if strings.HasPrefix(tag, pgSet+"-") {
+				out[tag] = fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port)
+			}
+		}
+	}
+	return out, nil
+}
+
+func pgOpen(hostport string) (*sql.DB, error) {
+	host, port, _ := strings.Cut(hostport, ":")
+	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2", host, port))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	return db, nil
+}
+
+// primaries asks every member whether it is in recovery and returns the
+// pods that are not: the primaries.
+func (pc *pgCluster) primaries() ([]string, map[string]string, error) {
+	ms, err := pc.members()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []string
+	for pod, hp := range ms {
+		db, err := pgOpen(hp)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var rec bool
+		err = db.QueryRowContext(ctx, "select pg_is_in_recovery()").Scan(&rec)
+		cancel()
+		db.Close()
+		if err == nil && !rec {
+			out = append(out, pod)
+		}
+	}
+	sort.Strings(out)
+	return out, ms, nil
+}
+
+// primaryDB waits for the one primary and opens it.
+func (pc *pgCluster) primaryDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	var pod, hp string
+	Eventually(t, time.Minute, "one primary", func() error {
+		ps, ms, err := pc.primaries()
+		if err != nil {
+			return err
+		}
+		if len(ps) != 1 {
+			return fmt.Errorf("primaries %v among %v", ps, ms)
+		}
+		pod, hp = ps[0], ms[ps[0]]
+		return nil
+	})
+	db, err := pgOpen(hp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, pod
+}
+
+// timeline is the primary's current WAL timeline.
+func (pc *pgCluster) timeline(t *testing.T) int {
+	t.Helper()
+	db, _ := pc.primaryDB(t)
+	defer db.Close()
+	var tl int
+	if err := db.QueryRow("select ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int").Scan(&tl); err != nil {
+		t.Fatalf("reading the timeline: %v", err)
+	}
+	return tl
+}
+
+// pgWriter writes rows one at a time, for the whole test, to whichever
+// member is the primary (it asks every member Consul knows when it has
+// none), and records every insert the primary acknowledged.
+type pgWriter struct {
+	pc *pgCluster
+
+	mu        sync.Mutex
+	acked     []int64
+	ackAt     []time.Time
+	attempts  int64
+	failures  int
+	switches  []string // "time pod" each time it found a primary
+	twoAtOnce []string // moments two members said they were primary
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (pc *pgCluster) startWriter(t *testing.T) {
+	t.Helper()
+	db, _ := pc.primaryDB(t)
+	if _, err := db.Exec("create table if not exists nss_e2e_writes (id bigint primary key, at timestamptz not null default now())"); err != nil {
+		t.Fatalf("creating the table: %v", err)
+	}
+	db.Close()
+	pc.w = &pgWriter{pc: pc, stop: make(chan struct{}), done: make(chan struct{})}
+	go pc.w.run()
+	t.Cleanup(pc.w.halt)
+}
+
+func (w *pgWriter) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *pgWriter) run() {
+	defer close(w.done)
+	var db *sql.DB
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+	}()
+	var id int64
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		if db == nil {
+			ps, ms, err := w.pc.primaries()
+			if err != nil || len(ps) == 0 {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if len(ps) > 1 {
+				w.mu.Lock()
+				w.twoAtOnce = append(w.twoAtOnce, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), ps))
+				w.mu.Unlock()
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if db, err = pgOpen(ms[ps[0]]); err != nil {
+				db = nil
+				continue
+			}
+			w.mu.Lock()
+			w.switches = append(w.switches, time.Now().Format("15:04:05.000")+" "+ps[0])
+			w.mu.Unlock()
+		}
+		id++
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := db.ExecContext(ctx, "insert into nss_e2e_writes (id) values ($1)", id)
+		cancel()
+		now := time.Now()
+		w.mu.Lock()
+		w.attempts = id
+		if err == nil {
+			w.acked = append(w.acked, id)
+			w.ackAt = append(w.ackAt, now)
+		} else {
+			w.failures++
+		}
+		w.mu.Unlock()
+		if err != nil {
+			db.Close()
+			db = nil
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// maxGap is the longest time between two acknowledged writes in [from, to]
+// (counting from from to the first and from the last to to).
+func (w *pgWriter) maxGap(from, to time.Time) (time.Duration, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, gap, n := from, time.Duration(0), 0
+	for _, at := range w.ackAt {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		n++
+		if d := at.Sub(prev); d > gap {
+			gap = d
+		}
+		prev = at
+	}
+	if d := to.Sub(prev); d > gap {
+		gap = d
+	}
+	return gap, n
+}
+
+// verify stops the writer and reads every acknowledged row back from the
+// primary.
+func (w *pgWriter) verify(t *testing.T) {
+	t.Helper()
+	w.halt()
+	db, pod := w.pc.primaryDB(t)
+	defer db.Close()
+	rows, err := db.Query("select id from nss_e2e_writes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	have := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		have[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var lost []int64
+	for _, id := range w.acked {
+		if !have[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d acknowledged writes are missing on the primary %s: %v", len(lost), pod, head(lost, 20))
+	}
+	if len(w.twoAtOnce) > 0 {
+		t.Errorf("two members answered as primary at once: %v", w.twoAtOnce)
+	}
+	t.Logf("writer: %d inserts tried, %d acknowledged, all %d read back from the primary %s (%d rows there; %d failed, unacknowledged); primaries it wrote to: %v",
+		w.attempts, len(w.acked), len(w.acked)-len(lost), pod, len(have), w.failures, w.switches)
+}
+
+func head(ids []int64, n int) []int64 {
+	if len(ids) > n {
+		return ids[:n]
+	}
+	return ids
+}
+
+// eventLog gathers the set's events from the daemon (which keeps only its
+// last 20) for the whole test.
+type eventLog struct {
+	mu     sync.Mutex
+	seen   map[string]bool
+	events []client.Event
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func (pc *pgCluster) startEvents(t *testing.T) {
+	e := &eventLog{seen: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	pc.ev = e
+	go func() {
+		defer close(e.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if st, err := setStatus(pc.d, pgSet); err == nil {
+				e.mu.Lock()
+				for _, ev := range st.Events {
+					k := ev.Time.String() + ev.Type + ev.Message
+					if !e.seen[k] {
+						e.seen[k] = true
+						e.events = append(e.events, ev)
+					}
+				}
+				e.mu.Unlock()
+			}
+			select {
+			case <-e.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(e.stop)
+		<-e.done
+	})
+}
+
+// since returns the events from t on, oldest first.
+func (e *eventLog) since(from time.Time) []client.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []client.Event
+	for _, ev := range e.events {
+		if !ev.Time.Before(from) {
+			out = append(out, ev)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
+
+// steps is the order of the deletions and switchovers among events: "2",
+// "0", "switchover", "1".
+func steps(evs []client.Event) []string {
+	var out []string
+	for _, e := range evs {
+		switch e.Type {
+		case "Switchover":
+			// The action ("handing leadership to …") and, once the
+			// leader check passes elsewhere, "… leads, after a
+			// switchover from … in …": the second is the switch.
+			if strings.Contains(e.Message, "leads, after a switchover") {
+				out = append(out, "switchover")
+			}
+		case "DeletePod":
+			if f := strings.Fields(e.Message); len(f) > 1 {
+				out = append(out, strings.TrimPrefix(strings.TrimSuffix(f[1], ":"), pgSet+"-"))
+			}
+		}
+	}
+	return out
+}
+
+func eventLines(evs []client.Event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n  %s %s %s", e.Time.Format("15:04:05.000"), e.Type, e.Message)
+	}
+	return b.String()
+}
+
+// execIn runs a command in the postgres task of pod's running allocation
+// through Nomad's alloc exec API and returns its exit code and output.
+func (pc *pgCluster) execIn(t *testing.T, pod string, command string, timeout time.Duration) (int, string) {
+	t.Helper()
+	allocs := Allocations(t, pc.m.Server.Client, "default", pod)
+	var id string
+	for _, a := range allocs {
+		if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+			id = a.ID
+			break
+		}
+	}
+	if id == "" {
+		t.Fatalf("%s has no running allocation", pod)
+	}
+	alloc, _, err := pc.m.Server.Client.Allocations().Info(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := pc.m.Server.Client.Allocations().Exec(ctx, alloc, "postgres", false, []string{"/bin/sh", "-c", command},
+		strings.NewReader(""), &out, &out, nil, nil)
+	if err != nil {
+		t.Fatalf("exec in %s: %v (output %q)", pod, err, out.String())
+	}
+	return code, out.String()
+}
+
+// handSwitchover runs the example's switchover script in the leader, as
+// the daemon would, to make ordinal to the primary.
+func (pc *pgCluster) handSwitchover(t *testing.T, from, to int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	code, out := pc.execIn(t, fmt.Sprintf("%s-%d", pgSet, from),
+		fmt.Sprintf("NSS_TARGET_POD=%s-%d NSS_TARGET_ORDINAL=%d exec /local/switchover.sh", pgSet, to, to), 3*time.Minute)
+	if code != 0 {
+		t.Fatalf("switchover by hand from %d to %d: exit %d: %s", from, to, code, out)
+	}
+	t.Logf("switchover by hand: %s", strings.TrimSpace(out))
+	pc.waitLeader(t, to)
+	return time.Since(start)
+}
+
+// rolloutResult is what one rollout measured.
+type rolloutResult struct {
+	mode        string
+	took        time.Duration
+	maxGap      time.Duration
+	acked       int
+	switchovers int
+	timelines   [2]int
+	steps       []string
+}
+
+// rollout changes the template (an env var) together with the given meta
+// changes, waits until every pod runs the new revision, and measures it.
+func (pc *pgCluster) rollout(t *testing.T, mode string, n int, meta map[string]string, edit func(*nomadapi.Task), during func()) rolloutResult {
+	t.Helper()
+	st, err := setStatus(pc.d, pgSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := st.Status.UpdateRevision
+	tl := pc.timeline(t)
+	start := time.Now()
+	updateParent(t, pc.m.Cluster, pgSet, func(j *nomadapi.Job) {
+		task := j.TaskGroups[0].Tasks[0]
+		if task.Env == nil {
+			task.Env = map[string]string{}
+		}
+		task.Env["NSS_E2E_ROLLOUT"] = fmt.Sprint(n)
+		if edit != nil {
+			edit(task)
+		}
+		for k, v := range meta {
+			if v == "" {
+				delete(j.Meta, k)
+			} else {
+				j.Meta[k] = v
+			}
+		}
+	})
+	if during != nil {
+		during()
+	}
+	pc.waitRollout(t, old, pgWaitLong)
+	end := time.Now()
+	r := rolloutResult{mode: mode, took: end.Sub(start), timelines: [2]int{tl, pc.timeline(t)}}
+	r.maxGap, r.acked = pc.w.maxGap(start, end)
+	evs := pc.ev.since(start)
+	r.steps = steps(evs)
+	for _, st := range r.steps {
+		if st == "switchover" {
+			r.switchovers++
+		}
+	}
+	t.Logf("%s: rollout %v, longest write gap %v (%d writes acknowledged), %d switchover(s), timeline %d -> %d, steps %v; events:%s",
+		mode, r.took.Round(100*time.Millisecond), r.maxGap.Round(time.Millisecond), r.acked, r.switchovers, r.timelines[0], r.timelines[1], r.steps, eventLines(evs))
+	return r
+}
+
+func (pc *pgCluster) condition(typ, reason string) (client.Condition, bool, client.SetDetail) {
+	st, err := setStatus(pc.d, pgSet)
+	if err != nil {
+		return client.Condition{}, false, st
+	}
+	for _, c := range st.Status.Conditions {
+		if c.Type == typ && c.Status && (reason == "" || c.Reason == reason) {
+			return c, true, st
+		}
+	}
+	return client.Condition{}, false, st
+}
+
+// TestPostgres runs examples/postgres with real PostgreSQL 15 on three
+// Nomad clients, with a client writing rows the whole time, through
+// rollouts under each leader_update mode and without a leader check, a
+// supervised rollout, and a drain held by the disruption check. It shows
+// that no acknowledged write is lost, that a switchover rollout takes the
+// primary down last with exactly one switchover, that the watchdog never
+// sees an ordinal twice, and measures each rollout.
+func TestPostgres(t *testing.T) {
+	began := time.Now()
+	pc := startPostgres(t)
+	pc.startEvents(t)
+	pc.startWriter(t)
+	pc.m.Watchdog.TrackDown(pgSet, 3)
+	var results []rolloutResult
+
+	// The primary on a middle ordinal: the rollout order (2, 0, then the
+	// leader) puts the switchover at the end.
+	handFrom := time.Now()
+	took := pc.handSwitchover(t, 0, 1)
+	handGap, _ := pc.w.maxGap(handFrom, time.Now())
+	t.Logf("switchover by hand 0 -> 1: %v, longest write gap %v", took.Round(100*time.Millisecond), handGap.Round(time.Millisecond))
+
+	t.Run("switchover", func(t *testing.T) {
+		r := pc.rollout(t, "switchover", 1, map[string]string{"statefulset_leader_update": "switchover"}, nil, nil)
+		results = append(results, r)
+		if r.switchovers != 1 {
+			t.Errorf("%d switchovers in the rollout, want exactly 1", r.switchovers)
+		}
+		if want := []string{"2", "0", "switchover", "1"}; strings.Join(r.steps, ",") != strings.Join(want, ",") {
+			t.Errorf("steps %v, want %v: the leader last, after one switchover", r.steps, want)
+		}
+		if r.timelines[1] != r.timelines[0]+1 {
+			t.Errorf("timeline %d -> %d, want one promotion", r.timelines[0], r.timelines[1])
+		}
+		pc.waitLeader(t, 0)
+	})
+
+	t.Run("last", func(t *testing.T) {
+		// The template change of this rollout also makes the standbys'
+		// check "primary" a warning (exit 1) instead of critical: the
+		// same while the leader check is set (the leader is where it
+		// passes, and it never counts against readiness), and what lets
+		// the next scenario drop the leader check, where a critical
+		// "primary" would keep every standby from being Ready.
+		r := pc.rollout(t, "last", 2, map[string]string{"statefulset_leader_update": "last"}, standbyCheckWarns(t), nil)
+		results = append(results, r)
+		if r.switchovers != 0 || r.timelines[1] != r.timelines[0] {
+			t.Errorf("%d switchovers, timeline %d -> %d; want none", r.switchovers, r.timelines[0], r.timelines[1])
+		}
+		if want := []string{"2", "1", "0"}; strings.Join(r.steps, ",") != strings.Join(want, ",") {
+			t.Errorf("steps %v, want %v: the leader (0) last", r.steps, want)
+		}
+		pc.waitLeader(t, 0)
+	})
+
+	t.Run("no-leader-check", func(t *testing.T) {
+		// Without the check the daemon knows no leader: plain order.
+		pc.handSwitchover(t, 0, 1)
+		r := pc.rollout(t, "no leader check", 3, map[string]string{"statefulset_leader_check": "", "statefulset_leader_update": ""}, nil, nil)
+		results = append(results, r)
+		if r.switchovers != 0 {
+			t.Errorf("%d switchovers without a leader check", r.switchovers)
+		}
+		if want := []string{"2", "1", "0"}; strings.Join(r.steps, ",") != strings.Join(want, ",") {
+			t.Errorf("steps %v, want %v", r.steps, want)
+		}
+	})
+
+	t.Run("supervised", func(t *testing.T) {
+		// Put the leader check back; the primary is postgres-1.
+		var waited time.Duration
+		r := pc.rollout(t, "supervised", 4, map[string]string{"statefulset_leader_check": "primary", "statefulset_leader_update": "supervised"}, nil, func() {
+			var cond client.Condition
+			Eventually(t, pgWaitLong, "the rollout to wait for approval before the primary", func() error {
+				c, ok, st := pc.condition("WaitingForApproval", "")
+				if !ok {
+					return fmt.Errorf("conditions %+v; pods %s", st.Status.Conditions, podLine(st))
+				}
+				cond = c
+				if st.Status.UpdatedReplicas != 2 {
+					return fmt.Errorf("updated %d", st.Status.UpdatedReplicas)
+				}
+				return nil
+			})
+			at := time.Now()
+			time.Sleep(5 * time.Second)
+			st, err := setStatus(pc.d, pgSet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range st.Pods {
+				if p.Ordinal == 1 && (p.Revision == st.Status.UpdateRevision || !p.Leader) {
+					t.Fatalf("the primary went without approval: %s", podLine(st))
+				}
+			}
+			out, err := pc.d.CLI("status", pgSet)
+			if err != nil || !strings.Contains(out, "WaitingForApproval") || !strings.Contains(out, "(leader)") {
+				t.Fatalf("status does not show WaitingForApproval and the leader: %v\n%s", err, out)
+			}
+			t.Logf("WaitingForApproval: %s\nstatus:\n%s", cond.Message, out)
+			waited = time.Since(at)
+			if out, err := pc.d.CLI("rollout", "approve", pgSet); err != nil {
+				t.Fatalf("rollout approve: %v\n%s", err, out)
+			}
+		})
+		r.mode = fmt.Sprintf("supervised (approved after %v)", waited.Round(time.Second))
+		results = append(results, r)
+		if r.switchovers != 0 {
+			t.Errorf("%d switchovers under supervised", r.switchovers)
+		}
+		pc.waitLeader(t, 1)
+	})
+
+	t.Run("drain-held-by-disruption-check", func(t *testing.T) {
+		db, _ := pc.primaryDB(t)
+		defer db.Close()
+		if _, err := db.Exec("insert into nss_disruption_hold (reason) values ('e2e: hold the drain')"); err != nil {
+			t.Fatal(err)
+		}
+		victim := fmt.Sprintf("%s-2", pgSet)
+		nodes := nodesOf(t, pc.m, pgSet, 3)
+		node := pc.m.clientOf(nodes[2])
+		if node == nil {
+			t.Fatalf("no client runs %s: %v", victim, nodes)
+		}
+		for o, n := range nodes {
+			if o != 2 && n == nodes[2] {
+				t.Fatalf("%s-%d shares the node of %s: %v", pgSet, o, victim, nodes)
+			}
+		}
+		start := time.Now()
+		if err := node.Drain(10 * time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		var held client.Condition
+		Eventually(t, 2*time.Minute, "the drain to be held by the disruption check", func() error {
+			c, ok, st := pc.condition("Held", "DisruptionCheckFailed")
+			if !ok {
+				return fmt.Errorf("conditions %+v", st.Status.Conditions)
+			}
+			held = c
+			return nil
+		})
+		time.Sleep(3 * time.Second)
+		if a := runningAlloc(t, pc.m, victim); a == nil || a.NodeID != node.NodeID {
+			t.Fatalf("%s left the draining node while the disruption check said no", victim)
+		}
+		out, _ := pc.d.CLI("status", pgSet)
+		t.Logf("held %v: %s\nstatus:\n%s", time.Since(start).Round(time.Second), held.Message, out)
+		if !strings.Contains(held.Message, "disruptions are held") {
+			t.Errorf("the condition does not carry the check's output: %q", held.Message)
+		}
+		if _, err := db.Exec("delete from nss_disruption_hold"); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		Eventually(t, 2*time.Minute, victim+" to leave the draining node", func() error {
+			if a := runningAlloc(t, pc.m, victim); a != nil && a.NodeID == node.NodeID {
+				return fmt.Errorf("still on %s", node.Name)
+			}
+			return nil
+		})
+		t.Logf("the drain went on %v after the hold was lifted", time.Since(released).Round(100*time.Millisecond))
+		if err := node.Undrain(); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := setStatus(pc.d, pgSet)
+		pc.waitRollout(t, "", pgWaitLong)
+		_ = st
+	})
+
+	pc.w.verify(t)
+	if n, at := pc.m.Watchdog.MaxDown(pgSet); n > 1 {
+		t.Errorf("%d members down at once (%s), budget 1", n, at)
+	}
+	if v := pc.m.Watchdog.Violations(); len(v) > 0 {
+		t.Errorf("watchdog: %v", v)
+	}
+	t.Logf("rollouts of 3 members (min_healthy_time 3s, checks every 1s):")
+	t.Logf("%-34s %10s %16s %12s", "leader update", "rollout", "longest write gap", "switchovers")
+	for _, r := range results {
+		t.Logf("%-34s %10v %16v %12d", r.mode, r.took.Round(100*time.Millisecond), r.maxGap.Round(10*time.Millisecond), r.switchovers)
+	}
+	t.Logf("all Postgres scenarios: %v", time.Since(began).Round(time.Second))
+}
+
+// standbyCheckWarns edits the template's is-primary.sh so that a member
+// that is not the primary fails its check "primary" with a warning (exit
+// 1), not critical (exit 2).
+func standbyCheckWarns(t *testing.T) func(*nomadapi.Task) {
+	return func(task *nomadapi.Task) {
+		for _, tm := range task.Templates {
+			if tm.DestPath != nil && *tm.DestPath == "local/is-primary.sh" && tm.EmbeddedTmpl != nil {
+				const from, to = `[ "$r" = primary ] || exit 2`, `[ "$r" = primary ] || exit 1`
+				if !strings.Contains(*tm.EmbeddedTmpl, from) {
+					t.Fatalf("is-primary.sh does not end with %q:\n%s", from, *tm.EmbeddedTmpl)
+				}
+				*tm.EmbeddedTmpl = strings.Replace(*tm.EmbeddedTmpl, from, to, 1)
+				return
+			}
+		}
+		t.Fatal("no template local/is-primary.sh")
+	}
+}
+
+// runningAlloc is pod's running allocation, or nil.
+func runningAlloc(t *testing.T, m *MultiCluster, pod string) *nomadapi.AllocationListStub {
+	t.Helper()
+	for _, a := range Allocations(t, m.Server.Client, "default", pod) {
+		if a.ClientStatus == "running" && a.DesiredStatus == "run" {
+			return a
+		}
+	}
+	return nil
+}
