@@ -441,8 +441,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 	switch {
 	case len(held) > 0:
 		h := held[0]
-		shown = heldStatus(shown, h.Reason, fmt.Sprintf("%s: %s; trying again in %s", reconciler.PodName(key.Name, h.Ordinal), h.Message,
-			h.Until.Sub(p.now).Round(time.Second)), p.now)
+		shown = heldStatus(shown, h.Reason, heldMessage(key.Name, h, p.now), p.now)
 	case p.holdReady > 0:
 		shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", p.now)
 	}
@@ -555,6 +554,18 @@ func (c *controller) recordStoreError(key backend.SetKey, err error) error {
 const ConditionHeld reconciler.ConditionType = "Held"
 
 // heldStatus returns st with the Held condition set, for the view.
+// heldMessage is the Held condition's message for h: the pod, why it is
+// held, and when it is tried again. A hold that waits for the operator or
+// for the cluster to change (WaitingForApproval, no follower to hand over
+// to) has no such time, and says none.
+func heldMessage(set string, h reconciler.Hold, now time.Time) string {
+	msg := fmt.Sprintf("%s: %s", reconciler.PodName(set, h.Ordinal), h.Message)
+	if !h.Until.IsZero() {
+		msg += fmt.Sprintf("; trying again in %s", h.Until.Sub(now).Round(time.Second))
+	}
+	return msg
+}
+
 func heldStatus(st reconciler.Status, reason, msg string, now time.Time) reconciler.Status {
 	st.Conditions = reconciler.SetCondition(st.Conditions, reconciler.Condition{Type: ConditionHeld, Status: true, Reason: reason, Message: msg}, now)
 	return st
