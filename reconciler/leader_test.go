@@ -82,6 +82,16 @@ func TestSupervisedLeaderWaitsForApproval(t *testing.T) {
 		if slices.ContainsFunc(out.Status.Conditions, func(c Condition) bool { return c.Type == ConditionRolloutStuck && c.Status }) {
 			t.Fatal("waiting for approval counted as a stuck rollout")
 		}
+		// The leader held for approval still serves: once the
+		// others are back it is counted available, as the status's
+		// counters count it. (The held step used to count it as gone:
+		// "2 of 3 replicas available" beside 3 available.)
+		if waited == 60 {
+			av := condition(out.Status, ConditionAvailable)
+			if !av.Status || av.Message != "3 of 3 replicas available" || out.Status.AvailableReplicas != 3 {
+				t.Errorf("while waiting for approval: Available %+v, available replicas %d; want 3 of 3\n%s", av, out.Status.AvailableReplicas, w.dump())
+			}
+		}
 		if waited++; waited == 120 {
 			w.spec.Approval = "yes"
 		}

@@ -137,10 +137,14 @@ func (r *reconciler) revisionsPending() bool {
 }
 
 // availableInRange counts the desired ordinals whose kept pod is healthy.
+//
+// A pod this decision deletes no longer counts; one whose deletion was held
+// (a disruption check or switchover first, the operator's approval) still
+// serves and counts, although its slot is marked acted for the budget.
 func (r *reconciler) availableInRange() int {
 	n := 0
 	for i := range r.slots {
-		if s := &r.slots[i]; s.pod != noPod && !s.acted && s.healthy {
+		if s := &r.slots[i]; s.pod != noPod && s.healthy && !(s.acted && r.deleting(r.in.Pods[s.pod].Ordinal)) {
 			n++
 		}
 	}
