@@ -92,14 +92,7 @@ func TestHATakeoverMidRollout(t *testing.T) {
 // HCL) and as read back from a real Nomad after registration: Nomad's
 // canonicalization must not make a new revision.
 func TestRevisionDataSurvivesARoundTripThroughNomad(t *testing.T) {
-	root, err := testagent.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob(filepath.Join(root, "examples", "*.nomad.hcl"))
-	if len(files) == 0 {
-		t.Fatal("no examples/*.nomad.hcl")
-	}
+	files := annotatedExamples(t)
 	n := testagent.Nomad(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
