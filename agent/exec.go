@@ -161,6 +161,10 @@ func (c *controller) noteLeader(p *pass, pods []reconciler.Pod) {
 	for _, pod := range pods {
 		if pod.Leader && pod.Ordinal != sw.from {
 			p.st.switching = nil
+			// The switch is done: the old leader's SwitchingOver hold
+			// has served. Left until its timeout it would hold that pod
+			// again, with a stale message, should it lead again soon.
+			p.st.dropHold(sw.from, reconciler.HoldSwitchingOver)
 			msg := fmt.Sprintf("%s leads, after a switchover from %s in %s", reconciler.PodName(p.key.Name, pod.Ordinal),
 				reconciler.PodName(p.key.Name, sw.from), p.now.Sub(sw.started).Round(time.Millisecond))
 			c.sets.event(p.key, p.now, "Switchover", msg)

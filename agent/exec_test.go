@@ -112,6 +112,14 @@ func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
 	if n := len(d.Events); n != 1 || !strings.Contains(d.Events[0].Message, "pg-2 leads, after a switchover from pg-1 in 3s") {
 		t.Fatalf("events: %+v", d.Events)
 	}
+	// The switch is done: the hold is gone, and does not come back to
+	// life should pg-1 lead again before the command's timeout (a
+	// failover back, or a switchover by hand). It used to stay until the
+	// timeout, and then held pg-1's next disruption, saying "handed
+	// leadership to pg-2; waiting for the leader check to pass there".
+	if holds := p.st.liveHolds(p.now); len(holds) != 0 {
+		t.Fatalf("holds once pg-2 leads: %+v", holds)
+	}
 
 	exit = 3
 	_, err := e.execute(context.Background(), p, act)

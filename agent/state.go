@@ -104,6 +104,17 @@ func (st *setState) addHold(h reconciler.Hold) {
 	st.holds = append(st.holds, h)
 }
 
+// dropHold removes ord's hold for reason, if it has one.
+func (st *setState) dropHold(ord int, reason string) {
+	keep := st.holds[:0]
+	for _, h := range st.holds {
+		if h.Ordinal != ord || h.Reason != reason {
+			keep = append(keep, h)
+		}
+	}
+	st.holds = keep
+}
+
 // liveHolds drops the holds that ended by now and returns the rest.
 func (st *setState) liveHolds(now time.Time) []reconciler.Hold {
 	keep := st.holds[:0]
