@@ -145,32 +145,47 @@ func (e *podControl) switchover(ctx context.Context, p *pass, act reconciler.Act
 }
 
 // switchoverRecord is a switchover the command ran for, until the leader
-// check is seen elsewhere.
+// check is seen elsewhere and no longer on the old leader.
 type switchoverRecord struct {
 	from, to int
 	started  time.Time
+	// announced is set once another pod is seen to lead.
+	announced bool
 }
 
 // noteLeader announces, once, the leader a switchover handed over to, with
-// how long it took from the command to the check passing there.
+// how long it took from the command to the check passing there. Once the
+// old leader no longer leads either, the switch is complete and its
+// SwitchingOver hold has served: it is dropped, as left to its timeout it
+// would hold that pod again, saying it hands leadership over, should it
+// lead again meanwhile. Not before: the checks of both pods may pass for a
+// moment, and while the old leader still looks like the leader the hold
+// keeps the reconciler from asking it for another switchover.
 func (c *controller) noteLeader(p *pass, pods []reconciler.Pod) {
 	sw := p.st.switching
 	if sw == nil {
 		return
 	}
+	fromLeads, other := false, -1
 	for _, pod := range pods {
-		if pod.Leader && pod.Ordinal != sw.from {
-			p.st.switching = nil
-			// The switch is done: the old leader's SwitchingOver hold
-			// has served. Left until its timeout it would hold that pod
-			// again, with a stale message, should it lead again soon.
-			p.st.dropHold(sw.from, reconciler.HoldSwitchingOver)
-			msg := fmt.Sprintf("%s leads, after a switchover from %s in %s", reconciler.PodName(p.key.Name, pod.Ordinal),
-				reconciler.PodName(p.key.Name, sw.from), p.now.Sub(sw.started).Round(time.Millisecond))
-			c.sets.event(p.key, p.now, "Switchover", msg)
-			c.log.Info("the leader changed after a switchover", "set", p.key.String(), "from", sw.from, "to", pod.Ordinal, "took", p.now.Sub(sw.started))
-			return
+		switch {
+		case !pod.Leader:
+		case pod.Ordinal == sw.from:
+			fromLeads = true
+		case other < 0:
+			other = pod.Ordinal
 		}
+	}
+	if other >= 0 && !sw.announced {
+		sw.announced = true
+		msg := fmt.Sprintf("%s leads, after a switchover from %s in %s", reconciler.PodName(p.key.Name, other),
+			reconciler.PodName(p.key.Name, sw.from), p.now.Sub(sw.started).Round(time.Millisecond))
+		c.sets.event(p.key, p.now, "Switchover", msg)
+		c.log.Info("the leader changed after a switchover", "set", p.key.String(), "from", sw.from, "to", other, "took", p.now.Sub(sw.started))
+	}
+	if sw.announced && !fromLeads {
+		p.st.switching = nil
+		p.st.dropHold(sw.from, reconciler.HoldSwitchingOver)
 	}
 }
 

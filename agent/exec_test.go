@@ -106,6 +106,12 @@ func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
 	c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil)}
 	p.now = p.now.Add(3 * time.Second)
 	c.noteLeader(p, []reconciler.Pod{{Ordinal: 1, Leader: true}})
+	// For a moment both checks pass: the switch is announced, and the hold
+	// stays, so that the old leader is not asked for another switchover.
+	c.noteLeader(p, []reconciler.Pod{{Ordinal: 1, Leader: true}, {Ordinal: 2, Leader: true}})
+	if holds := p.st.liveHolds(p.now); len(holds) != 1 {
+		t.Fatalf("holds while pg-1 and pg-2 both look like leaders: %+v", holds)
+	}
 	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
 	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
 	d, _ := c.sets.get(p.key)
@@ -118,7 +124,7 @@ func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
 	// timeout, and then held pg-1's next disruption, saying "handed
 	// leadership to pg-2; waiting for the leader check to pass there".
 	if holds := p.st.liveHolds(p.now); len(holds) != 0 {
-		t.Fatalf("holds once pg-2 leads: %+v", holds)
+		t.Fatalf("holds once only pg-2 leads: %+v", holds)
 	}
 
 	exit = 3
