@@ -614,8 +614,11 @@ type rolloutResult struct {
 	maxGap      time.Duration
 	acked       int
 	switchovers int
-	timelines   [2]int
-	steps       []string
+	// asked counts the switchover commands run (the "handing leadership
+	// to" events) and failed the SwitchoverFailed events.
+	asked, failed int
+	timelines     [2]int
+	steps         []string
 }
 
 // rollout changes the template (an env var) together with the given meta
@@ -658,6 +661,14 @@ func (pc *pgCluster) rollout(t *testing.T, mode string, n int, meta map[string]s
 	for _, st := range r.steps {
 		if st == "switchover" {
 			r.switchovers++
+		}
+	}
+	for _, e := range evs {
+		switch {
+		case e.Type == "Switchover" && strings.Contains(e.Message, "handing leadership to"):
+			r.asked++
+		case e.Type == "SwitchoverFailed":
+			r.failed++
 		}
 	}
 	t.Logf("%s: rollout %v, longest write gap %v (%d writes acknowledged), %d switchover(s), timeline %d -> %d, steps %v; events:%s",
@@ -703,8 +714,8 @@ func TestPostgres(t *testing.T) {
 	t.Run("switchover", func(t *testing.T) {
 		r := pc.rollout(t, "switchover", 1, map[string]string{"statefulset_leader_update": "switchover"}, nil, nil)
 		results = append(results, r)
-		if r.switchovers != 1 {
-			t.Errorf("%d switchovers in the rollout, want exactly 1", r.switchovers)
+		if r.switchovers != 1 || r.asked != 1 || r.failed != 0 {
+			t.Errorf("%d switchovers in the rollout (%d commands run, %d failed), want exactly 1", r.switchovers, r.asked, r.failed)
 		}
 		if want := []string{"2", "0", "switchover", "1"}; strings.Join(r.steps, ",") != strings.Join(want, ",") {
 			t.Errorf("steps %v, want %v: the leader last, after one switchover", r.steps, want)
@@ -751,8 +762,13 @@ func TestPostgres(t *testing.T) {
 		var waited time.Duration
 		r := pc.rollout(t, "supervised", 4, map[string]string{"statefulset_leader_check": "primary", "statefulset_leader_update": "supervised"}, nil, func() {
 			var cond client.Condition
+			last := ""
 			Eventually(t, pgWaitLong, "the rollout to wait for approval before the primary", func() error {
 				c, ok, st := pc.condition("WaitingForApproval", "")
+				if seen := fmt.Sprintf("waiting for approval %v, updated %d; %s", ok, st.Status.UpdatedReplicas, podLine(st)); seen != last {
+					t.Logf("%s %s", time.Now().Format("15:04:05.000"), seen)
+					last = seen
+				}
 				if !ok {
 					return fmt.Errorf("conditions %+v; pods %s", st.Status.Conditions, podLine(st))
 				}
@@ -787,6 +803,9 @@ func TestPostgres(t *testing.T) {
 		results = append(results, r)
 		if r.switchovers != 0 {
 			t.Errorf("%d switchovers under supervised", r.switchovers)
+		}
+		if want := []string{"2", "0", "1"}; strings.Join(r.steps, ",") != strings.Join(want, ",") {
+			t.Errorf("steps %v, want %v: the leader (1) last, once approved", r.steps, want)
 		}
 		pc.waitLeader(t, 1)
 	})
@@ -844,9 +863,19 @@ func TestPostgres(t *testing.T) {
 		if err := node.Undrain(); err != nil {
 			t.Fatal(err)
 		}
-		st, _ := setStatus(pc.d, pgSet)
 		pc.waitRollout(t, "", pgWaitLong)
-		_ = st
+		if a := runningAlloc(t, pc.m, victim); a == nil || a.NodeID != node.NodeID {
+			t.Errorf("%s did not come back on its node (its volume's) after the drain", victim)
+		}
+		drained := 0
+		for _, e := range pc.ev.since(start) {
+			if e.Type == "DeletePod" && strings.HasPrefix(e.Message, "DeletePod "+victim+":") {
+				drained++
+			}
+		}
+		if drained != 1 {
+			t.Errorf("%s was taken down %d times by the daemon during the drain, want once:%s", victim, drained, eventLines(pc.ev.since(start)))
+		}
 	})
 
 	pc.w.verify(t)
