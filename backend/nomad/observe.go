@@ -69,6 +69,15 @@ type StoppedChild struct {
 	JobModifyIndex uint64
 }
 
+// ClassParameter is the host volume parameter that records a volume's
+// storage class: the name of the agent's volume_provisioner block that made
+// it (statefulset_claim_<claim>_class). The built-in provisioner sets it
+// on the volumes of named classes; a volume without it belongs to the
+// unnamed block, the default class. Nomad hands parameters to the host
+// volume plugin, which must accept the key (the mkdir plugin refuses
+// parameters it does not know, so named classes cannot use it).
+const ClassParameter = "nomad_statefulset_class"
+
 // VolumeDetail is one observed per-ordinal volume.
 type VolumeDetail struct {
 	Volume reconciler.Volume

@@ -206,3 +206,16 @@ func (p provisioner) DeleteVolume(ctx context.Context, req *plugin.VolumeRequest
 	}
 	return nil
 }
+
+// ExpandVolume implements plugin.VolumeProvisioner.
+func (p provisioner) ExpandVolume(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return nil, fmt.Errorf("expanding volume %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	v, err := vp.ExpandVolume(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("expanding volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
+	}
+	return v, nil
+}
