@@ -78,7 +78,9 @@ type StoppedChild struct {
 // parameters it does not know, so named classes cannot use it).
 const ClassParameter = "nomad_statefulset_class"
 
-// VolumeDetail is one observed per-ordinal volume.
+// VolumeDetail is one observed per-ordinal volume. Its Volume's Capacity
+// is Nomad's CapacityBytes (what the host volume plugin reported; Nomad's
+// mkdir plugin reports 0), and its Class the volume's ClassParameter.
 type VolumeDetail struct {
 	Volume reconciler.Volume
 	ID     string
@@ -177,8 +179,9 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		for _, o := range ords {
 			v := m[o]
 			obs.Volumes = append(obs.Volumes, VolumeDetail{
-				Volume: reconciler.Volume{Claim: claim, Ordinal: o, Name: v.Name},
-				ID:     v.ID, NodeID: v.NodeID,
+				Volume: reconciler.Volume{Claim: claim, Ordinal: o, Name: v.Name,
+					Class: c.volumeClasses[v.ID], Capacity: v.CapacityBytes},
+				ID: v.ID, NodeID: v.NodeID,
 			})
 		}
 	}
