@@ -139,9 +139,14 @@ type provisioner struct{ m *Manager }
 func (p provisioner) current(req *plugin.VolumeRequest) (*instance, plugin.VolumeProvisioner, *plugin.VolumeRequest, error) {
 	p.m.mu.RLock()
 	vc, ok := p.m.classes[req.Class]
+	loaded := p.m.classes != nil
 	conf := maps.Clone(vc.Config)
 	p.m.mu.RUnlock()
-	if !ok {
+	switch {
+	case !loaded:
+		// Before Start, no class is known, the default one included.
+		return nil, nil, nil, fmt.Errorf("%w: the plugin manager has not loaded its plugins", plugin.ErrPluginUnavailable)
+	case !ok:
 		return nil, nil, nil, p.unknown(req.Class)
 	}
 	name := vc.Plugin

@@ -499,6 +499,9 @@ volume_provisioner "archive" {
 }
 `, dir))
 	m := newManager(t, Options{})
+	if _, err := m.Provisioner().CreateVolume(ctx, &plugin.VolumeRequest{Name: "v"}); !errors.Is(err, plugin.ErrPluginUnavailable) {
+		t.Fatalf("CreateVolume before Start = %v; want plugin.ErrPluginUnavailable", err)
+	}
 	start(t, m, cfg)
 	if got := m.Classes(); fmt.Sprint(got) != "[archive fast]" {
 		t.Fatalf("Classes() = %v", got)
