@@ -55,6 +55,9 @@ type setState struct {
 	// switching is the switchover whose command ran, until another pod
 	// is seen to lead.
 	switching *switchoverRecord
+	// cannotExpand are the storage classes whose provisioner said it
+	// cannot expand volumes.
+	cannotExpand []string
 
 	viewMu sync.Mutex
 	// view is what the HTTP API shows for the set.
