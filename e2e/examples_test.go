@@ -8,6 +8,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // TestExamplesRegister parses every examples/*.nomad.hcl with a real Nomad's
@@ -38,6 +39,11 @@ func TestExamplesRegister(t *testing.T) {
 			if got.Meta["statefulset"] == "true" {
 				if len(got.TaskGroups) != 1 || got.TaskGroups[0].Count == nil || *got.TaskGroups[0].Count != 0 {
 					t.Errorf("%s: an annotated parent must have one group with count = 0", f)
+				}
+				// The daemon reads it as Nomad holds it: every annotation
+				// parses and keeps its rules.
+				if _, err := jobs.Parse(got); err != nil {
+					t.Errorf("%s: the daemon rejects it: %v", f, err)
 				}
 			}
 		})
