@@ -22,21 +22,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 )
 
-// sizedPlugin is a dynamic host volume plugin that gives every volume
-// exactly capacity_min, as a quota or LVM plugin would: Nomad's own mkdir
-// reports no size at all, so a real expansion needs one like this. It
-// refuses nothing; Nomad's checks are what the test is about.
-const sizedPlugin = `#!/bin/sh
-case "$1" in
-fingerprint) echo '{"version": "0.0.1"}' ;;
-create)
-  mkdir -p "$DHV_VOLUMES_DIR/$DHV_VOLUME_ID" || exit 1
-  echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\", \"bytes\": $DHV_CAPACITY_MIN_BYTES}" ;;
-delete) rm -rf "$DHV_VOLUMES_DIR/$DHV_VOLUME_ID" ;;
-*) echo "unknown operation $1" >&2; exit 1 ;;
-esac
-`
-
 // TestRealNomadExpandsAHostVolume takes one volume of a named class through
 // the built-in provisioner against a real Nomad 1.10: created at 10MiB
 // with its class in its parameters, expanded to 20MiB by an update of its
@@ -46,7 +31,7 @@ esac
 // no parameters) and each new capacity from the volume's events.
 func TestRealNomadExpandsAHostVolume(t *testing.T) {
 	n := testagent.Nomad(t)
-	if err := os.WriteFile(filepath.Join(n.HostVolumePluginDir, "sized"), []byte(sizedPlugin), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(n.HostVolumePluginDir, "sized"), []byte(testagent.SizedHostVolumePlugin), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// Host volume plugins are fingerprinted when the client starts (or

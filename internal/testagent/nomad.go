@@ -62,6 +62,8 @@ type nomadConfig struct {
 	logLevel   string
 	drivers    []string
 	timeout    time.Duration
+	// hostVolumePlugins are scripts by plugin ID (WithHostVolumePlugin).
+	hostVolumePlugins map[string]string
 }
 
 // WithoutClient runs a server only (no client node): the server of a
@@ -197,6 +199,9 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
 		}
+	}
+	if err := a.installHostVolumePlugins(); err != nil {
+		t.Fatalf("testagent: %v", err)
 	}
 	a.Name = "testagent-" + filepath.Base(dir)
 	p := NomadConfigParams{
