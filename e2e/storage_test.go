@@ -244,7 +244,9 @@ func (s *storageRun) unknownCapacityLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cache after its claim asked 2MiB of a mkdir volume: conditions %+v", st.Status.Conditions)
+	if cond, ok := trueCondition(st, "VolumeClaimRefused"); !ok || !strings.Contains(cond.Message, "reports no size") {
+		t.Errorf("cache does not say its mkdir volume cannot be grown: %+v", st.Status.Conditions)
+	}
 }
 
 // shrinkRefused asks for a maximum below the volumes' size: the set says

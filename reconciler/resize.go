@@ -82,7 +82,7 @@ func (r *reconciler) expandVolumes(i int) {
 // shrink) or of another class than the claim names (its class stays; the
 // class applies to volumes made after the change). Empty when none.
 func (r *reconciler) claimRefusals() string {
-	var shrink, class, stuck []string
+	var shrink, class, stuck, unknown []string
 	for i := range r.in.Volumes {
 		v := &r.in.Volumes[i]
 		t, ok := r.claimTemplate(v.Claim)
@@ -98,8 +98,12 @@ func (r *reconciler) claimRefusals() string {
 		if v.Class == t.Class && v.Capacity > 0 && t.CapacityMin > v.Capacity && slices.Contains(r.in.CannotExpand, v.Class) {
 			stuck = append(stuck, v.Name)
 		}
+		if v.Class == t.Class && v.Capacity == 0 && t.CapacityMin > 0 {
+			unknown = append(unknown, v.Name)
+		}
 	}
 	sort.Strings(stuck)
+	sort.Strings(unknown)
 	sort.Strings(shrink)
 	sort.Strings(class)
 	var msgs []string
@@ -111,6 +115,11 @@ func (r *reconciler) claimRefusals() string {
 	}
 	if len(stuck) > 0 {
 		msgs = append(msgs, "their provisioner cannot expand volumes, so they keep their size: "+strings.Join(stuck, ", "))
+	}
+	if len(unknown) > 0 {
+		// mkdir reports no size: what the claim asks cannot be checked,
+		// so nothing is grown, and the operator must be told.
+		msgs = append(msgs, "their provisioner reports no size, so they are not grown to what the claim asks: "+strings.Join(unknown, ", "))
 	}
 	return strings.Join(msgs, "; ")
 }
