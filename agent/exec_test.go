@@ -234,3 +234,19 @@ func countEvents(d client.SetDetail, typ, text string) int {
 	}
 	return n
 }
+
+// TestUnknownClassHoldsNamingTheKey: a claim naming a storage class the
+// agent has no volume_provisioner block for holds that ordinal's creation,
+// and the set says which key names it; nothing is created.
+func TestUnknownClassHoldsNamingTheKey(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("uc", map[string]string{"statefulset_replicas": "1", "statefulset_claim_data_class": "fsat"}, "v1"))
+	h.waitFor("the set to name the unknown class's key", 20*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("uc"))
+		return ok && c.Reason == "UnknownClass" && strings.Contains(c.Message, "statefulset_claim_data_class") &&
+			strings.Contains(c.Message, "fsat"), fmt.Sprintf("%+v", c)
+	})
+	if n := len(h.sim.HostVolumes()); n != 0 {
+		t.Fatalf("%d volumes created for a claim of an unknown class", n)
+	}
+}
