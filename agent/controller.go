@@ -246,6 +246,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	p.in.Holds = append(slices.Clone(p.st.liveHolds(now)), p.st.backoffHolds(now)...)
 	p.in.Holds = append(p.in.Holds, c.unwatchedGone(p)...)
 	p.in.Cleared = slices.Clone(p.st.liveClearances(now))
+	p.in.CannotExpand = slices.Clone(p.st.cannotExpand)
 	return true, nil
 }
 
@@ -582,7 +583,7 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 			return fmt.Sprintf("%s %s-%d: %s", a.Type, key.Name, a.Ordinal, a.Reason)
 		}
 		return fmt.Sprintf("%s %s-%d (revision %s): %s", a.Type, key.Name, a.Ordinal, a.Revision.Name, a.Reason)
-	case reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume:
+	case reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume, reconciler.ActionExpandVolume:
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Volume.Name, a.Reason)
 	default:
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Revision.Name, a.Reason)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/bytesize"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -71,6 +72,8 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		return false, e.createVolume(ectx, p, act)
 	case reconciler.ActionDeleteVolume:
 		return false, e.deleteVolume(ectx, p, act)
+	case reconciler.ActionExpandVolume:
+		return false, e.expandVolume(ectx, p, act)
 	case reconciler.ActionCreatePod:
 		return false, e.createPod(ectx, p, act)
 	case reconciler.ActionDeletePod:
@@ -328,14 +331,75 @@ func ordinalNode(p *pass, ord int) string {
 }
 
 // volumeRequest describes a claim's volume for a provisioner plugin.
-func volumeRequest(key backend.SetKey, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
-	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name}
+func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
+	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name,
+		Class: act.Volume.Class}
+	for _, t := range spec.ClaimTemplates {
+		if t.Claim == act.Volume.Claim {
+			// What the claim asks; an expansion asks the action's size.
+			req.CapacityMin, req.CapacityMax = t.CapacityMin, t.CapacityMax
+		}
+	}
+	if act.Type == reconciler.ActionExpandVolume {
+		req.CapacityMin = act.Volume.Capacity
+		req.CapacityMax = max(req.CapacityMax, req.CapacityMin)
+	}
 	pl := jobs.PlacementOf(obs.Parent, act.Volume.Claim)
 	req.NodePool, req.AccessMode, req.AttachmentMode = pl.NodePool, pl.AccessMode, pl.AttachmentMode
 	for _, c := range pl.Constraints {
 		req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
 	}
 	return req
+}
+
+// expandVolume grows a volume whose pod is gone to what its claim asks. A
+// provisioner that cannot expand is remembered (the reconciler then leaves
+// that class's volumes at their size, and says so) and the pod comes back
+// on its volume as it is: nothing stops. A volume Nomad still counts as
+// claimed (the old allocation is being released) waits a little.
+func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+	started := e.clock()
+	before := int64(0)
+	for _, v := range p.obs.Volumes {
+		if v.Volume.Name == act.Volume.Name {
+			before = v.Volume.Capacity
+		}
+	}
+	_, err := e.provisioner.ExpandVolume(ctx, volumeRequest(p.key, p.spec, p.obs, act))
+	switch {
+	case errors.Is(err, plugin.ErrExpandUnsupported):
+		p.st.cannotExpand = appendUnique(p.st.cannotExpand, act.Volume.Class)
+		e.event(p.key, p.now, "ExpandUnsupported", fmt.Sprintf("%s: the provisioner of class %q cannot expand volumes; it keeps its %s",
+			act.Volume.Name, classOrDefault(act.Volume.Class), bytesize.Format(before)))
+		return nil
+	case errors.Is(err, plugin.ErrVolumeInUse):
+		return &holdError{step: reconciler.StepCreate, reason: "VolumeInUse", wait: 5 * time.Second, msg: err.Error()}
+	case err != nil:
+		return pluginDown(err)
+	}
+	e.event(p.key, p.now, "VolumeExpanded", fmt.Sprintf("%s: %s → %s in %s", act.Volume.Name, bytesize.Format(before),
+		bytesize.Format(act.Volume.Capacity), e.clock().Sub(started).Round(time.Millisecond)))
+	name, want := act.Volume.Name, act.Volume.Capacity
+	p.st.expectWrite("volume "+name+" expanded", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+		return slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name && v.Volume.Capacity >= want })
+	})
+	return nil
+}
+
+// classOrDefault names a storage class for messages.
+func classOrDefault(class string) string {
+	if class == "" {
+		return "(default)"
+	}
+	return class
+}
+
+// appendUnique adds s to list unless it is there.
+func appendUnique(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 // pluginDown turns a plugin outage into a hold on the ordinal's creation:
@@ -354,7 +418,7 @@ func pluginDown(err error) error {
 // them on one node.
 func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.Action) error {
 	key, spec := p.key, p.spec
-	req := volumeRequest(key, p.obs, act)
+	req := volumeRequest(key, spec, p.obs, act)
 	var used []string
 	if node := ordinalNode(p, act.Ordinal); node != "" {
 		req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: "${node.unique.id}", RTarget: node, Operand: "="})
@@ -371,6 +435,10 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 		// decides whether to wait (a required spread) or to place it where
 		// it fits (a soft one).
 		return spreadUnmet(act.Ordinal, spec, used, err)
+	}
+	if errors.Is(err, plugin.ErrUnknownClass) {
+		return &holdError{step: reconciler.StepCreate, reason: "UnknownClass", wait: time.Minute,
+			msg: fmt.Sprintf("%s: %v", jobs.ClaimClassKey(act.Volume.Claim), err)}
 	}
 	if err != nil {
 		return pluginDown(err)
@@ -397,7 +465,7 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 }
 
 func (e *podControl) deleteVolume(ctx context.Context, p *pass, act reconciler.Action) error {
-	if err := e.provisioner.DeleteVolume(ctx, volumeRequest(p.key, p.obs, act)); err != nil {
+	if err := e.provisioner.DeleteVolume(ctx, volumeRequest(p.key, p.spec, p.obs, act)); err != nil {
 		return pluginDown(err)
 	}
 	name := act.Volume.Name

@@ -75,14 +75,8 @@ func (st *setState) askFailed(ord int) time.Duration {
 // liveClearances drops the disruption checks that went stale by now and
 // returns the rest.
 func (st *setState) liveClearances(now time.Time) []reconciler.Clearance {
-	keep := st.cleared[:0]
-	for _, c := range st.cleared {
-		if c.Until.After(now) {
-			keep = append(keep, c)
-		}
-	}
-	st.cleared = keep
-	return keep
+	st.cleared = dropEnded(st.cleared, now, func(c reconciler.Clearance) time.Time { return c.Until })
+	return st.cleared
 }
 
 // runCommand runs command in the exec task of ordinal runner's pod, about

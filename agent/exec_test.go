@@ -11,8 +11,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -174,5 +177,90 @@ func TestDisruptionCheckHoldsARolloutOnSimulatedNomad(t *testing.T) {
 	defer mu.Unlock()
 	if passes < 3 {
 		t.Fatalf("3 pods went down with %d passing checks", passes)
+	}
+}
+
+// TestClaimGrowthOnSimulatedNomad: the whole agent on the simulated Nomad.
+// Raising a claim's capacity grows each volume in place, one pod at a time,
+// each named in a VolumeExpanded event with its sizes, and the pods come
+// back on their volumes. With the mkdir plugin, which cannot expand, the
+// first pod comes back on its volume as it was, the set says the volumes
+// keep their size, and no other pod is restarted.
+func TestClaimGrowthOnSimulatedNomad(t *testing.T) {
+	for _, tc := range []struct {
+		plugin string
+		grows  bool
+	}{{"lvm", true}, {"mkdir", false}} {
+		t.Run(tc.plugin, func(t *testing.T) {
+			h := startAgentWith(t, fastSim(), func(o *Options) {
+				o.Plugins = manager.ConfigOf(config.Default())
+				o.Plugins.VolumeProvisioner.Config = map[string]string{"plugin_id": tc.plugin}
+			})
+			meta := map[string]string{"statefulset_replicas": "3", "statefulset_claim_data_capacity": "10MiB"}
+			h.register(parentJob("grow", meta, "v1"))
+			h.waitConverged("grow", 3, nil)
+			created := h.sim.Calls()[nomad.VerbRegisterJob]
+			meta["statefulset_claim_data_capacity"] = "20MiB"
+			h.register(parentJob("grow", meta, "v1"))
+			if tc.grows {
+				h.waitFor("every volume to grow", 20*time.Second, func() (bool, string) {
+					vols := h.sim.HostVolumes()
+					for _, v := range vols {
+						if v.CapacityBytes < 20<<20 {
+							return false, fmt.Sprintf("%s at %d", v.Name, v.CapacityBytes)
+						}
+					}
+					return len(vols) == 3, fmt.Sprint(len(vols), " volumes")
+				})
+				h.waitConverged("grow", 3, nil)
+				if n := countEvents(h.view("grow"), "VolumeExpanded", "10MiB → 20MiB"); n != 3 {
+					t.Fatalf("%d VolumeExpanded events, want 3: %+v", n, h.view("grow").Events)
+				}
+				return
+			}
+			h.waitFor("the set to say its volumes keep their size", 20*time.Second, func() (bool, string) {
+				d := h.view("grow")
+				for _, c := range d.Status.Conditions {
+					if c.Type == string(reconciler.ConditionVolumeClaimRefused) && strings.Contains(c.Message, "cannot expand") {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprintf("%+v", d.Status.Conditions)
+			})
+			h.waitConverged("grow", 3, nil)
+			h.settle()
+			// One registration for the pod that found out, 3 for the set
+			// before: the others were never restarted.
+			if n := h.sim.Calls()[nomad.VerbRegisterJob] - created; n > 2 {
+				t.Fatalf("%d registrations after the claim grew on a provisioner that cannot expand", n)
+			}
+		})
+	}
+}
+
+// countEvents counts the events of a type whose message holds text.
+func countEvents(d client.SetDetail, typ, text string) int {
+	n := 0
+	for _, e := range d.Events {
+		if e.Type == typ && strings.Contains(e.Message, text) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUnknownClassHoldsNamingTheKey: a claim naming a storage class the
+// agent has no volume_provisioner block for holds that ordinal's creation,
+// and the set says which key names it; nothing is created.
+func TestUnknownClassHoldsNamingTheKey(t *testing.T) {
+	h := startAgent(t, fastSim())
+	h.register(parentJob("uc", map[string]string{"statefulset_replicas": "1", "statefulset_claim_data_class": "fsat"}, "v1"))
+	h.waitFor("the set to name the unknown class's key", 20*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("uc"))
+		return ok && c.Reason == "UnknownClass" && strings.Contains(c.Message, "statefulset_claim_data_class") &&
+			strings.Contains(c.Message, "fsat"), fmt.Sprintf("%+v", c)
+	})
+	if n := len(h.sim.HostVolumes()); n != 0 {
+		t.Fatalf("%d volumes created for a claim of an unknown class", n)
 	}
 }

@@ -55,6 +55,9 @@ type setState struct {
 	// switching is the switchover whose command ran, until another pod
 	// is seen to lead.
 	switching *switchoverRecord
+	// cannotExpand are the storage classes whose provisioner said it
+	// cannot expand volumes.
+	cannotExpand []string
 
 	viewMu sync.Mutex
 	// view is what the HTTP API shows for the set.
@@ -117,13 +120,18 @@ func (st *setState) dropHold(ord int, reason string) {
 
 // liveHolds drops the holds that ended by now and returns the rest.
 func (st *setState) liveHolds(now time.Time) []reconciler.Hold {
-	keep := st.holds[:0]
-	for _, h := range st.holds {
-		if h.Until.After(now) {
-			keep = append(keep, h)
+	st.holds = dropEnded(st.holds, now, func(h reconciler.Hold) time.Time { return h.Until })
+	return st.holds
+}
+
+// dropEnded keeps, in place, the entries of list whose end is after now.
+func dropEnded[T any](list []T, now time.Time, end func(T) time.Time) []T {
+	keep := list[:0]
+	for _, x := range list {
+		if end(x).After(now) {
+			keep = append(keep, x)
 		}
 	}
-	st.holds = keep
 	return keep
 }
 

@@ -317,6 +317,10 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 	if len(d.Pods) > 0 {
 		done = done && podsAbovePartitionUpdated(d) >= p.Target
 	}
+	// A claim that grew is rolled out like a template: not done while a
+	// volume still waits to grow.
+	growing := volumesToGrow(d)
+	done = done && growing == 0
 	if done {
 		p.Phase = "done"
 		if sp.Partition > 0 {
@@ -347,11 +351,35 @@ func evaluateRollout(d *client.SetDetail, minIndex uint64) rolloutProgress {
 	if st.UpdateRevision != "" {
 		fmt.Fprintf(&b, " to revision %s", st.UpdateRevision)
 	}
+	if growing > 0 {
+		fmt.Fprintf(&b, "; %d volumes still to grow to what their claim asks", growing)
+	}
 	if sp.Paused {
 		fmt.Fprintf(&b, "; paused (run 'nomad-statefulset rollout resume %s')", d.Name)
 	}
+	// What the rollout waits for, when something outside it holds a step:
+	// the leader's approval, a refused disruption check, a switchover.
+	for _, typ := range []string{"WaitingForApproval", "Held"} {
+		if cond := findCondition(st.Conditions, typ); cond != nil && cond.Status {
+			fmt.Fprintf(&b, "; waiting: %s (%s)", oneLine(cond.Message), cond.Reason)
+			break
+		}
+	}
 	p.Message = b.String()
 	return p
+}
+
+// volumesToGrow counts the volumes of the set's pods that wait to grow.
+func volumesToGrow(d *client.SetDetail) int {
+	n := 0
+	for _, p := range d.Pods {
+		for _, c := range p.Claims {
+			if c.ResizePending {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // updatingPod names the pod the rollout is working on and what is

@@ -356,3 +356,24 @@ func TestRolloutStatusUndoWithPartitionIsNotDoneEarly(t *testing.T) {
 		t.Fatalf("all pods from the partition up are back: %s: %s", p.Phase, p.Message)
 	}
 }
+
+// TestRolloutStatusFollowsAGrowingClaim: a claim that grew is followed like a
+// template rollout: not done while a volume waits to grow, and the wait
+// says so, as it says what holds a step (the leader's approval here).
+func TestRolloutStatusFollowsAGrowingClaim(t *testing.T) {
+	d := &client.SetDetail{Name: "db", Spec: client.Spec{Replicas: 2},
+		Status: client.Status{Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2, CurrentRevision: "db-1", UpdateRevision: "db-1",
+			Conditions: []client.Condition{{Type: "WaitingForApproval", Status: true, Reason: "LeaderUpdateSupervised", Message: "the leader db-0 is taken down once approved"}}},
+		Pods: []client.Pod{
+			{Ordinal: 0, Name: "db-0", Revision: "db-1", State: "Available", Claims: []client.ClaimVolume{{Name: "data-db-0", ResizePending: true}}},
+			{Ordinal: 1, Name: "db-1", Revision: "db-1", State: "Available", Claims: []client.ClaimVolume{{Name: "data-db-1"}}},
+		}}
+	p := evaluateRollout(d, 0)
+	if p.Phase == "done" || !strings.Contains(p.Message, "1 volumes still to grow") || !strings.Contains(p.Message, "waiting: the leader db-0 is taken down once approved") {
+		t.Fatalf("phase %q: %s", p.Phase, p.Message)
+	}
+	d.Pods[0].Claims[0].ResizePending = false
+	if p := evaluateRollout(d, 0); p.Phase != "done" {
+		t.Fatalf("all volumes grown: phase %q: %s", p.Phase, p.Message)
+	}
+}

@@ -64,6 +64,39 @@ func TestNomadACLPolicy(t *testing.T) {
 		waitConverged(t, c, d, "acl", 2, nil)
 		d.Stop()
 	})
+	t.Run("alloc-exec runs the disruption check", func(t *testing.T) {
+		// DESIGN §3b: a set that declares a disruption check needs
+		// alloc-exec in its namespace, and nothing more. Without it the
+		// rollout holds, naming the capability; with it the check runs in
+		// the pods through Nomad's alloc exec API and the rollout ends.
+		meta := map[string]string{"statefulset_replicas": "2", "statefulset_disruption_check": "test -d /alloc"}
+		d := daemonWithToken(t, c, createToken(t, c, "no-exec", agentPolicy))
+		RegisterHCL(t, c.Nomad.Client, setSpec{name: "aclexec", noVolume: true, meta: meta}.hcl())
+		old := waitConverged(t, c, d, "aclexec", 2, nil)[0]
+		updateParent(t, c, "aclexec", changeTemplate("v2"))
+		Eventually(t, time.Minute, "the rollout to hold for want of alloc-exec", func() error {
+			st, err := setStatus(d, "aclexec")
+			if err != nil {
+				return err
+			}
+			for _, e := range st.Events {
+				if e.Type == "DisruptionCheckFailed" && strings.Contains(e.Message, "alloc-exec") {
+					return nil
+				}
+			}
+			return fmt.Errorf("events: %+v", st.Events)
+		})
+		d.Stop()
+		withExec := strings.Replace(agentPolicy, `"host-volume-write"]`, `"host-volume-write", "alloc-exec"]`, 1)
+		d = daemonWithToken(t, c, createToken(t, c, "with-exec", withExec))
+		waitConverged(t, c, d, "aclexec", 2, func(o int, r string) error {
+			if r == old {
+				return fmt.Errorf("ordinal %d still at the old revision", o)
+			}
+			return nil
+		})
+		d.Stop()
+	})
 	t.Run("missing capability is named", func(t *testing.T) {
 		weak := strings.Replace(agentPolicy, `"submit-job",`, "", 1)
 		d := daemonWithToken(t, c, createToken(t, c, "weak", weak))

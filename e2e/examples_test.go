@@ -9,6 +9,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // annotatedExamples lists the example jobs: examples/*.nomad.hcl, and the
@@ -62,6 +63,11 @@ func TestExamplesRegister(t *testing.T) {
 			if got.Meta["statefulset"] == "true" {
 				if len(got.TaskGroups) != 1 || got.TaskGroups[0].Count == nil || *got.TaskGroups[0].Count != 0 {
 					t.Errorf("%s: an annotated parent must have one group with count = 0", f)
+				}
+				// The daemon reads it as Nomad holds it: every annotation
+				// parses and keeps its rules.
+				if _, err := jobs.Parse(got); err != nil {
+					t.Errorf("%s: the daemon rejects it: %v", f, err)
 				}
 			}
 		})

@@ -476,54 +476,12 @@ func head(ids []int64, n int) []int64 {
 	return ids
 }
 
-// eventLog gathers the set's events from the daemon (which keeps only its
-// last 20) for the whole test.
-type eventLog struct {
-	mu     sync.Mutex
-	seen   map[string]bool
-	events []client.Event
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-func (pc *pgCluster) startEvents(t *testing.T) {
-	e := &eventLog{seen: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	pc.ev = e
-	go func() {
-		defer close(e.done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if st, err := setStatus(pc.d, pgSet); err == nil {
-				e.mu.Lock()
-				for _, ev := range st.Events {
-					k := ev.Time.String() + ev.Type + ev.Message
-					if !e.seen[k] {
-						e.seen[k] = true
-						e.events = append(e.events, ev)
-					}
-				}
-				e.mu.Unlock()
-			}
-			select {
-			case <-e.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(e.stop)
-		<-e.done
-	})
-}
-
-// since returns the events from t on, oldest first.
-func (e *eventLog) since(from time.Time) []client.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// since returns the events seen from t on, oldest first.
+func (l *eventLog) since(from time.Time) []client.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var out []client.Event
-	for _, ev := range e.events {
+	for _, ev := range l.all {
 		if !ev.Time.Before(from) {
 			out = append(out, ev)
 		}
@@ -699,7 +657,7 @@ func (pc *pgCluster) condition(typ, reason string) (client.Condition, bool, clie
 func TestPostgres(t *testing.T) {
 	began := time.Now()
 	pc := startPostgres(t)
-	pc.startEvents(t)
+	pc.ev = recordEvents(t, pc.d, pgSet)
 	pc.startWriter(t)
 	pc.m.Watchdog.TrackDown(pgSet, 3)
 	var results []rolloutResult

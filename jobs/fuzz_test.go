@@ -37,6 +37,9 @@ func FuzzParse(f *testing.F) {
 	f.Add("statefulset=true\nstatefulset_leader_check=service: \"web\" check\nstatefulset_leader_update=supervised\nstatefulset_approve=t1", 0, uint8(5), "host", "pg")
 	f.Add("statefulset=true\nstatefulset_disruption_check=pg_isready\nstatefulset_exec_task=backup", 0, uint8(5), "host", "pg")
 	f.Add("statefulset=true\nstatefulset_disruption_check=true\nstatefulset_leader_update=switchover\nstatefulset_exec_timeout=0", 0, uint8(5), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_volume_claims=data,logs\nstatefulset_claim_data_capacity=10GiB..20GiB\nstatefulset_claim_data_class=fast\nstatefulset_claim_logs_capacity=1.5GB", 0, uint8(1), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_volume_claims=data\nstatefulset_claim_dta_capacity=10GiBs\nstatefulset_claim_data_class=9x\nstatefulset_claim_data_size=1", 0, uint8(1), "host", "pg")
+	f.Add("statefulset=true\nstatefulset_volume_claims=data\nstatefulset_claim_data_capacity=20GiB..10GiB", 0, uint8(1), "host", "db")
 	f.Fuzz(func(t *testing.T, metaText string, count int, groups uint8, volType, id string) {
 		job := newJob(metaFromText(metaText))
 		job.ID = &id
@@ -79,6 +82,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("RevisionData of an accepted job: %v", err)
 		}
+		checkClaimSpec(t, job, spec, data)
 		rev := testRevision(spec.Name, data)
 		for _, ord := range []int{spec.OrdinalsStart, maxOrdinal(spec)} {
 			child, err := RenderChild(spec, rev, ord)
@@ -127,6 +131,47 @@ func checkLeaderSpec(t *testing.T, job *api.Job, spec reconciler.Spec) {
 	}
 	if _, ok := job.Meta[KeyApprove]; ok && spec.Approval == "" {
 		t.Fatalf("an empty approval accepted")
+	}
+}
+
+// checkClaimSpec holds an accepted spec's claim templates to DESIGN §3b:
+// one per claim that has keys, in claim order, each a claim of the set,
+// with a minimum above zero and a maximum not below it, and a class name;
+// a template reads back from its own keys; and the claim keys are not in
+// the revision data.
+func checkClaimSpec(t *testing.T, job *api.Job, spec reconciler.Spec, data []byte) {
+	t.Helper()
+	at := map[string]int{}
+	for i, c := range spec.VolumeClaims {
+		at[c] = i
+	}
+	last := -1
+	for _, ct := range spec.ClaimTemplates {
+		i, ok := at[ct.Claim]
+		if !ok || i <= last {
+			t.Fatalf("claim templates %+v are not claims %v in their order", spec.ClaimTemplates, spec.VolumeClaims)
+		}
+		last = i
+		capKey, classKey := ClaimCapacityKey(ct.Claim), ClaimClassKey(ct.Claim)
+		if _, set := job.Meta[capKey]; set {
+			if ct.CapacityMin <= 0 || (ct.CapacityMax != 0 && ct.CapacityMax < ct.CapacityMin) {
+				t.Fatalf("capacity %d..%d accepted", ct.CapacityMin, ct.CapacityMax)
+			}
+			lo, hi, rule := parseCapacity(FormatCapacity(ct.CapacityMin, ct.CapacityMax))
+			if rule != "" || lo != ct.CapacityMin || hi != ct.CapacityMax {
+				t.Fatalf("%+v does not read back from %q: %d..%d %s", ct, FormatCapacity(ct.CapacityMin, ct.CapacityMax), lo, hi, rule)
+			}
+		} else if ct.CapacityMin != 0 || ct.CapacityMax != 0 {
+			t.Fatalf("%+v has a capacity without %s", ct, capKey)
+		}
+		if _, set := job.Meta[classKey]; set != (ct.Class != "") || (set && !className.MatchString(ct.Class)) {
+			t.Fatalf("%+v: class %q with %s set %v", ct, ct.Class, classKey, set)
+		}
+	}
+	for k := range job.Meta {
+		if strings.HasPrefix(k, KeyClaimPrefix) && strings.Contains(string(data), k) {
+			t.Fatalf("the revision data holds %s", k)
+		}
 	}
 }
 

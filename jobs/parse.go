@@ -55,7 +55,22 @@ const (
 	KeyPodReplacePrefix = "statefulset_pod_replace_"
 	// PodReplaceNewVolume is the value suffix of a -new-volume request.
 	PodReplaceNewVolume = ",new-volume"
+	// KeyClaimPrefix starts the per-claim keys of DESIGN §3b:
+	// statefulset_claim_<claim>_capacity = "<min>" or "<min>..<max>" (sizes
+	// as Nomad reads a host volume's capacity_min), and
+	// statefulset_claim_<claim>_class = a volume_provisioner block's name.
+	KeyClaimPrefix = "statefulset_claim_"
+	// ClaimCapacitySuffix and ClaimClassSuffix end the per-claim keys.
+	ClaimCapacitySuffix = "_capacity"
+	// ClaimClassSuffix: see ClaimCapacitySuffix.
+	ClaimClassSuffix = "_class"
 )
+
+// ClaimCapacityKey and ClaimClassKey are the per-claim keys of claim.
+func ClaimCapacityKey(claim string) string { return KeyClaimPrefix + claim + ClaimCapacitySuffix }
+
+// ClaimClassKey: see ClaimCapacityKey.
+func ClaimClassKey(claim string) string { return KeyClaimPrefix + claim + ClaimClassSuffix }
 
 // isSetKey reports whether a meta key belongs to managing the set (the
 // managed flag or a statefulset_* key) rather than to the template. It is
@@ -209,6 +224,7 @@ func Parse(job *api.Job) (reconciler.Spec, error) {
 
 	var ps problems
 	parseAnnotations(job.Meta, &spec, &ps)
+	parseClaimTemplates(job.Meta, &spec, &ps)
 	group := checkStructure(job, &ps)
 	checkNames(spec, &ps)
 	checkClaims(spec, group, &ps)
@@ -339,6 +355,11 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 			}
 			spec.Approval = v
 		default:
+			if strings.HasPrefix(k, KeyClaimPrefix) {
+				// They need the claims, which sort after them:
+				// parseClaimTemplates.
+				continue
+			}
 			if strings.HasPrefix(k, KeyPodReplacePrefix) {
 				if req, ok := parsePodReplace(k, raw, v, ps); ok {
 					spec.Replacements = append(spec.Replacements, req)
@@ -732,6 +753,9 @@ func nearAnnotation(k string) bool {
 }
 
 func unknownKeyRule(k string) string {
+	if strings.HasSuffix(k, ClaimCapacitySuffix) || strings.HasSuffix(k, ClaimClassSuffix) {
+		return "is not a known statefulset annotation: a claim's keys are " + ClaimCapacityKey("<claim>") + " and " + ClaimClassKey("<claim>")
+	}
 	return "is not a known statefulset annotation" + closest(k, annotationKeys)
 }
 

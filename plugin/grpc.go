@@ -3,11 +3,14 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/status"
 )
 
 // codecName is the gRPC content subtype of this package's services. See the
@@ -132,7 +135,10 @@ func method[Req any](service, name string, fn func(ctx context.Context, srv any,
 			if err := dec(req); err != nil {
 				return nil, err
 			}
-			h := func(ctx context.Context, r any) (any, error) { return fn(ctx, srv, r.(*Req)) }
+			h := func(ctx context.Context, r any) (any, error) {
+				resp, err := fn(ctx, srv, r.(*Req))
+				return resp, toStatus(err)
+			}
 			if ic == nil {
 				return h(ctx, req)
 			}
@@ -168,6 +174,9 @@ var volumeDesc = grpc.ServiceDesc{
 		method(volumeService, "DeleteVolume", func(ctx context.Context, srv any, req *VolumeRequest) (any, error) {
 			return &empty{}, srv.(VolumeProvisioner).DeleteVolume(ctx, req)
 		}),
+		method(volumeService, "ExpandVolume", func(ctx context.Context, srv any, req *VolumeRequest) (any, error) {
+			return srv.(VolumeProvisioner).ExpandVolume(ctx, req)
+		}),
 	},
 }
 
@@ -181,12 +190,67 @@ var hookDesc = grpc.ServiceDesc{
 	},
 }
 
+// sentinels are the errors that keep their identity across the wire, each
+// as a gRPC status code that nothing else in this protocol sends. The order
+// matters when an error wraps several: a shrink is refused whatever else
+// is wrong, so it is the one to report.
+var sentinels = []struct {
+	err  error
+	code codes.Code
+}{
+	{ErrVolumeShrink, codes.OutOfRange},
+	{ErrVolumeInUse, codes.FailedPrecondition},
+	{ErrExpandUnsupported, codes.Unimplemented},
+}
+
+// toStatus gives an error wrapping one of the sentinels its status code,
+// on the plugin's side. Other errors go as they are (gRPC sends them as
+// Unknown, with their message).
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return status.Error(s.code, err.Error())
+		}
+	}
+	return err
+}
+
+// remoteError is a plugin's error that wraps a sentinel: its message is the
+// plugin's, and errors.Is finds the sentinel.
+type remoteError struct {
+	msg  string
+	kind error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.kind }
+
+// fromStatus turns a sentinel's status code back into the sentinel, on the
+// agent's side. Unimplemented is gRPC's own answer for a method the plugin
+// does not serve, which is what an expansion asked of a plugin built
+// before ExpandVolume means: that one code is read only for it.
+func fromStatus(name string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, s := range sentinels {
+		if st.Code() == s.code && (s.code != codes.Unimplemented || name == "ExpandVolume") {
+			return &remoteError{msg: st.Message(), kind: s.err}
+		}
+	}
+	return err
+}
+
 // baseClient is the agent's stub of Base.
 type baseClient struct{ conn *grpc.ClientConn }
 
 func (c *baseClient) invoke(ctx context.Context, service, name string, req, resp any) error {
 	if err := c.conn.Invoke(ctx, "/"+service+"/"+name, req, resp, grpc.CallContentSubtype(codecName)); err != nil {
-		return fmt.Errorf("calling the plugin's %s: %w", name, err)
+		return fmt.Errorf("calling the plugin's %s: %w", name, fromStatus(name, err))
 	}
 	return nil
 }
@@ -229,6 +293,15 @@ func (c *volumeClient) GetVolume(ctx context.Context, req *VolumeRequest) (*Volu
 // DeleteVolume implements VolumeProvisioner.
 func (c *volumeClient) DeleteVolume(ctx context.Context, req *VolumeRequest) error {
 	return c.invoke(ctx, volumeService, "DeleteVolume", req, &empty{})
+}
+
+// ExpandVolume implements VolumeProvisioner.
+func (c *volumeClient) ExpandVolume(ctx context.Context, req *VolumeRequest) (*Volume, error) {
+	var v Volume
+	if err := c.invoke(ctx, volumeService, "ExpandVolume", req, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // hookClient is the agent's stub of LifecycleHook.

@@ -121,8 +121,21 @@ type VolumeRequest struct {
 	// Constraints are the set's placement constraints, for the same reason.
 	Constraints []Constraint `json:"constraints,omitempty"`
 	// Config is the volume_provisioner block's config (plugin_id, capacity,
-	// …). The manager fills it in.
+	// …). The manager fills it in, from the block of the request's Class.
 	Config map[string]string `json:"config,omitempty"`
+	// CapacityMin and CapacityMax are the claim's size in bytes
+	// (statefulset_claim_<claim>_capacity); zero leaves them to the
+	// provisioner's config. For ExpandVolume, CapacityMin is the size to
+	// grow to.
+	CapacityMin int64 `json:"capacity_min,omitempty"`
+	// CapacityMax: see CapacityMin.
+	CapacityMax int64 `json:"capacity_max,omitempty"`
+	// Class is the claim's storage class (statefulset_claim_<claim>_class):
+	// the name of the volume_provisioner block that makes its volumes, ""
+	// for the unnamed one. The manager routes the call by it; a provisioner
+	// that can should record it on the volume, so that the class of an
+	// existing volume can be read back (see the built-in's doc).
+	Class string `json:"class,omitempty"`
 }
 
 // Volume is a provisioned volume.
@@ -165,7 +178,37 @@ type VolumeProvisioner interface {
 	// DeleteVolume deletes the request's volume. A volume that does not
 	// exist is not an error.
 	DeleteVolume(ctx context.Context, req *VolumeRequest) error
+	// ExpandVolume grows the request's existing volume, keeping its data,
+	// to at least req.CapacityMin bytes (and at most req.CapacityMax, when
+	// set), and returns it. A volume that already has req.CapacityMin is
+	// returned as it is, so that a retried expansion does nothing twice.
+	// It never shrinks a volume: a CapacityMax below the volume's capacity
+	// is refused with an error wrapping ErrVolumeShrink. A volume that
+	// cannot be changed while a pod uses it is refused with ErrVolumeInUse
+	// (Nomad's host volumes are); a provisioner that cannot expand at all
+	// returns ErrExpandUnsupported, as does a plugin built before this
+	// method existed.
+	ExpandVolume(ctx context.Context, req *VolumeRequest) (*Volume, error)
 }
+
+// The errors of the volume calls. Plugins wrap them with their own words;
+// they keep their identity across the plugin protocol (errors.Is works on
+// the agent's side).
+var (
+	// ErrExpandUnsupported: the provisioner cannot grow volumes. Nothing
+	// was changed; asking again will not help.
+	ErrExpandUnsupported = errors.New("the volume provisioner cannot expand volumes")
+	// ErrVolumeInUse: the volume cannot be changed while a pod uses it.
+	// Nothing was changed; it can be done once the pod is stopped.
+	ErrVolumeInUse = errors.New("the volume is in use")
+	// ErrVolumeShrink: the request would make a volume smaller than it
+	// is, which no provisioner is asked to do. Nothing was changed.
+	ErrVolumeShrink = errors.New("a volume cannot shrink")
+	// ErrUnknownClass: the request names a storage class that no
+	// volume_provisioner block of the agent declares. The manager wraps it
+	// with the class's name; the set that asked should say so.
+	ErrUnknownClass = errors.New("unknown storage class")
+)
 
 // Pod identifies one pod (child job) of a set to a lifecycle hook.
 type Pod struct {

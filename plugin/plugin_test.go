@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -37,6 +40,23 @@ func (r *recorder) CreateVolume(_ context.Context, req *VolumeRequest) (*Volume,
 func (r *recorder) GetVolume(context.Context, *VolumeRequest) (*Volume, error) { return nil, nil }
 func (r *recorder) DeleteVolume(context.Context, *VolumeRequest) error {
 	return errors.New("volume is in use")
+}
+
+// ExpandVolume answers by the volume's name: "in-use", "small" and
+// "fixed" get the three refusals, anything else grows to the request.
+func (r *recorder) ExpandVolume(_ context.Context, req *VolumeRequest) (*Volume, error) {
+	r.req = req
+	switch req.Name {
+	case "in-use":
+		return nil, fmt.Errorf("volume %s: %w: claimed by alloc a1", req.Name, ErrVolumeInUse)
+	case "small":
+		return nil, fmt.Errorf("volume %s: capacity_max 1 is below 2: %w", req.Name, ErrVolumeShrink)
+	case "fixed":
+		return nil, fmt.Errorf("plugin mkdir: %w", ErrExpandUnsupported)
+	case "both":
+		return nil, errors.Join(ErrVolumeInUse, ErrVolumeShrink)
+	}
+	return &Volume{ID: "id-1", Name: req.Name, CapacityBytes: req.CapacityMin}, nil
 }
 func (r *recorder) hook(e Event, pod Pod) (*HookResponse, error) {
 	r.event, r.pod = e, pod
@@ -128,6 +148,105 @@ func TestWire(t *testing.T) {
 		if rec.event != tc.event || rec.pod != pod {
 			t.Fatalf("%s: the plugin got event %s and pod %+v", tc.event, rec.event, rec.pod)
 		}
+	}
+}
+
+// TestWireExpand: an expansion carries the claim's size and class, and the
+// volume errors keep their identity and their message across the wire.
+func TestWireExpand(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	vp, _ := connect(t, rec)
+	req := &VolumeRequest{Namespace: "ns", Set: "web", Claim: "data", Ordinal: 0, Name: "data-web-0",
+		CapacityMin: 20 << 20, CapacityMax: 30 << 20, Class: "fast"}
+	v, err := vp.ExpandVolume(ctx, req)
+	if err != nil || v.CapacityBytes != 20<<20 {
+		t.Fatalf("ExpandVolume = %+v, %v", v, err)
+	}
+	if rec.req.CapacityMin != 20<<20 || rec.req.CapacityMax != 30<<20 || rec.req.Class != "fast" {
+		t.Fatalf("the plugin got %+v", rec.req)
+	}
+	for _, tc := range []struct {
+		name    string
+		is, not error
+		msg     string
+	}{
+		{"in-use", ErrVolumeInUse, ErrVolumeShrink, "volume in-use: the volume is in use: claimed by alloc a1"},
+		{"small", ErrVolumeShrink, ErrVolumeInUse, "capacity_max 1 is below 2: a volume cannot shrink"},
+		{"fixed", ErrExpandUnsupported, ErrVolumeInUse, "plugin mkdir: the volume provisioner cannot expand volumes"},
+		{"both", ErrVolumeShrink, ErrExpandUnsupported, "the volume is in use\na volume cannot shrink"},
+	} {
+		r := *req
+		r.Name = tc.name
+		_, err := vp.ExpandVolume(ctx, &r)
+		if !errors.Is(err, tc.is) || errors.Is(err, tc.not) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("ExpandVolume(%s) = %v; want %v with %q", tc.name, err, tc.is, tc.msg)
+		}
+	}
+	// Other calls keep plain errors plain.
+	if err := vp.DeleteVolume(ctx, req); errors.Is(err, ErrVolumeInUse) {
+		t.Errorf("DeleteVolume's plain error became a sentinel: %v", err)
+	}
+}
+
+// TestWireExpandOldPlugin: a plugin built before ExpandVolume existed
+// serves no such method, and the agent reads that as ErrExpandUnsupported.
+func TestWireExpandOldPlugin(t *testing.T) {
+	old := volumeDesc
+	old.Methods = nil
+	for _, m := range volumeDesc.Methods {
+		if m.MethodName != "ExpandVolume" {
+			old.Methods = append(old.Methods, m)
+		}
+	}
+	rec := &recorder{}
+	server := goplugin.PluginSet{string(TypeVolumeProvisioner): &oldPlugin{desc: &old, impl: rec}}
+	client, _ := goplugin.TestPluginGRPCConn(t, false, server)
+	t.Cleanup(func() { client.Close() })
+	client.Plugins = ClientPlugins()
+	raw, err := client.Dispense(string(TypeVolumeProvisioner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := raw.(VolumeProvisioner)
+	_, err = vp.ExpandVolume(context.Background(), &VolumeRequest{Name: "data-web-0", CapacityMin: 1})
+	if !errors.Is(err, ErrExpandUnsupported) || rec.req != nil {
+		t.Fatalf("ExpandVolume on an old plugin = %v; want ErrExpandUnsupported", err)
+	}
+	if _, err := vp.CreateVolume(context.Background(), &VolumeRequest{Name: "data-web-0"}); err != nil {
+		t.Fatalf("CreateVolume on an old plugin: %v", err)
+	}
+}
+
+// oldPlugin serves a hand-picked service description.
+type oldPlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+func (p *oldPlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
+	s.RegisterService(p.desc, p.impl)
+	return nil
+}
+
+func (p *oldPlugin) GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("server side only")
+}
+
+// TestVolumeRequestJSON: the new fields are left out when unset, so a
+// plugin built before them reads the same request as before.
+func TestVolumeRequestJSON(t *testing.T) {
+	b, err := json.Marshal(&VolumeRequest{Namespace: "ns", Set: "web", Claim: "data", Name: "data-web-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"namespace":"ns","set":"web","claim":"data","ordinal":0,"name":"data-web-0"}`; string(b) != want {
+		t.Fatalf("request JSON = %s, want %s", b, want)
+	}
+	b, _ = json.Marshal(&VolumeRequest{Name: "x", CapacityMin: 1, CapacityMax: 2, Class: "fast"})
+	if !strings.Contains(string(b), `"capacity_min":1,"capacity_max":2,"class":"fast"`) {
+		t.Fatalf("request JSON = %s", b)
 	}
 }
 

@@ -53,6 +53,9 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 	}
 	t0 := epoch.Add(time.Duration(now%100000) * time.Second)
 	in := Input{Spec: spec, Now: t0, TemplateData: []byte{'v', byte('0' + b(56)%4)}, LeaderUnknown: leaderUnknown}
+	if b(32)&0x80 != 0 {
+		in.CannotExpand = []string{"fast"}
+	}
 	names := []string{"", "web-x", "garbage"}
 	for r := 0; r < b(16)>>4%4; r++ {
 		d := []byte{'v', byte('0' + r)}

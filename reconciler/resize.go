@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,7 @@ func (r *reconciler) claimTemplate(claim string) (ClaimTemplate, bool) {
 // changed at all). A capacity Nomad does not report says nothing.
 func (r *reconciler) mustGrow(v *Volume) bool {
 	t, ok := r.claimTemplate(v.Claim)
-	return ok && v.Capacity > 0 && t.CapacityMin > v.Capacity && v.Class == t.Class
+	return ok && v.Capacity > 0 && t.CapacityMin > v.Capacity && v.Class == t.Class && !slices.Contains(r.in.CannotExpand, v.Class)
 }
 
 // resizePending reports whether a volume of ord must grow.
@@ -81,7 +82,7 @@ func (r *reconciler) expandVolumes(i int) {
 // shrink) or of another class than the claim names (its class stays; the
 // class applies to volumes made after the change). Empty when none.
 func (r *reconciler) claimRefusals() string {
-	var shrink, class []string
+	var shrink, class, stuck, unknown []string
 	for i := range r.in.Volumes {
 		v := &r.in.Volumes[i]
 		t, ok := r.claimTemplate(v.Claim)
@@ -94,7 +95,15 @@ func (r *reconciler) claimRefusals() string {
 		if v.Class != t.Class {
 			class = append(class, v.Name)
 		}
+		if v.Class == t.Class && v.Capacity > 0 && t.CapacityMin > v.Capacity && slices.Contains(r.in.CannotExpand, v.Class) {
+			stuck = append(stuck, v.Name)
+		}
+		if v.Class == t.Class && v.Capacity == 0 && t.CapacityMin > 0 {
+			unknown = append(unknown, v.Name)
+		}
 	}
+	sort.Strings(stuck)
+	sort.Strings(unknown)
 	sort.Strings(shrink)
 	sort.Strings(class)
 	var msgs []string
@@ -103,6 +112,14 @@ func (r *reconciler) claimRefusals() string {
 	}
 	if len(class) > 0 {
 		msgs = append(msgs, "a class applies to volumes made after it; of another class: "+strings.Join(class, ", "))
+	}
+	if len(stuck) > 0 {
+		msgs = append(msgs, "their provisioner cannot expand volumes, so they keep their size: "+strings.Join(stuck, ", "))
+	}
+	if len(unknown) > 0 {
+		// mkdir reports no size: what the claim asks cannot be checked,
+		// so nothing is grown, and the operator must be told.
+		msgs = append(msgs, "their provisioner reports no size, so they are not grown to what the claim asks: "+strings.Join(unknown, ", "))
 	}
 	return strings.Join(msgs, "; ")
 }

@@ -153,6 +153,7 @@ func cloneInput(in Input) Input {
 	c.Previous.Ordinals = slices.Clone(in.Previous.Ordinals)
 	c.Holds = slices.Clone(in.Holds)
 	c.Cleared = slices.Clone(in.Cleared)
+	c.CannotExpand = slices.Clone(in.CannotExpand)
 	return c
 }
 
@@ -189,7 +190,8 @@ func checkHoldsAndFixes(in Input, spec Spec, a Action) error {
 		grown := false
 		for _, v := range in.Volumes {
 			if v.Name == a.Volume.Name || (v.Claim == a.Volume.Claim && v.Ordinal == a.Volume.Ordinal) {
-				grown = a.Volume.Capacity > v.Capacity && v.Class == a.Volume.Class && v.Capacity > 0
+				grown = a.Volume.Capacity > v.Capacity && v.Class == a.Volume.Class && v.Capacity > 0 &&
+					!slices.Contains(in.CannotExpand, v.Class)
 			}
 		}
 		for _, p := range in.Pods {

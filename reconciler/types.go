@@ -399,6 +399,9 @@ type Input struct {
 	// Cleared are the disruption checks that passed: each lets its
 	// ordinal's pod be taken down until Until (Spec.DisruptionCheck).
 	Cleared []Clearance
+	// CannotExpand are the storage classes whose provisioner cannot
+	// expand volumes: their volumes keep their size (a condition says so).
+	CannotExpand []string
 	// LeaderUnknown says the leader check could not be read (not yet, or
 	// not at all): no pod's Leader can be trusted, so no Ready pod is taken
 	// down for a reason the leader rules order until it is known.

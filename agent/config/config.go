@@ -146,8 +146,13 @@ type Config struct {
 	Telemetry TelemetryConfig `hcl:"telemetry,block"`
 	// State chooses and configures the state store.
 	State StateConfig `hcl:"state,block"`
-	// VolumeProvisioner chooses the plugin that makes per-ordinal volumes.
+	// VolumeProvisioner is the unnamed volume_provisioner block: the plugin
+	// that makes per-ordinal volumes, and the default storage class.
 	VolumeProvisioner VolumeProvisionerConfig `hcl:"volume_provisioner,block"`
+	// VolumeClasses are the named `volume_provisioner "<class>" {}` blocks,
+	// in order of first declaration: the storage classes a claim may name
+	// with statefulset_claim_<claim>_class (DESIGN §3b).
+	VolumeClasses []*VolumeProvisionerConfig `hcl:"volume_provisioner,labeled"`
 	// Plugins are the declared plugin instances, in order of first
 	// declaration. The built-in nomad-host-volume is always among them.
 	Plugins []*PluginConfig `hcl:"plugin,block"`
@@ -264,17 +269,27 @@ type StateConfig struct {
 	Path string `hcl:"path"`
 }
 
-// VolumeProvisionerConfig is the `volume_provisioner {}` block: which
-// plugin creates the per-ordinal volumes, and with what settings.
+// VolumeProvisionerConfig is a `volume_provisioner {}` block: which plugin
+// creates the per-ordinal volumes, and with what settings. The unnamed
+// block is the default storage class; each `volume_provisioner "<class>"
+// {}` block is a class of its own, with its own plugin and settings, and
+// takes nothing from the unnamed one.
 type VolumeProvisionerConfig struct {
+	// Name is the class, the block's label; "" for the unnamed block.
+	Name string `hcl:"name,label"`
 	// Plugin names a `plugin` block (the built-in nomad-host-volume is
-	// always declared).
+	// always declared, and is the default).
 	Plugin string `hcl:"plugin"`
-	// Config is passed with every create call: the claim settings, e.g.
-	// plugin_id, capacity_min, capacity_max for nomad-host-volume. A file
-	// that sets config replaces the whole map, so the default plugin_id goes
-	// too unless it is repeated.
+	// Config is passed with every call for a volume of the class: the
+	// claim settings, e.g. plugin_id, capacity_min, capacity_max for
+	// nomad-host-volume. A file that sets config replaces the whole map,
+	// so the unnamed block's default plugin_id goes too unless it is
+	// repeated. A named class on nomad-host-volume must name a plugin_id
+	// other than mkdir, which cannot record the class (see
+	// plugin/builtin/hostvolume).
 	Config map[string]string `hcl:"config"`
+	// DeclRange is where a named block was first declared.
+	DeclRange hcl.Range
 }
 
 // PluginConfig is one `plugin "<name>" {}` block: a plugin instance.
@@ -350,8 +365,9 @@ func Default() *Config {
 			Plugin: BuiltinHostVolume,
 			Config: map[string]string{"plugin_id": DefaultHostVolumePluginID},
 		},
-		Plugins: []*PluginConfig{newPlugin(BuiltinHostVolume)},
-		Hooks:   []*HookConfig{},
+		VolumeClasses: []*VolumeProvisionerConfig{},
+		Plugins:       []*PluginConfig{newPlugin(BuiltinHostVolume)},
+		Hooks:         []*HookConfig{},
 	}
 	c.derive()
 	return c
@@ -362,6 +378,26 @@ func Default() *Config {
 // comparison need no special cases.
 func newPlugin(name string) *PluginConfig {
 	return &PluginConfig{Name: name, Driver: name, Args: []string{}, Config: map[string]string{}}
+}
+
+// newVolumeClass returns a named volume_provisioner block with its
+// defaults: the built-in provisioner and no config.
+func newVolumeClass(name string) *VolumeProvisionerConfig {
+	return &VolumeProvisionerConfig{Name: name, Plugin: BuiltinHostVolume, Config: map[string]string{}}
+}
+
+// VolumeClass returns the volume_provisioner block of a storage class (""
+// the unnamed one), or nil when no block has that name.
+func (c *Config) VolumeClass(name string) *VolumeProvisionerConfig {
+	if name == "" {
+		return &c.VolumeProvisioner
+	}
+	for _, v := range c.VolumeClasses {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
 }
 
 // newHook returns a hook block with its defaults.

@@ -172,6 +172,13 @@ volume_provisioner { plugin = "csi" }`, func(c *Config) any { return c.VolumePro
   config = { plugin_id = "lvm", capacity_min = 1024, thin = true }
 }`, func(c *Config) any { return c.VolumeProvisioner.Config }, map[string]string{"plugin_id": "lvm", "capacity_min": "1024", "thin": "true"}},
 
+	{"volume_provisioner.*.plugin", `
+plugin "lvm" {}
+volume_provisioner "fast" { plugin = "lvm" }`, func(c *Config) any { return c.VolumeClass("fast").Plugin }, "lvm"},
+	{"volume_provisioner.*.config", `volume_provisioner "fast" {
+  config = { plugin_id = "lvm", capacity_min = "1GiB" }
+}`, func(c *Config) any { return c.VolumeClass("fast").Config }, map[string]string{"plugin_id": "lvm", "capacity_min": "1GiB"}},
+
 	{"plugin.*.name", `plugin "p1" {}`, func(c *Config) any { return c.Plugin("p1").Name }, "p1"},
 	{"plugin.*.driver", `plugin "p1" { driver = "bin-x" }`, func(c *Config) any { return c.Plugin("p1").Driver }, "bin-x"},
 	{"plugin.*.args", `plugin "p1" { args = ["-a", "b"] }`, func(c *Config) any { return c.Plugin("p1").Args }, []string{"-a", "b"}},
@@ -226,7 +233,8 @@ func TestLoad_EveryAttribute(t *testing.T) {
 			}
 			// The default value differs from the test value (else the test
 			// proves nothing), except for labels and names.
-			if !strings.HasSuffix(tc.path, ".name") && !strings.HasPrefix(tc.path, "plugin.") && !strings.HasPrefix(tc.path, "hook.") {
+			if !strings.HasSuffix(tc.path, ".name") && !strings.HasPrefix(tc.path, "plugin.") && !strings.HasPrefix(tc.path, "hook.") &&
+				!strings.HasPrefix(tc.path, "volume_provisioner.*.") {
 				if reflect.DeepEqual(tc.get(Default()), tc.want) {
 					t.Errorf("test value %#v equals the default; pick another", tc.want)
 				}
@@ -247,6 +255,61 @@ func TestLoad_NullKeepsLowerLayer(t *testing.T) {
 workers = null`)
 	if c.LogLevel != "debug" || c.Workers != DefaultWorkers {
 		t.Errorf("null overrode lower layers: log_level=%q workers=%d", c.LogLevel, c.Workers)
+	}
+}
+
+// TestLoad_VolumeClasses: the unnamed volume_provisioner block and named
+// ones live side by side; a later file overrides a class attribute by
+// attribute, as it does a plugin block; a class keeps where it was first
+// declared; JSON writes a class as a key of the volume_provisioner object.
+func TestLoad_VolumeClasses(t *testing.T) {
+	c := mustLoad(t, `
+plugin "lvm" {}
+volume_provisioner {
+  config = { plugin_id = "mkdir", capacity_min = "1GiB", capacity_max = "1GiB" }
+}
+volume_provisioner "fast" {
+  plugin = "lvm"
+  config = { vg = "ssd" }
+}
+volume_provisioner "big" {
+  config = { plugin_id = "lvm-thin", capacity_min = "1TiB" }
+}`, `
+volume_provisioner "fast" {
+  config = { vg = "nvme" }
+}`)
+	if got := c.VolumeClass("").Config["capacity_min"]; got != "1GiB" || c.VolumeClass("").Plugin != BuiltinHostVolume {
+		t.Errorf("the unnamed block: %+v", c.VolumeClass(""))
+	}
+	fast, big := c.VolumeClass("fast"), c.VolumeClass("big")
+	if fast == nil || big == nil || c.VolumeClass("slow") != nil || len(c.VolumeClasses) != 2 || c.VolumeClasses[0] != fast {
+		t.Fatalf("classes %+v", c.VolumeClasses)
+	}
+	if fast.Plugin != "lvm" || !reflect.DeepEqual(fast.Config, map[string]string{"vg": "nvme"}) || fast.DeclRange.Filename != "f0.hcl" || fast.DeclRange.Start.Line != 6 {
+		t.Errorf("fast = %+v", fast)
+	}
+	if big.Plugin != BuiltinHostVolume || big.Config["capacity_min"] != "1TiB" {
+		t.Errorf("big = %+v", big)
+	}
+	back := mustLoad(t, c.render(false))
+	assertEqualConfig(t, back, c)
+
+	j, err := load(noEnv, []source{{name: "a.json", src: []byte(`{
+  "plugin": {"lvm": {}},
+  "volume_provisioner": [
+    {"plugin": "nomad-host-volume", "config": {"plugin_id": "mkdir"}},
+    {"fast": {"plugin": "lvm", "config": {"vg": "ssd"}}, "big": {"config": {"plugin_id": "lvm-thin"}}}
+  ]
+}`)}}, nil)
+	if err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if len(j.VolumeClasses) != 2 || j.VolumeClass("fast").Plugin != "lvm" || j.VolumeClass("big").Config["plugin_id"] != "lvm-thin" ||
+		j.VolumeProvisioner.Config["plugin_id"] != "mkdir" {
+		t.Fatalf("JSON classes %+v, unnamed %+v", j.VolumeClasses, j.VolumeProvisioner)
+	}
+	if d := j.VolumeClass("fast").DeclRange; d.Filename != "a.json" || d.Start.Line != 5 {
+		t.Errorf("JSON class declared at %v", d)
 	}
 }
 

@@ -2,13 +2,16 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/gocty"
@@ -27,6 +30,11 @@ import (
 //   - time.Duration attributes are parsed from strings with the attribute's
 //     position in the error, and every value's position is recorded so that
 //     semantic validation can point at it as well.
+//   - One block type may come both without a label and with one: the
+//     unnamed `volume_provisioner {}` and the named `volume_provisioner
+//     "<class>" {}` (hcl:"name,block" and hcl:"name,labeled" on two fields).
+//     An hcl.BodySchema fixes one label count per type, so those blocks are
+//     taken out of the body before the schema is applied.
 
 type fieldKind int
 
@@ -35,6 +43,7 @@ const (
 	kindBlock                      // hcl:"name,block" on a struct value
 	kindBlockList                  // hcl:"name,block" on a []*struct with a label
 	kindLabel                      // hcl:"name,label"
+	kindNamed                      // hcl:"name,labeled": the labeled form of a kindBlock's type
 )
 
 type fieldInfo struct {
@@ -50,6 +59,10 @@ type structInfo struct {
 	label     int    // struct field index of the label, or -1
 	labelName string // the label's name in the schema, e.g. "name"
 	schema    *hcl.BodySchema
+	// named maps a block type that also comes with a label to the field
+	// of its labeled form; byName holds its unlabeled form, and schema
+	// does not hold the type (see optionalLabelBlocks).
+	named map[string]fieldInfo
 }
 
 var structInfos sync.Map // reflect.Type -> *structInfo
@@ -82,6 +95,14 @@ func infoFor(t reflect.Type) *structInfo {
 				Type:       name,
 				LabelNames: []string{elem.labelName},
 			})
+		case opt == "labeled":
+			fi.kind = kindNamed
+			if si.named == nil {
+				si.named = map[string]fieldInfo{}
+			}
+			si.named[name] = fi
+			si.fields = append(si.fields, fi)
+			continue
 		case opt == "block":
 			fi.kind = kindBlock
 			si.schema.Blocks = append(si.schema.Blocks, hcl.BlockHeaderSchema{Type: name})
@@ -94,8 +115,61 @@ func infoFor(t reflect.Type) *structInfo {
 		si.fields = append(si.fields, fi)
 		si.byName[name] = fi
 	}
+	for name := range si.named {
+		// The type is decoded from optionalLabelBlocks, not the schema.
+		si.schema.Blocks = slices.DeleteFunc(si.schema.Blocks, func(b hcl.BlockHeaderSchema) bool { return b.Type == name })
+	}
 	structInfos.Store(t, si)
 	return si
+}
+
+// optionalLabelBlocks takes the blocks of type typ out of body, with or
+// without a label, and returns them with the rest of the body. In native
+// syntax the labels are written; in JSON they are object keys, which the
+// syntax cannot tell from attributes: a block object whose keys are all
+// attributes of the unlabeled form (attrs) is unlabeled, and any other
+// is a set of labeled blocks, one per key.
+func optionalLabelBlocks(body hcl.Body, typ string, attrs []string) ([]*hcl.Block, hcl.Body, hcl.Diagnostics) {
+	schema := &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: typ}}}
+	if sb, ok := body.(*hclsyntax.Body); ok {
+		var blocks []*hcl.Block
+		for _, b := range sb.Blocks {
+			if b.Type == typ {
+				blocks = append(blocks, b.AsHCLBlock())
+			}
+		}
+		// Only for the rest of the body, which hides typ: the label
+		// counts are the caller's to check.
+		_, rest, _ := sb.PartialContent(schema)
+		return blocks, rest, nil
+	}
+	content, rest, diags := body.PartialContent(schema)
+	var blocks []*hcl.Block
+	for _, b := range content.Blocks {
+		keys, _ := b.Body.JustAttributes()
+		var labels []string
+		for k := range keys {
+			if !slices.Contains(attrs, k) {
+				labels = slices.Sorted(maps.Keys(keys))
+				break
+			}
+		}
+		if labels == nil {
+			blocks = append(blocks, b)
+			continue
+		}
+		var headers []hcl.BlockHeaderSchema
+		for _, l := range labels {
+			headers = append(headers, hcl.BlockHeaderSchema{Type: l})
+		}
+		inner, d := b.Body.Content(&hcl.BodySchema{Blocks: headers})
+		diags = append(diags, d...)
+		for _, ib := range inner.Blocks {
+			blocks = append(blocks, &hcl.Block{Type: typ, Labels: []string{ib.Type}, Body: ib.Body,
+				DefRange: ib.DefRange, TypeRange: b.TypeRange, LabelRanges: []hcl.Range{ib.TypeRange}})
+		}
+	}
+	return blocks, rest, diags
 }
 
 // decoder carries what one Load shares across files.
@@ -123,7 +197,19 @@ func join(prefix, name string) string {
 func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostics {
 	v := reflect.ValueOf(ptr).Elem()
 	si := infoFor(v.Type())
-	content, diags := body.Content(si.schema)
+	var diags hcl.Diagnostics
+	var either []*hcl.Block
+	for _, name := range slices.Sorted(maps.Keys(si.named)) {
+		var attrs []string
+		for _, a := range infoFor(si.byName[name].typ).schema.Attributes {
+			attrs = append(attrs, a.Name)
+		}
+		blocks, rest, bd := optionalLabelBlocks(body, name, attrs)
+		diags = append(diags, bd...)
+		either, body = append(either, blocks...), rest
+	}
+	content, cd := body.Content(si.schema)
+	diags = append(diags, cd...)
 
 	// Map order is random; decode in source order so that diagnostics from
 	// one file come out the same way every time.
@@ -138,10 +224,24 @@ func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostic
 	}
 
 	seen := map[string]*hcl.Block{}
-	for _, b := range content.Blocks {
+	blocks := append(content.Blocks, either...)
+	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i].DefRange.Start.Byte < blocks[j].DefRange.Start.Byte })
+	for _, b := range blocks {
 		fi := si.byName[b.Type]
+		if _, ok := si.named[b.Type]; ok && len(b.Labels) > 0 {
+			fi = si.named[b.Type]
+			if len(b.Labels) > 1 {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  fmt.Sprintf("Extraneous label for %s", b.Type),
+					Detail:   fmt.Sprintf("A %s block has at most one label, its name.", b.Type),
+					Subject:  b.LabelRanges[1].Ptr(),
+				})
+				continue
+			}
+		}
 		key := b.Type
-		if fi.kind == kindBlockList {
+		if fi.kind == kindBlockList || fi.kind == kindNamed {
 			key = fmt.Sprintf("%s %q", b.Type, b.Labels[0])
 		}
 		// Within one file a block may appear once; across files, repeats
@@ -174,14 +274,17 @@ func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostic
 func (d *decoder) decodeLabeled(b *hcl.Block, list reflect.Value, path string) hcl.Diagnostics {
 	label := b.Labels[0]
 	elemPath := join(path, b.Type+"."+label)
-	if !validName(label) {
-		d.origins[elemPath] = origin{rng: b.LabelRanges[0].Ptr()}
+	rule, rng := "use letters, digits, '-', '_' and '.', starting with a letter or digit", b.LabelRanges[0]
+	if b.Type == "volume_provisioner" {
+		rule = classRule
+	}
+	if msg := nameProblem(b.Type, label); msg != "" {
+		d.origins[elemPath] = origin{rng: rng.Ptr()}
 		return hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  fmt.Sprintf("Invalid %s name", b.Type),
-			Detail: fmt.Sprintf("%q is not a valid %s name: use letters, digits, '-', '_' and '.', starting with a letter or digit.",
-				label, b.Type),
-			Subject: b.LabelRanges[0].Ptr(),
+			Detail:   fmt.Sprintf("%q %s: %s.", label, msg, rule),
+			Subject:  rng.Ptr(),
 		}}
 	}
 	var elem reflect.Value
@@ -198,6 +301,8 @@ func (d *decoder) decodeLabeled(b *hcl.Block, list reflect.Value, path string) h
 			elem = reflect.ValueOf(newPlugin(label))
 		case "hook":
 			elem = reflect.ValueOf(newHook(label))
+		case "volume_provisioner":
+			elem = reflect.ValueOf(newVolumeClass(label))
 		default:
 			panic("config: no constructor for labeled block " + b.Type)
 		}
@@ -317,6 +422,42 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// classRule is the shape of a storage class name: the value of a set's
+// statefulset_claim_<claim>_class, which the job parser checks by the same
+// rule (jobs.classNameRule).
+const classRule = "a class name is a letter, then letters, digits, '-' and '_', at most 63 in all; plugin and config are volume_provisioner's own attributes"
+
+// validClass reports whether s can name a storage class.
+func validClass(s string) bool {
+	if s == "" || len(s) > 63 || s == "plugin" || s == "config" {
+		return false
+	}
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if i == 0 && !letter {
+			return false
+		}
+		if !letter && !(r >= '0' && r <= '9') && r != '-' && r != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// nameProblem says why label cannot name a block of type typ, or "".
+func nameProblem(typ, label string) string {
+	if typ == "volume_provisioner" {
+		if !validClass(label) {
+			return "cannot name a storage class"
+		}
+		return ""
+	}
+	if !validName(label) {
+		return "is not a valid " + typ + " name"
+	}
+	return ""
 }
 
 // rangeString renders a range as file:line:col, the form every error uses.

@@ -163,6 +163,24 @@ var errCases = []errCase{
 	{"unknown volume provisioner", "volume_provisioner {\n  plugin = \"nomad-host-volumes\"\n}",
 		`f0.hcl:2:12: Unknown volume provisioner plugin; volume_provisioner.plugin: "nomad-host-volumes" is not declared; declare it with a plugin block, or use the built-in "nomad-host-volume". Did you mean "nomad-host-volume"?`},
 
+	// Storage classes: named volume_provisioner blocks.
+	{"duplicate class in one file", "volume_provisioner \"fast\" {\n  config = { plugin_id = \"lvm\" }\n}\nvolume_provisioner \"fast\" {}",
+		`f0.hcl:4:1: Duplicate volume_provisioner "fast" block; A volume_provisioner "fast" block was already defined at f0.hcl:1:1.`},
+	{"class name not an identifier", `volume_provisioner "9fast" {}`,
+		`f0.hcl:1:20: Invalid volume_provisioner name; "9fast" cannot name a storage class: a class name is a letter, then letters, digits, '-' and '_', at most 63 in all`},
+	{"class name with a dot", `volume_provisioner "fast.ssd" {}`,
+		`f0.hcl:1:20: Invalid volume_provisioner name; "fast.ssd" cannot name a storage class`},
+	{"class name that is an attribute", `volume_provisioner "config" {}`,
+		`f0.hcl:1:20: Invalid volume_provisioner name; "config" cannot name a storage class: a class name is a letter, then letters, digits, '-' and '_', at most 63 in all; plugin and config are volume_provisioner's own attributes.`},
+	{"class with two labels", `volume_provisioner "fast" "ssd" {}`,
+		`f0.hcl:1:27: Extraneous label for volume_provisioner; A volume_provisioner block has at most one label, its name.`},
+	{"class of an unknown plugin", "plugin \"lvm\" {}\nvolume_provisioner \"fast\" {\n  plugin = \"lvn\"\n}",
+		`f0.hcl:3:12: Unknown volume provisioner plugin; volume_provisioner.fast.plugin: "lvn" is not declared; declare it with a plugin block, or use the built-in "nomad-host-volume". Did you mean "lvm"?`},
+	{"class on mkdir by default", `volume_provisioner "fast" {}`,
+		`f0.hcl:1:1: Storage class on the mkdir plugin; volume_provisioner.fast.config: class "fast" would make its volumes with Nomad's mkdir plugin, which refuses parameters it does not know`},
+	{"class on mkdir by name", "volume_provisioner \"fast\" {\n  config = { plugin_id = \"mkdir\" }\n}",
+		`f0.hcl:2:12: Storage class on the mkdir plugin; volume_provisioner.fast.config: class "fast"`},
+
 	// Syntax.
 	{"syntax error", "nomad {\n  address = \n}",
 		`f0.hcl:2:13: Invalid expression; Expected the start of an expression`},

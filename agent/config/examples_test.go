@@ -66,6 +66,8 @@ func TestExamples_AgentShowsDefaults(t *testing.T) {
 		Name: "drain", Driver: "http-hook", Args: []string{"-log-level=info"},
 		Config: map[string]string{"url": "http://127.0.0.1:8080/decommission", "token": ""},
 	})
+	want.VolumeClasses = []*VolumeProvisionerConfig{{Name: "fast", Plugin: BuiltinHostVolume,
+		Config: map[string]string{"plugin_id": "lvm-thin", "capacity_min": "10GiB"}}}
 	want.Hooks = []*HookConfig{{
 		Name: "drain-before-delete", Plugin: "drain", Events: []plugin.Event{plugin.EventPreDelete},
 		Timeout: DefaultHookTimeout, FailurePolicy: plugin.FailureBlock,
@@ -95,7 +97,7 @@ func TestExamples_AgentDocumentsEverything(t *testing.T) {
 		t.Fatalf("uncommented example does not decode: %v", diags)
 	}
 	set := map[string]bool{}
-	labeled := regexp.MustCompile(`^(plugin|hook)\.[^.]+\.`)
+	labeled := regexp.MustCompile(`^(plugin|hook|volume_provisioner)\.[^.]+\.`)
 	for p := range c.origins {
 		set[labeled.ReplaceAllString(p, "$1.*.")] = true
 	}

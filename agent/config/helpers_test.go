@@ -77,6 +77,16 @@ func normalize(c *Config) *Config {
 		pp.DeclRange = hcl.Range{}
 		cp.Plugins = append(cp.Plugins, &pp)
 	}
+	cp.VolumeClasses = nil
+	for _, vc := range c.VolumeClasses {
+		vv := *vc
+		vv.DeclRange = hcl.Range{}
+		cp.VolumeClasses = append(cp.VolumeClasses, &vv)
+	}
+	if cp.VolumeClasses == nil {
+		cp.VolumeClasses = []*VolumeProvisionerConfig{}
+	}
+	cp.VolumeProvisioner.DeclRange = hcl.Range{}
 	cp.Hooks = nil
 	for _, h := range c.Hooks {
 		hh := *h
@@ -108,7 +118,7 @@ func schemaPaths(t reflect.Type, prefix string) []string {
 			out = append(out, join(prefix, fi.name))
 		case kindBlock:
 			out = append(out, schemaPaths(fi.typ, join(prefix, fi.name))...)
-		case kindBlockList:
+		case kindBlockList, kindNamed:
 			out = append(out, schemaPaths(fi.typ.Elem().Elem(), join(prefix, fi.name+".*"))...)
 		}
 	}

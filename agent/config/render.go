@@ -47,7 +47,7 @@ func renderBody(body *hclwrite.Body, v reflect.Value, redact bool) {
 		case kindBlock:
 			body.AppendNewline()
 			renderBody(body.AppendNewBlock(fi.name, nil).Body(), field, redact)
-		case kindBlockList:
+		case kindBlockList, kindNamed:
 			for i := 0; i < field.Len(); i++ {
 				e := field.Index(i).Elem()
 				label := e.Field(infoFor(e.Type()).label).String()

@@ -227,10 +227,21 @@ func (v *validator) validatePlugins() {
 		}
 	}
 
-	vp := &c.VolumeProvisioner
-	if !seen[vp.Plugin] {
-		v.fail("Unknown volume provisioner plugin", fmt.Sprintf("%q is not declared; declare it with a plugin block, or use the built-in %q.%s",
-			vp.Plugin, BuiltinHostVolume, suggest(vp.Plugin, names)), "volume_provisioner.plugin", "volume_provisioner")
+	v.volumeProvisioner(&c.VolumeProvisioner, "volume_provisioner", seen, names)
+	classSeen := map[string]bool{}
+	for _, vc := range c.VolumeClasses {
+		path := "volume_provisioner." + vc.Name
+		switch {
+		case !validClass(vc.Name):
+			// A Config built in Go: the decoder checks the labels it reads.
+			v.fail("Invalid volume_provisioner name", fmt.Sprintf("%q cannot name a storage class: %s.", vc.Name, classRule), path)
+			continue
+		case classSeen[vc.Name]:
+			v.fail("Duplicate volume_provisioner", fmt.Sprintf("volume_provisioner %q is declared twice.", vc.Name), path)
+			continue
+		}
+		classSeen[vc.Name] = true
+		v.volumeProvisioner(vc, path, seen, names)
 	}
 
 	events := []string{string(plugin.EventPreDelete), string(plugin.EventPostReady), string(plugin.EventPreUpdate)}
@@ -266,6 +277,28 @@ func (v *validator) validatePlugins() {
 			v.fail("Invalid hook failure_policy", fmt.Sprintf("%q is not a failure policy; use %q or %q.%s", h.FailurePolicy, plugin.FailureBlock, plugin.FailureIgnore, suggest(string(h.FailurePolicy), policies)),
 				path+".failure_policy", path)
 		}
+	}
+}
+
+// volumeProvisioner checks one volume_provisioner block at path: its
+// plugin is declared, and a named class can record itself on its volumes.
+func (v *validator) volumeProvisioner(vp *VolumeProvisionerConfig, path string, declared map[string]bool, names []string) {
+	if !declared[vp.Plugin] {
+		v.fail("Unknown volume provisioner plugin", fmt.Sprintf("%q is not declared; declare it with a plugin block, or use the built-in %q.%s",
+			vp.Plugin, BuiltinHostVolume, suggest(vp.Plugin, names)), path+".plugin", path)
+		return
+	}
+	pc := v.c.Plugin(vp.Plugin)
+	if vp.Name == "" || pc.Driver != BuiltinHostVolume {
+		return
+	}
+	id := vp.Config["plugin_id"]
+	if id == "" {
+		id = pc.Config["plugin_id"]
+	}
+	if id == "" || id == DefaultHostVolumePluginID {
+		v.fail("Storage class on the mkdir plugin", fmt.Sprintf("class %q would make its volumes with Nomad's %s plugin, which refuses parameters it does not know, so the volumes could not record their class; give the class another host volume plugin (config = { plugin_id = \"…\" }), or make it the unnamed volume_provisioner block.",
+			vp.Name, DefaultHostVolumePluginID), path+".config", path)
 	}
 }
 

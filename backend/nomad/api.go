@@ -47,6 +47,10 @@ type API interface {
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)
 	// ListHostVolumes lists host volumes in a namespace whose name has prefix.
 	ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error)
+	// GetHostVolume returns one host volume by ID with what its list stub
+	// leaves out (its parameters, which record its storage class, and its
+	// requested capabilities and capacities), or ErrNotFound.
+	GetHostVolume(ctx context.Context, namespace, id string) (*api.HostVolume, error)
 	// DeleteHostVolume deletes a host volume by ID.
 	DeleteHostVolume(ctx context.Context, namespace, id string) error
 	// ListNodes lists the client nodes with their status, drain and
@@ -118,6 +122,7 @@ const (
 	VerbListAllocations  = "ListAllocations"
 	VerbCreateHostVolume = "CreateHostVolume"
 	VerbListHostVolumes  = "ListHostVolumes"
+	VerbGetHostVolume    = "GetHostVolume"
 	VerbDeleteHostVolume = "DeleteHostVolume"
 	VerbListNodes        = "ListNodes"
 	VerbGetNode          = "GetNode"
@@ -156,6 +161,7 @@ var Verbs = map[string]Verb{
 	VerbListAllocations:  {Capability: "read-job", Method: "GET", Path: "/v1/allocations"},
 	VerbCreateHostVolume: {Write: true, Capability: "host-volume-create", Method: "PUT", Path: "/v1/volume/host/create"},
 	VerbListHostVolumes:  {Capability: "host-volume-read", Method: "GET", Path: "/v1/volumes"},
+	VerbGetHostVolume:    {Capability: "host-volume-read", Method: "GET", Path: "/v1/volume/host/"},
 	VerbDeleteHostVolume: {Write: true, Capability: "host-volume-write", Method: "DELETE", Path: "/v1/volume/host/"},
 	VerbListNodes:        {Capability: "node:read", Method: "GET", Path: "/v1/nodes"},
 	VerbGetNode:          {Capability: "node:read", Method: "GET", Path: "/v1/node/"},

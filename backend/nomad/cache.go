@@ -194,6 +194,13 @@ type Cache struct {
 	// stream overlap) and must not bring the volume back. It survives
 	// Replace for deletes newer than the snapshot, and is pruned there.
 	deletedVolumes map[string]uint64
+	// volumeClasses maps the ID of each volume whose storage class is
+	// known to that class (ClassParameter; "" for the default). A list
+	// stub does not carry a volume's parameters, so the class comes from
+	// the volume's events, or from one read of the volume by the re-list
+	// that first meets it; a volume keeps its class, so that read is never
+	// repeated. It survives Replace for the volumes the listing holds.
+	volumeClasses map[string]string
 	// nodes interns the node IDs of cached allocations.
 	nodes map[string]string
 	// nodeStates are the client nodes' drain, eligibility and status.
@@ -221,6 +228,9 @@ func (c *Cache) reset() {
 	c.volumes = map[string]map[int]*api.HostVolumeStub{}
 	if c.deletedVolumes == nil {
 		c.deletedVolumes = map[string]uint64{}
+	}
+	if c.volumeClasses == nil {
+		c.volumeClasses = map[string]string{}
 	}
 	c.nodes = map[string]string{}
 	c.nodeStates = map[string]NodeState{}
@@ -285,6 +295,9 @@ type Snapshot struct {
 	Jobs    []*api.Job
 	Allocs  []*api.AllocationListStub
 	Volumes []*api.HostVolumeStub
+	// VolumeClasses are the storage classes of the listed volumes the
+	// cache did not know the class of, by volume ID, read one by one.
+	VolumeClasses map[string]string
 	// Nodes are the client nodes.
 	Nodes []*api.NodeListStub
 	// kept are children the re-list found unchanged, carried over from
@@ -330,9 +343,21 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 			delete(c.deletedVolumes, id)
 		}
 	}
+	listed := make(map[string]bool, len(s.Volumes))
 	for _, v := range s.Volumes {
 		if _, gone := c.deletedVolumes[v.ID]; !gone {
 			c.putVolumeLocked(v)
+			listed[v.ID] = true
+		}
+	}
+	for id := range c.volumeClasses {
+		if !listed[id] {
+			delete(c.volumeClasses, id)
+		}
+	}
+	for id, class := range s.VolumeClasses {
+		if listed[id] {
+			c.volumeClasses[id] = class
 		}
 	}
 	c.replaceNodesLocked(s.Nodes)
@@ -813,6 +838,11 @@ func (c *Cache) upsertVolume(v *api.HostVolume, deleted bool, index uint64) []ba
 	if !c.applyVolumeLocked(stub, deleted, index) {
 		return nil
 	}
+	if deleted {
+		delete(c.volumeClasses, v.ID)
+	} else {
+		c.volumeClasses[v.ID] = v.Parameters[ClassParameter]
+	}
 	ns := stub.Namespace
 	if ns == "" {
 		ns = "default"
@@ -858,6 +888,15 @@ func (c *Cache) applyVolumeLocked(v *api.HostVolumeStub, deleted bool, index uin
 	}
 	c.putVolumeLocked(v)
 	return true
+}
+
+// volumeClassKnown reports whether the cache knows the storage class of
+// volume id, so that the re-list need not read the volume for it.
+func (c *Cache) volumeClassKnown(id string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.volumeClasses[id]
+	return ok
 }
 
 // volumeLocked returns the cached volume called name, or nil.

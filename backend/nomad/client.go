@@ -305,6 +305,22 @@ func (n *Client) ListHostVolumes(ctx context.Context, namespace, prefix string) 
 	return vols, nil
 }
 
+// GetHostVolume implements API.
+func (n *Client) GetHostVolume(ctx context.Context, namespace, id string) (_ *api.HostVolume, err error) {
+	defer TraceCall(ctx, VerbGetHostVolume, &err)
+	v, _, err := n.c.HostVolumes().Get(id, query(ctx, namespace))
+	if err != nil {
+		if IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("reading host volume %s/%s: %w", namespace, id, denied(VerbGetHostVolume, namespace, err))
+	}
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	return v, nil
+}
+
 // DeleteHostVolume implements API. A volume whose node Nomad no longer
 // knows (`nomad node purge` of a machine gone for good) cannot be deleted
 // by its client, and Nomad refuses to drop it without force; its data went

@@ -69,7 +69,18 @@ type StoppedChild struct {
 	JobModifyIndex uint64
 }
 
-// VolumeDetail is one observed per-ordinal volume.
+// ClassParameter is the host volume parameter that records a volume's
+// storage class: the name of the agent's volume_provisioner block that made
+// it (statefulset_claim_<claim>_class). The built-in provisioner sets it
+// on the volumes of named classes; a volume without it belongs to the
+// unnamed block, the default class. Nomad hands parameters to the host
+// volume plugin, which must accept the key (the mkdir plugin refuses
+// parameters it does not know, so named classes cannot use it).
+const ClassParameter = "nomad_statefulset_class"
+
+// VolumeDetail is one observed per-ordinal volume. Its Volume's Capacity
+// is Nomad's CapacityBytes (what the host volume plugin reported; Nomad's
+// mkdir plugin reports 0), and its Class the volume's ClassParameter.
 type VolumeDetail struct {
 	Volume reconciler.Volume
 	ID     string
@@ -168,8 +179,9 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		for _, o := range ords {
 			v := m[o]
 			obs.Volumes = append(obs.Volumes, VolumeDetail{
-				Volume: reconciler.Volume{Claim: claim, Ordinal: o, Name: v.Name},
-				ID:     v.ID, NodeID: v.NodeID,
+				Volume: reconciler.Volume{Claim: claim, Ordinal: o, Name: v.Name,
+					Class: c.volumeClasses[v.ID], Capacity: v.CapacityBytes},
+				ID: v.ID, NodeID: v.NodeID,
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package nomad
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,66 @@ func TestCacheFollowsHostVolumeEvents(t *testing.T) {
 	c.upsertVolume(vol, true, 12)
 	if got := c.Observe(backend.SetKey{Namespace: "default", Name: "web"}, []string{"data"}, time.Now()).Volumes; len(got) != 0 {
 		t.Fatalf("a deleted volume is still observed: %+v", got)
+	}
+}
+
+// TestObserveVolumeClassAndCapacity: an observed volume carries Nomad's
+// capacity and the class its parameters record, from an event or from a
+// listing with the classes the re-list read; the class of a volume that
+// is gone is forgotten.
+func TestObserveVolumeClassAndCapacity(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	observe := func(c *Cache) []reconciler.Volume {
+		var out []reconciler.Volume
+		for _, v := range c.Observe(key, []string{"data"}, time.Now()).Volumes {
+			out = append(out, v.Volume)
+		}
+		return out
+	}
+	c := NewCache()
+	c.Replace(Snapshot{Index: 5, Jobs: []*api.Job{childJob("web", "0", "web-r1", false, 3)}})
+	c.upsertVolume(&api.HostVolume{Namespace: "default", ID: "v0", Name: "data-web-0", ModifyIndex: 10, CapacityBytes: 10 << 20,
+		Parameters: map[string]string{ClassParameter: "fast", "vg": "x"}}, false, 10)
+	c.upsertVolume(&api.HostVolume{Namespace: "default", ID: "v1", Name: "data-web-1", ModifyIndex: 11}, false, 11)
+	want := []reconciler.Volume{
+		{Claim: "data", Ordinal: 0, Name: "data-web-0", Class: "fast", Capacity: 10 << 20},
+		{Claim: "data", Ordinal: 1, Name: "data-web-1"},
+	}
+	if got := observe(c); !reflect.DeepEqual(got, want) {
+		t.Fatalf("from events: %+v, want %+v", got, want)
+	}
+	if !c.volumeClassKnown("v1") {
+		t.Fatal("the default class of an event's volume is not known")
+	}
+
+	// An expansion's event moves the capacity.
+	c.upsertVolume(&api.HostVolume{Namespace: "default", ID: "v0", Name: "data-web-0", ModifyIndex: 12, CapacityBytes: 20 << 20,
+		Parameters: map[string]string{ClassParameter: "fast"}}, false, 12)
+	if got := observe(c); got[0].Capacity != 20<<20 || got[0].Class != "fast" {
+		t.Fatalf("after the expansion: %+v", got[0])
+	}
+
+	// A re-list keeps what the cache knew of the volumes it still holds,
+	// adds what it read, and forgets the rest.
+	c.Replace(Snapshot{Index: 20, Jobs: []*api.Job{childJob("web", "0", "web-r1", false, 3)},
+		Volumes: []*api.HostVolumeStub{
+			{Namespace: "default", ID: "v0", Name: "data-web-0", ModifyIndex: 12, CapacityBytes: 20 << 20},
+			{Namespace: "default", ID: "v2", Name: "data-web-2", ModifyIndex: 15, CapacityBytes: 1 << 30},
+		},
+		VolumeClasses: map[string]string{"v2": "slow", "v9": "gone"}})
+	want = []reconciler.Volume{
+		{Claim: "data", Ordinal: 0, Name: "data-web-0", Class: "fast", Capacity: 20 << 20},
+		{Claim: "data", Ordinal: 2, Name: "data-web-2", Class: "slow", Capacity: 1 << 30},
+	}
+	if got := observe(c); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a re-list: %+v, want %+v", got, want)
+	}
+	if c.volumeClassKnown("v1") || c.volumeClassKnown("v9") {
+		t.Fatal("the class of a volume the listing does not hold is kept")
+	}
+	c.upsertVolume(&api.HostVolume{Namespace: "default", ID: "v2", Name: "data-web-2", ModifyIndex: 21}, true, 21)
+	if c.volumeClassKnown("v2") {
+		t.Fatal("the class of a deleted volume is kept")
 	}
 }
 

@@ -314,6 +314,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	snap := Snapshot{Index: index, At: w.cfg.Clock()}
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
+	sets := map[string]bool{} // "namespace/set" of every parent
 	for _, s := range stubs {
 		if s.Meta[jobs.KeyManaged] != "true" && s.Meta[jobs.MetaParent] == "" {
 			continue
@@ -321,6 +322,9 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		ns := s.Namespace
 		if ns == "" {
 			ns = "default"
+		}
+		if s.Meta[jobs.MetaParent] == "" {
+			sets[ns+"/"+s.ID] = true
 		}
 		job, kept := w.cache.jobAt(ns, s.ID, s.ModifyIndex)
 		switch {
@@ -367,6 +371,9 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		}
 		snap.Volumes = append(snap.Volumes, vols...)
 	}
+	if err := w.readVolumeClasses(ctx, &snap, sets); err != nil {
+		return Snapshot{}, err
+	}
 	if len(children) > 0 {
 		// Drains and node states concern only sets with pods.
 		if snap.Nodes, err = w.api.ListNodes(ctx); err != nil {
@@ -374,6 +381,50 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// readVolumeClasses reads, one by one, the listed volumes of the sets whose
+// storage class the cache does not know: a list stub has no parameters.
+// The cache learns a volume's class from its events too, and a volume
+// never changes class, so each volume is read at most once while the
+// cache holds it (a cold start reads every one).
+func (w *Watcher) readVolumeClasses(ctx context.Context, snap *Snapshot, sets map[string]bool) error {
+	for _, v := range snap.Volumes {
+		if w.cache.volumeClassKnown(v.ID) || !ofASet(v, sets) {
+			continue
+		}
+		full, err := w.api.GetHostVolume(ctx, v.Namespace, v.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since the list: its event follows
+		}
+		if err != nil {
+			return err
+		}
+		if snap.VolumeClasses == nil {
+			snap.VolumeClasses = map[string]string{}
+		}
+		snap.VolumeClasses[v.ID] = full.Parameters[ClassParameter]
+	}
+	return nil
+}
+
+// ofASet reports whether a volume's name is "<claim>-<set>-<ordinal>" for
+// a set of its namespace.
+func ofASet(v *api.HostVolumeStub, sets map[string]bool) bool {
+	base, _, ok := splitOrdinal(v.Name)
+	if !ok {
+		return false
+	}
+	ns := v.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	for i := 0; i < len(base); i++ {
+		if base[i] == '-' && sets[ns+"/"+base[i+1:]] {
+			return true
+		}
+	}
+	return false
 }
 
 // apply folds one batch of events into the cache.

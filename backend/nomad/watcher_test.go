@@ -224,6 +224,52 @@ func TestSteadyStateRelistMakesConstantCalls(t *testing.T) {
 	}
 }
 
+// TestRelistReadsEachVolumeClassOnce: a listing's volume stubs carry no
+// parameters, so the re-list reads the volumes of sets whose class the
+// cache does not know, once each, and none of other names; events keep
+// the classes known after that.
+func TestRelistReadsEachVolumeClassOnce(t *testing.T) {
+	sim, cache, w := watchWorld(t, 2)
+	ctx := context.Background()
+	sim.PauseEvents()
+	for _, v := range []*api.HostVolume{
+		{Name: "data-set000-0", PluginID: "lvm", Parameters: map[string]string{nomad.ClassParameter: "fast"},
+			RequestedCapacityMinBytes: 1 << 30, RequestedCapacityMaxBytes: 1 << 30},
+		{Name: "data-set000-1"},
+		{Name: "scratch-nobody-0"},
+		{Name: "data-set00-0"},
+	} {
+		if _, err := sim.CreateHostVolume(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := resync(t, sim, w)
+	if n := calls[nomad.VerbGetHostVolume]; n != 2 {
+		t.Fatalf("the re-list read %d volumes, want the 2 of set000 (calls %v)", n, calls)
+	}
+	sim.ResumeEvents()
+	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "set000"}, []string{"data"}, sim.Now())
+	if len(obs.Volumes) != 2 || obs.Volumes[0].Volume.Class != "fast" || obs.Volumes[0].Volume.Capacity != 1<<30 ||
+		obs.Volumes[1].Volume.Class != "" {
+		t.Fatalf("observed volumes %+v", obs.Volumes)
+	}
+	if calls := resync(t, sim, w); calls[nomad.VerbGetHostVolume] != 0 {
+		t.Fatalf("a second re-list read %d volumes again", calls[nomad.VerbGetHostVolume])
+	}
+	// A volume made while the stream runs is known from its event.
+	if _, err := sim.CreateHostVolume(ctx, &api.HostVolume{Name: "data-set001-0", PluginID: "lvm",
+		Parameters: map[string]string{nomad.ClassParameter: "slow"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the volume's event", func() bool {
+		obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "set001"}, []string{"data"}, sim.Now())
+		return len(obs.Volumes) == 1 && obs.Volumes[0].Volume.Class == "slow"
+	})
+	if calls := resync(t, sim, w); calls[nomad.VerbGetHostVolume] != 0 {
+		t.Fatalf("a re-list read %d volumes whose class an event gave", calls[nomad.VerbGetHostVolume])
+	}
+}
+
 // TestRelistRereadsOnlyChangedJobs: a job that changed while its events
 // were missed is read again by the re-list, and only that one, and the cache
 // shows the change without any event.

@@ -144,6 +144,23 @@ volume_provisioner {
   }
 }
 
+# A storage class: a named volume_provisioner block. A claim picks it with
+# statefulset_claim_<claim>_class = "fast" in its job; a claim that names
+# none gets the unnamed block above, the default class. A class has its
+# own plugin and settings and takes nothing from the unnamed block. On
+# nomad-host-volume a class names a host volume plugin other than mkdir,
+# because its volumes record their class in their parameters and mkdir
+# refuses parameters it does not know. A claim's own size
+# (statefulset_claim_<claim>_capacity) wins over capacity_min and
+# capacity_max here.
+volume_provisioner "fast" {
+  plugin = "nomad-host-volume"
+  config = {
+    plugin_id    = "lvm-thin"
+    capacity_min = "10GiB"
+  }
+}
+
 # A plugin instance. The label is the name hooks and volume_provisioner use;
 # driver is a built-in (nomad-host-volume, always declared) or an executable
 # in plugin_dir (default: the label). Several instances may share a driver

@@ -465,9 +465,18 @@ func (s *Nomad) ListAllocations(ctx context.Context, namespace string) (_ []*api
 
 // CreateHostVolume implements nomad.API. A new volume gets an ID and, unless
 // it names one, the first node (in ID order) of its pool that has no volume
-// of that name yet, as Nomad places it; it is ready at once. A volume with
-// an existing ID is updated. Jobs waiting for a volume of this name are
-// planned again.
+// of that name yet, as Nomad places it; it is ready at once. Its capacity
+// is what a sizing host volume plugin would report: capacity_max, else
+// capacity_min (Nomad's own mkdir plugin reports 0; the simulation sizes
+// every plugin, so that expansions can be tested). A volume with an
+// existing ID is updated, which is how Nomad expands one: the update is
+// refused with Nomad's errors (HostVolume.Validate and ValidateUpdate)
+// while an allocation that is not client-terminal claims the volume, when
+// capacity_max is below the volume's capacity, or when it moves the
+// volume's node or node pool; it keeps the volume's node, pool,
+// constraints and path, and takes the request's plugin ID (the old one
+// when empty), capacities, parameters and capabilities. Jobs waiting for
+// a volume of this name are planned again.
 func (s *Nomad) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (_ *api.HostVolume, err error) {
 	defer nomad.TraceCall(ctx, nomad.VerbCreateHostVolume, &err)
 	after, err := s.enter(ctx, nomad.VerbCreateHostVolume)
@@ -490,8 +499,10 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 	if v.Name == "" {
 		return nil, ResponseError(500, "volume validation failed: 1 error occurred:\n\t* missing name\n\n")
 	}
-	if v.PluginID == "" {
-		v.PluginID = "mkdir"
+	if v.RequestedCapacityMaxBytes < v.RequestedCapacityMinBytes {
+		// Nomad 1.10.5 checks this whether or not capacity_max is set.
+		return nil, ResponseError(500, fmt.Sprintf("volume validation failed: capacity_max (%d) must be larger than capacity_min (%d)",
+			v.RequestedCapacityMaxBytes, v.RequestedCapacityMinBytes))
 	}
 
 	s.mu.Lock()
@@ -505,9 +516,18 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 		if v.Name != rec.vol.Name {
 			return nil, ResponseError(500, "volume validation failed: 1 error occurred:\n\t* volume name cannot be updated\n\n")
 		}
-		v.NodeID, v.NodePool = rec.vol.NodeID, rec.vol.NodePool
+		if err := validateVolumeUpdate(v, rec); err != nil {
+			return nil, err
+		}
+		if v.PluginID == "" {
+			v.PluginID = rec.vol.PluginID
+		}
+		v.NodeID, v.NodePool, v.Constraints = rec.vol.NodeID, rec.vol.NodePool, rec.vol.Constraints
 		v.CreateIndex, v.CreateTime, v.HostPath = rec.vol.CreateIndex, rec.vol.CreateTime, rec.vol.HostPath
 	} else {
+		if v.PluginID == "" {
+			v.PluginID = "mkdir"
+		}
 		if err := s.placeVolume(v); err != nil {
 			return nil, err
 		}
@@ -554,6 +574,73 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 		}
 	}
 	return deepCopy(v), nil
+}
+
+// validateVolumeUpdate refuses an update as Nomad's HostVolume.ValidateUpdate
+// does, with its words: all problems in one multierror. Callers hold s.mu.
+func validateVolumeUpdate(v *api.HostVolume, rec *volRec) error {
+	var errs []string
+	if len(rec.claims) > 0 {
+		errs = append(errs, "cannot update a volume in use: claimed by allocs ("+strings.Join(rec.claimIDs(), ", ")+")")
+	}
+	if v.NodeID != "" && v.NodeID != rec.vol.NodeID {
+		errs = append(errs, "node ID cannot be updated")
+	}
+	if v.NodePool != "" && v.NodePool != rec.vol.NodePool {
+		errs = append(errs, "node pool cannot be updated")
+	}
+	if v.RequestedCapacityMaxBytes > 0 && v.RequestedCapacityMaxBytes < rec.vol.CapacityBytes {
+		errs = append(errs, fmt.Sprintf("capacity_max (%d) cannot be less than existing provisioned capacity (%d)",
+			v.RequestedCapacityMaxBytes, rec.vol.CapacityBytes))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return ResponseError(500, fmt.Sprintf("validating volume %q update failed: %s", v.ID, multierror(errs)))
+}
+
+// multierror renders errors as hashicorp/go-multierror does.
+func multierror(errs []string) string {
+	head := "1 error occurred:"
+	if len(errs) != 1 {
+		head = fmt.Sprintf("%d errors occurred:", len(errs))
+	}
+	return head + "\n\t* " + strings.Join(errs, "\n\t* ") + "\n\n"
+}
+
+// claimIDs lists the IDs of the allocations claiming the volume, sorted.
+func (r *volRec) claimIDs() []string {
+	ids := make([]string, 0, len(r.claims))
+	for a := range r.claims {
+		ids = append(ids, a.id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// GetHostVolume implements nomad.API: the whole volume, with the stubs of
+// the allocations that claim it, as Nomad denormalizes them on read.
+func (s *Nomad) GetHostVolume(ctx context.Context, namespace, id string) (_ *api.HostVolume, err error) {
+	defer nomad.TraceCall(ctx, nomad.VerbGetHostVolume, &err)
+	if err := s.enterRead(ctx, nomad.VerbGetHostVolume); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.vols[id]
+	if !ok || rec.vol.Namespace != namespaceOrDefault(namespace) {
+		return nil, nomad.ErrNotFound
+	}
+	v := deepCopy(rec.vol)
+	claims := make([]*allocRec, 0, len(rec.claims))
+	for a := range rec.claims {
+		claims = append(claims, a)
+	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].id < claims[j].id })
+	for _, a := range claims {
+		v.Allocations = append(v.Allocations, a.stub())
+	}
+	return v, nil
 }
 
 // placeVolume picks the volume's node: the given one if it exists, else the
@@ -875,12 +962,7 @@ func (s *Nomad) deleteHostVolume(namespace, id string) error {
 		return ResponseError(500, "no such volume: "+id)
 	}
 	if len(rec.claims) > 0 {
-		ids := make([]string, 0, len(rec.claims))
-		for a := range rec.claims {
-			ids = append(ids, a.id)
-		}
-		sort.Strings(ids)
-		return ResponseError(500, fmt.Sprintf("volume %s in use by allocations: %v", id, ids))
+		return ResponseError(500, fmt.Sprintf("volume %s in use by allocations: %v", id, rec.claimIDs()))
 	}
 	tx := s.begin(typeHostVolumeDeleted)
 	delete(s.vols, id)

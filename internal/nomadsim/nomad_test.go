@@ -532,7 +532,13 @@ func TestHostVolumes(t *testing.T) {
 		t.Fatalf("blocked job status %q", st)
 	}
 
-	v, err := s.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0", PluginID: "mkdir", RequestedCapacityMinBytes: 1 << 20})
+	// Nomad 1.10.5 wants capacity_max ≥ capacity_min even when max is unset.
+	_, err := s.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0", PluginID: "mkdir", RequestedCapacityMinBytes: 1 << 20})
+	if code, body := responseBody(t, err); code != 500 || body != "volume validation failed: capacity_max (0) must be larger than capacity_min (1048576)" {
+		t.Fatalf("capacity_min alone: %d %q", code, body)
+	}
+	v, err := s.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0", PluginID: "mkdir",
+		RequestedCapacityMinBytes: 1 << 20, RequestedCapacityMaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,6 +599,93 @@ func TestHostVolumes(t *testing.T) {
 	}
 	if n := len(s.HostVolumes()); n != 3 {
 		t.Fatalf("%d volumes left", n)
+	}
+}
+
+// TestHostVolumeUpdate: an update by ID is how Nomad expands a dynamic
+// host volume, and the simulation refuses what Nomad's ValidateUpdate
+// refuses, in its words: a claimed volume, a capacity_max below the
+// volume's capacity, a new node pool. An accepted update keeps the node,
+// pool, constraints and path, and takes the request's capacities,
+// parameters and capabilities.
+func TestHostVolumeUpdate(t *testing.T) {
+	s := manual(t)
+	ctx := context.Background()
+	ch, cancel := subscribe(t, s, 0)
+	defer cancel()
+	req := &api.HostVolume{Name: "data-web-0", PluginID: "lvm",
+		RequestedCapacityMinBytes: 10 << 20, RequestedCapacityMaxBytes: 10 << 20,
+		Parameters:            map[string]string{"nomad_statefulset_class": "fast"},
+		Constraints:           []*api.Constraint{{LTarget: "${attr.kernel.name}", RTarget: "linux", Operand: "="}},
+		RequestedCapabilities: []*api.HostVolumeCapability{{AccessMode: "single-node-single-writer", AttachmentMode: "file-system"}}}
+	v, err := s.CreateHostVolume(ctx, req)
+	if err != nil || v.CapacityBytes != 10<<20 {
+		t.Fatalf("create: %+v, %v", v, err)
+	}
+	register(t, s, withVolume(testJob("web-0"), "data-web-0"), true, 0)
+	s.Settle()
+	a := only(t, s, "web-0")
+
+	got, err := s.GetHostVolume(ctx, "default", v.ID)
+	if err != nil || got.Parameters["nomad_statefulset_class"] != "fast" || len(got.RequestedCapabilities) != 1 ||
+		len(got.Allocations) != 1 || got.Allocations[0].ID != a.ID {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	if _, err := s.GetHostVolume(ctx, "other", v.ID); !errors.Is(err, nomad.ErrNotFound) {
+		t.Fatalf("get in another namespace: %v", err)
+	}
+	if _, err := s.GetHostVolume(ctx, "default", "nope"); !errors.Is(err, nomad.ErrNotFound) {
+		t.Fatalf("get of an unknown ID: %v", err)
+	}
+
+	grow := func(min, max int64, pool string) (*api.HostVolume, error) {
+		return s.CreateHostVolume(ctx, &api.HostVolume{ID: v.ID, Name: v.Name, NodePool: pool,
+			RequestedCapacityMinBytes: min, RequestedCapacityMaxBytes: max,
+			Parameters: got.Parameters, RequestedCapabilities: got.RequestedCapabilities})
+	}
+	_, err = grow(20<<20, 20<<20, "")
+	// The api client trims the body, so the multierror's closing blank
+	// line is gone, as from a real Nomad.
+	want := fmt.Sprintf("validating volume %q update failed: 1 error occurred:\n\t* cannot update a volume in use: claimed by allocs (%s)", v.ID, a.ID)
+	if code, body := responseBody(t, err); code != 500 || body != want {
+		t.Fatalf("update in use: %d %q, want %q", code, body, want)
+	}
+	if err := s.DeregisterJob(ctx, "default", "web-0", false); err != nil {
+		t.Fatal(err)
+	}
+	s.Settle()
+
+	drain(s, ch)
+	big, err := grow(20<<20, 20<<20, "")
+	if err != nil || big.CapacityBytes != 20<<20 || big.NodeID != v.NodeID || big.HostPath != v.HostPath ||
+		big.PluginID != "lvm" || len(big.Constraints) != 1 || big.Parameters["nomad_statefulset_class"] != "fast" ||
+		big.CreateIndex != v.CreateIndex || big.ModifyIndex <= v.ModifyIndex {
+		t.Fatalf("expanded: %+v, %v", big, err)
+	}
+	var seen *api.HostVolume
+	for _, evs := range drain(s, ch) {
+		for i := range evs.Events {
+			if e := &evs.Events[i]; e.Topic == TopicHostVolume && e.Type == "HostVolumeRegistered" {
+				if err := nomad.DecodePayload(e, "Volume", &seen); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if seen == nil || seen.CapacityBytes != 20<<20 || seen.Parameters["nomad_statefulset_class"] != "fast" {
+		t.Fatalf("the expansion's event carries %+v", seen)
+	}
+	if list, _ := s.ListHostVolumes(ctx, "default", "data-web-0"); len(list) != 1 || list[0].CapacityBytes != 20<<20 {
+		t.Fatalf("listed after the expansion: %+v", list)
+	}
+
+	_, err = grow(10<<20, 10<<20, "all")
+	want = fmt.Sprintf("validating volume %q update failed: 2 errors occurred:\n\t* node pool cannot be updated\n\t* capacity_max (10485760) cannot be less than existing provisioned capacity (20971520)", v.ID)
+	if _, body := responseBody(t, err); body != want {
+		t.Fatalf("shrink and move: %q, want %q", body, want)
+	}
+	if _, err := s.CreateHostVolume(ctx, &api.HostVolume{ID: "nope", Name: v.Name}); err == nil {
+		t.Fatal("an update of an unknown ID was accepted")
 	}
 }
 

@@ -63,6 +63,8 @@ type nomadConfig struct {
 	drivers    []string
 	timeout    time.Duration
 	chroot     map[string]string
+	// hostVolumePlugins are scripts by plugin ID (WithHostVolumePlugin).
+	hostVolumePlugins map[string]string
 }
 
 // WithoutClient runs a server only (no client node): the server of a
@@ -212,6 +214,9 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
 		}
+	}
+	if err := a.installHostVolumePlugins(); err != nil {
+		t.Fatalf("testagent: %v", err)
 	}
 	a.Name = "testagent-" + filepath.Base(dir)
 	p := NomadConfigParams{

@@ -19,8 +19,12 @@ type Config struct {
 	// Plugins are the plugin blocks, in order.
 	Plugins []*PluginConfig
 	// VolumeProvisioner names the plugin that makes volumes, and the config
-	// every volume request carries.
+	// every volume request carries: the unnamed volume_provisioner block,
+	// the default storage class.
 	VolumeProvisioner VolumeProvisionerConfig
+	// VolumeClasses are the named volume_provisioner blocks, the storage
+	// classes a volume request may name (VolumeRequest.Class).
+	VolumeClasses []VolumeProvisionerConfig
 	// Hooks are the hook blocks, in the order they run.
 	Hooks []*HookConfig
 }
@@ -39,12 +43,29 @@ type PluginConfig struct {
 	Where string
 }
 
-// VolumeProvisionerConfig is the volume_provisioner block.
+// VolumeProvisionerConfig is a volume_provisioner block.
 type VolumeProvisionerConfig struct {
+	// Name is the storage class, "" for the unnamed block.
+	Name string
 	// Plugin names a plugin block.
 	Plugin string
-	// Config is merged into every volume request.
+	// Config is merged into every volume request of the class.
 	Config map[string]string
+	// Where is a named block's "file:line", or "".
+	Where string
+}
+
+// what names the block in errors.
+func (v *VolumeProvisionerConfig) what() string {
+	if v.Name == "" {
+		return "volume_provisioner"
+	}
+	return fmt.Sprintf("volume_provisioner %q", v.Name)
+}
+
+// classes lists every volume_provisioner block, the unnamed one first.
+func (c *Config) classes() []VolumeProvisionerConfig {
+	return append([]VolumeProvisionerConfig{c.VolumeProvisioner}, c.VolumeClasses...)
 }
 
 // HookConfig is one hook block.
@@ -74,6 +95,13 @@ func ConfigOf(cfg *config.Config) Config {
 	out := Config{
 		PluginDir:         cfg.PluginDir,
 		VolumeProvisioner: VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)},
+	}
+	for _, v := range cfg.VolumeClasses {
+		vc := VolumeProvisionerConfig{Name: v.Name, Plugin: v.Plugin, Config: maps.Clone(v.Config)}
+		if r := v.DeclRange; r.Filename != "" {
+			vc.Where = fmt.Sprintf("%s:%d", r.Filename, r.Start.Line)
+		}
+		out.VolumeClasses = append(out.VolumeClasses, vc)
 	}
 	for _, p := range cfg.Plugins {
 		pc := &PluginConfig{Name: p.Name, Driver: p.Driver, Args: slices.Clone(p.Args), Config: maps.Clone(p.Config)}

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/agext/levenshtein"
 
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
@@ -119,19 +123,33 @@ func (m *Manager) callHook(ctx context.Context, h *HookConfig, event plugin.Even
 }
 
 // Provisioner returns the configured volume provisioner. The value stays
-// valid across reloads and restarts: each call goes to the plugin that
-// volume_provisioner names at that moment, with the block's config merged
-// under the request's. While the plugin is down, calls fail with
+// valid across reloads and restarts: each call goes to the plugin that the
+// volume_provisioner block of the request's storage class (req.Class; ""
+// the unnamed block) names at that moment, with the block's config merged
+// under the request's. A class that no block declares fails with an error
+// wrapping plugin.ErrUnknownClass and naming the class, before any plugin
+// is called. While the plugin is down, calls fail with
 // plugin.ErrPluginUnavailable. Calls are bounded only by ctx.
 func (m *Manager) Provisioner() plugin.VolumeProvisioner { return provisioner{m: m} }
 
 type provisioner struct{ m *Manager }
 
-// current returns the provisioner plugin and req with the config filled in.
+// current returns the provisioner plugin of req's class and req with the
+// class's config filled in.
 func (p provisioner) current(req *plugin.VolumeRequest) (*instance, plugin.VolumeProvisioner, *plugin.VolumeRequest, error) {
 	p.m.mu.RLock()
-	name, conf := p.m.vp.Plugin, maps.Clone(p.m.vp.Config)
+	vc, ok := p.m.classes[req.Class]
+	loaded := p.m.classes != nil
+	conf := maps.Clone(vc.Config)
 	p.m.mu.RUnlock()
+	switch {
+	case !loaded:
+		// Before Start, no class is known, the default one included.
+		return nil, nil, nil, fmt.Errorf("%w: the plugin manager has not loaded its plugins", plugin.ErrPluginUnavailable)
+	case !ok:
+		return nil, nil, nil, p.unknown(req.Class)
+	}
+	name := vc.Plugin
 	inst, err := p.m.instance(name)
 	if err != nil {
 		return nil, nil, nil, err
@@ -151,6 +169,21 @@ func (p provisioner) current(req *plugin.VolumeRequest) (*instance, plugin.Volum
 	maps.Copy(conf, req.Config)
 	r.Config = conf
 	return inst, vp, &r, nil
+}
+
+// unknown is the error of a request for a class no block declares. It
+// lists the classes there are, for the condition the set shows.
+func (p provisioner) unknown(class string) error {
+	classes := p.m.Classes()
+	known := "it declares none"
+	if len(classes) > 0 {
+		known = "its classes: " + quoted(classes)
+	}
+	hint := ""
+	if best := closest(class, classes); best != "" {
+		hint = fmt.Sprintf("; did you mean %q?", best)
+	}
+	return fmt.Errorf("%w %q: the agent config has no volume_provisioner %q block (%s)%s", plugin.ErrUnknownClass, class, class, known, hint)
 }
 
 // PluginInfo implements plugin.Base.
@@ -205,4 +238,37 @@ func (p provisioner) DeleteVolume(ctx context.Context, req *plugin.VolumeRequest
 		return fmt.Errorf("deleting volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
 	}
 	return nil
+}
+
+// ExpandVolume implements plugin.VolumeProvisioner.
+func (p provisioner) ExpandVolume(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return nil, fmt.Errorf("expanding volume %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	v, err := vp.ExpandVolume(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("expanding volume %s/%s with plugin %q: %w", req.Namespace, req.Name, inst.spec.name, inst.classify(err))
+	}
+	return v, nil
+}
+
+// quoted renders names as "a", "b".
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// closest is the name within two edits of s, for a "did you mean", or "".
+func closest(s string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := levenshtein.Distance(s, n, nil); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
 }

@@ -31,10 +31,24 @@ type spec struct {
 	typ    plugin.Type
 	config map[string]string
 	decl   *PluginConfig
+	// checks are the configs of the storage classes a shared provisioner
+	// serves, each sent by SetConfig at launch to check it before the final
+	// config (see classesOf).
+	checks []classCheck
 }
 
+// classCheck is one storage class's config for a launch check.
+type classCheck struct {
+	what, where string
+	config      map[string]string
+}
+
+// same reports whether o runs the same code as s. Changed class checks
+// count as a change: a plugin serving several classes checks their configs
+// only at launch, so it is launched again to check new ones.
 func (s *spec) same(o *spec) bool {
-	return s.driver == o.driver && s.path == o.path && s.typ == o.typ && slices.Equal(s.args, o.args)
+	return s.driver == o.driver && s.path == o.path && s.typ == o.typ && slices.Equal(s.args, o.args) &&
+		slices.EqualFunc(s.checks, o.checks, func(a, b classCheck) bool { return a.what == b.what && maps.Equal(a.config, b.config) })
 }
 
 // prefix starts every launch error: where the block is and what it names.
@@ -199,6 +213,15 @@ func (i *instance) launch(ctx context.Context) (_ *goplugin.Client, _ plugin.Bas
 	}
 	if !ok {
 		return client, nil, nil, fmt.Errorf("%s: it says it is a %s, but %T does not implement that interface", i.spec.prefix(), info.Type, raw)
+	}
+	for _, c := range i.spec.checks {
+		if err := impl.SetConfig(ctx, c.config); err != nil {
+			where := ""
+			if c.where != "" {
+				where = c.where + ": "
+			}
+			return client, nil, nil, fmt.Errorf("%s%s: %s: setting the class's config: %w", where, c.what, i.spec.prefix(), err)
+		}
 	}
 	if err := impl.SetConfig(ctx, i.spec.config); err != nil {
 		return client, nil, nil, fmt.Errorf("%s: setting its config: %w", i.spec.prefix(), err)

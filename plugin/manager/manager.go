@@ -93,8 +93,10 @@ type Manager struct {
 	mu        sync.RWMutex
 	instances map[string]*instance // by plugin block name
 	hooks     []*HookConfig
-	vp        VolumeProvisionerConfig
-	closed    bool
+	// classes are the volume_provisioner blocks by storage class, the
+	// unnamed one under "".
+	classes map[string]VolumeProvisionerConfig
+	closed  bool
 }
 
 // New returns a manager with no plugins running; Start launches them.
@@ -156,17 +158,11 @@ func (m *Manager) Reload(ctx context.Context, cfg Config) error {
 	var errs []error
 	for _, pc := range cfg.Plugins {
 		spec, err := m.resolve(pc, cfg.PluginDir, types[pc.Name])
-		if err == nil && pc.Name == cfg.VolumeProvisioner.Plugin {
-			// The provisioner also gets volume_provisioner's config at
-			// launch (over its own block's), although every call carries it
-			// too: so a bad key there is reported at start-up, not at the
-			// first volume.
-			maps.Copy(spec.config, cfg.VolumeProvisioner.Config)
-		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		classesOf(spec, &cfg)
 		if old := current[pc.Name]; old != nil && old.spec.same(spec) {
 			if err := old.setConfig(ctx, spec.config); err != nil {
 				errs = append(errs, err)
@@ -206,7 +202,11 @@ func (m *Manager) Reload(ctx context.Context, cfg Config) error {
 	}
 	m.instances = next
 	m.hooks = hooks
-	m.vp = VolumeProvisionerConfig{Plugin: cfg.VolumeProvisioner.Plugin, Config: maps.Clone(cfg.VolumeProvisioner.Config)}
+	m.classes = map[string]VolumeProvisionerConfig{}
+	for _, v := range cfg.classes() {
+		v.Config = maps.Clone(v.Config)
+		m.classes[v.Name] = v
+	}
 	m.mu.Unlock()
 	for name, old := range current {
 		if next[name] != old {
@@ -214,8 +214,51 @@ func (m *Manager) Reload(ctx context.Context, cfg Config) error {
 			old.stop()
 		}
 	}
-	m.log.Info("plugins loaded", "plugins", len(next), "hooks", len(hooks), "volume_provisioner", cfg.VolumeProvisioner.Plugin)
+	m.log.Info("plugins loaded", "plugins", len(next), "hooks", len(hooks), "volume_provisioner", cfg.VolumeProvisioner.Plugin,
+		"storage_classes", len(cfg.VolumeClasses))
 	return nil
+}
+
+// classesOf adds to a provisioner plugin's launch config what the storage
+// classes it serves need. Every call carries its class's config, so this
+// is only for reporting a bad key at start-up rather than at the first
+// volume. A plugin that serves one class gets that class's config over its
+// own block's, as SetConfig's config. A plugin that serves several keeps
+// its own block's config alone, so that one class's settings can never
+// reach another's volumes through it; each class's config is checked by a
+// SetConfig at launch, before the plugin serves any call (spec.checks).
+func classesOf(s *spec, cfg *Config) {
+	var mine []VolumeProvisionerConfig
+	for _, v := range cfg.classes() {
+		if v.Plugin == s.name {
+			mine = append(mine, v)
+		}
+	}
+	switch {
+	case len(mine) == 1:
+		maps.Copy(s.config, mine[0].Config)
+	case len(mine) > 1:
+		for _, v := range mine {
+			conf := maps.Clone(s.config)
+			maps.Copy(conf, v.Config)
+			s.checks = append(s.checks, classCheck{what: v.what(), where: v.Where, config: conf})
+		}
+	}
+}
+
+// Classes returns the storage classes, the named volume_provisioner blocks,
+// sorted; the unnamed block, the default class, is not among them.
+func (m *Manager) Classes() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []string
+	for name := range m.classes {
+		if name != "" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pluginTypes derives each plugin block's type from its uses. A block that
@@ -236,7 +279,9 @@ func pluginTypes(cfg *Config) (map[string]plugin.Type, error) {
 		}
 		types[name] = t
 	}
-	use(cfg.VolumeProvisioner.Plugin, plugin.TypeVolumeProvisioner, "volume_provisioner")
+	for _, v := range cfg.classes() {
+		use(v.Plugin, plugin.TypeVolumeProvisioner, v.what())
+	}
 	for _, h := range cfg.Hooks {
 		use(h.Plugin, plugin.TypeLifecycleHook, fmt.Sprintf("hook %q", h.Name))
 	}

@@ -466,3 +466,136 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestClasses_routeByRequest: each volume_provisioner block is a storage
+// class with its plugin and config; a request goes to its class's plugin
+// with that class's config, across the wire, capacities and expansions
+// included; an unknown class is an error naming it, and no plugin is
+// called.
+func TestClasses_routeByRequest(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	install(t, dir, "testplugin", "prov")
+	cfg, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+plugin "prov" {
+  args = ["-type", "provisioner"]
+}
+plugin "fixed" {
+  driver = "prov"
+  args   = ["-type", "provisioner"]
+  config = { expand = "unsupported" }
+}
+volume_provisioner {
+  plugin = "prov"
+  config = { plugin_id = "default-id" }
+}
+volume_provisioner "fast" {
+  plugin = "prov"
+  config = { plugin_id = "fast-id" }
+}
+volume_provisioner "archive" {
+  plugin = "fixed"
+}
+`, dir))
+	m := newManager(t, Options{})
+	if _, err := m.Provisioner().CreateVolume(ctx, &plugin.VolumeRequest{Name: "v"}); !errors.Is(err, plugin.ErrPluginUnavailable) {
+		t.Fatalf("CreateVolume before Start = %v; want plugin.ErrPluginUnavailable", err)
+	}
+	start(t, m, cfg)
+	if got := m.Classes(); fmt.Sprint(got) != "[archive fast]" {
+		t.Fatalf("Classes() = %v", got)
+	}
+	vp := m.Provisioner()
+	req := func(name, class string, min int64) *plugin.VolumeRequest {
+		return &plugin.VolumeRequest{Namespace: "default", Set: "web", Claim: "data", Name: name, Class: class, CapacityMin: min}
+	}
+	// The test plugin names a volume's plugin after its class, or after
+	// its config's plugin_id when it has none.
+	for _, tc := range []struct{ name, class, wantPlugin string }{
+		{"data-web-0", "", "default-id"},
+		{"data-web-1", "fast", "fast"},
+		{"data-web-2", "archive", "archive"},
+	} {
+		v, err := vp.CreateVolume(ctx, req(tc.name, tc.class, 10<<20))
+		if err != nil || v.PluginID != tc.wantPlugin || v.CapacityBytes != 10<<20 {
+			t.Fatalf("CreateVolume(class %q) = %+v, %v; want plugin %q at 10MiB", tc.class, v, err, tc.wantPlugin)
+		}
+	}
+	if v, err := vp.ExpandVolume(ctx, req("data-web-1", "fast", 20<<20)); err != nil || v.CapacityBytes != 20<<20 {
+		t.Fatalf("ExpandVolume = %+v, %v", v, err)
+	}
+	if _, err := vp.ExpandVolume(ctx, &plugin.VolumeRequest{Name: "data-web-1", Class: "fast", CapacityMin: 1, CapacityMax: 1}); !errors.Is(err, plugin.ErrVolumeShrink) {
+		t.Fatalf("a shrink = %v; want plugin.ErrVolumeShrink across the wire", err)
+	}
+	if _, err := vp.ExpandVolume(ctx, req("data-web-2", "archive", 20<<20)); !errors.Is(err, plugin.ErrExpandUnsupported) ||
+		!strings.Contains(err.Error(), `with plugin "fixed"`) {
+		t.Fatalf("expanding with a plugin that cannot = %v; want plugin.ErrExpandUnsupported naming the plugin", err)
+	}
+	_, err := vp.CreateVolume(ctx, req("data-web-3", "fsat", 0))
+	if !errors.Is(err, plugin.ErrUnknownClass) || errors.Is(err, plugin.ErrPluginUnavailable) ||
+		!strings.Contains(err.Error(), `unknown storage class "fsat": the agent config has no volume_provisioner "fsat" block (its classes: "archive", "fast"); did you mean "fast"?`) {
+		t.Fatalf("an unknown class = %v", err)
+	}
+	if v, err := vp.GetVolume(ctx, req("data-web-3", "fast", 0)); err != nil || v != nil {
+		t.Fatalf("the unknown class's volume exists: %+v, %v", v, err)
+	}
+}
+
+// TestClasses_sharedPluginChecksEachConfig: a plugin that serves several
+// classes gets its own block's config, and each class's config is checked
+// at start-up, the error naming the class's block; a plugin serving one
+// class gets that class's config, as before classes.
+func TestClasses_sharedPluginChecksEachConfig(t *testing.T) {
+	ctx := context.Background()
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
+	t.Cleanup(sim.Close)
+	builtins := map[string]plugin.Factory{config.BuiltinHostVolume: hostvolume.Factory(sim)}
+	cfg, path := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+volume_provisioner "fast" {
+  config = { plugin_id = "lvm", capacity_mn = "1G" }
+}
+`, t.TempDir()))
+	err := newManager(t, Options{Builtins: builtins}).Start(ctx, ConfigOf(cfg))
+	if err == nil || !strings.Contains(err.Error(), path+`:3: volume_provisioner "fast": plugin "nomad-host-volume"`) ||
+		!strings.Contains(err.Error(), `unknown config key "capacity_mn"`) {
+		t.Fatalf("Start with a bad class config = %v; want the class's block and the key", err)
+	}
+
+	cfg, _ = loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+volume_provisioner {
+  config = { plugin_id = "mkdir", "parameters.mode" = "0755" }
+}
+volume_provisioner "fast" {
+  config = { plugin_id = "lvm" }
+}
+`, t.TempDir()))
+	m := newManager(t, Options{Builtins: builtins})
+	start(t, m, cfg)
+	// The default class's parameters do not reach the fast class's volumes.
+	v, err := m.Provisioner().CreateVolume(ctx, &plugin.VolumeRequest{Namespace: "default", Name: "data-web-0", Class: "fast"})
+	if err != nil || v.PluginID != "lvm" {
+		t.Fatalf("CreateVolume = %+v, %v", v, err)
+	}
+	full, err := sim.GetHostVolume(ctx, "default", v.ID)
+	if err != nil || full.Parameters["mode"] != "" || full.Parameters["nomad_statefulset_class"] != "fast" {
+		t.Fatalf("the fast volume's parameters: %v, %v", full.Parameters, err)
+	}
+
+	// A reload that breaks one class's config is refused, and the classes
+	// keep working as they were.
+	bad, _ := loadConfig(t, fmt.Sprintf(`
+plugin_dir = %q
+volume_provisioner "fast" {
+  config = { plugin_id = "lvm", "parameters.nomad_statefulset_class" = "x" }
+}
+`, t.TempDir()))
+	if err := m.Reload(ctx, ConfigOf(bad)); err == nil || !strings.Contains(err.Error(), "records the storage class") {
+		t.Fatalf("Reload with a bad class config = %v", err)
+	}
+	if _, err := m.Provisioner().CreateVolume(ctx, &plugin.VolumeRequest{Namespace: "default", Name: "data-web-1", Class: "fast"}); err != nil {
+		t.Fatalf("CreateVolume after a refused reload: %v", err)
+	}
+}

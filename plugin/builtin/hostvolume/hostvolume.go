@@ -5,8 +5,9 @@
 // the plugin block (sent once by SetConfig):
 //
 //	plugin_id      the dynamic host volume plugin (default "mkdir")
-//	capacity_min   requested minimum capacity: bytes, or with a unit
-//	               (e.g. "10GiB", "500MB")
+//	capacity_min   requested minimum capacity: bytes, or with a unit as
+//	               Nomad reads it (e.g. "10GiB", "500MB"; see
+//	               internal/bytesize)
 //	capacity_max   requested maximum capacity, likewise
 //	node_pool      the node pool to place volumes in; it overrides the
 //	               set's own node pool, so set it only if the set's jobs run
@@ -15,6 +16,26 @@
 //
 // An unknown key is an error, so that a typo does not silently fall back to
 // a default.
+//
+// A claim's own size (VolumeRequest.CapacityMin and CapacityMax, from
+// statefulset_claim_<claim>_capacity) wins over capacity_min and
+// capacity_max: the pair is taken from the request when it sets one, else
+// from the config. A pair without a maximum asks for exactly the minimum,
+// because Nomad 1.10 refuses a capacity_max below capacity_min even when
+// capacity_max is not set.
+//
+// The volume of a named class (VolumeRequest.Class) records the class in
+// its parameters under nomad.ClassParameter, where the agent reads it
+// back; the default class records nothing, so volumes made before classes
+// existed belong to it. Nomad's mkdir plugin refuses parameters it does not
+// know, so a named class needs another plugin_id.
+//
+// ExpandVolume grows a volume as Nomad 1.10 does: `volume create` again
+// with the volume's ID and a higher capacity_min. Nomad refuses that while
+// an allocation claims the volume and when capacity_max is below the
+// volume's capacity; those refusals come back as plugin.ErrVolumeInUse and
+// plugin.ErrVolumeShrink. A mkdir volume has no size to grow
+// (plugin.ErrExpandUnsupported).
 package hostvolume
 
 import (
@@ -25,7 +46,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -33,6 +53,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/bytesize"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -50,6 +71,9 @@ type API interface {
 	CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error)
 	// ListHostVolumes lists host volumes in a namespace whose name has prefix.
 	ListHostVolumes(ctx context.Context, namespace, prefix string) ([]*api.HostVolumeStub, error)
+	// GetHostVolume returns one host volume with its parameters, or
+	// nomad.ErrNotFound.
+	GetHostVolume(ctx context.Context, namespace, id string) (*api.HostVolume, error)
 	// DeleteHostVolume deletes a host volume by ID.
 	DeleteHostVolume(ctx context.Context, namespace, id string) error
 }
@@ -116,7 +140,7 @@ func parseSettings(config map[string]string) (*settings, error) {
 		case k == "capacity_min" || k == "capacity_max":
 			n, err := parseBytes(v)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("config key %s: %w", k, err))
+				errs = append(errs, fmt.Errorf("config key %s: %q %s", k, v, bytesize.Rule))
 				continue
 			}
 			if k == "capacity_min" {
@@ -126,6 +150,8 @@ func parseSettings(config map[string]string) (*settings, error) {
 			}
 		case k == "node_pool":
 			s.nodePool = v
+		case k == "parameters."+nomad.ClassParameter:
+			errs = append(errs, fmt.Errorf("config key %s: the parameter %s records the storage class, which the provisioner sets itself", k, nomad.ClassParameter))
 		case strings.HasPrefix(k, "parameters.") && len(k) > len("parameters."):
 			if s.parameters == nil {
 				s.parameters = map[string]string{}
@@ -144,39 +170,14 @@ func parseSettings(config map[string]string) (*settings, error) {
 	return s, nil
 }
 
-// units are the size suffixes parseBytes accepts, longest first so that
-// "GiB" is not read as "B".
-var units = []struct {
-	suffix string
-	mult   int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1},
-}
-
-// parseBytes reads a size: a number of bytes, or a number with a unit as
-// Nomad's own capacity fields accept.
+// parseBytes reads a size as Nomad reads capacity_min; empty is zero (the
+// key is as good as unset).
 func parseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, nil
 	}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size (use bytes, or a number with KB, MB, GB, TB, KiB, MiB, GiB or TiB)", s)
-	}
-	if n > 0 && mult > (1<<62)/n {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * mult, nil
+	return bytesize.Parse(t)
 }
 
 // settingsFor merges the call's config over SetConfig's.
@@ -239,14 +240,32 @@ func (p *Provisioner) CreateVolume(ctx context.Context, req *plugin.VolumeReques
 		}
 		return fromStub(found[0]), nil
 	}
+	if req.Class != "" && s.pluginID == DefaultPluginID {
+		return nil, fmt.Errorf("class %q: host volume %s/%s: Nomad's %s plugin refuses parameters it does not know, so the volume could not record its class (parameter %s); give the class another plugin_id",
+			req.Class, req.Namespace, req.Name, DefaultPluginID, nomad.ClassParameter)
+	}
+	minBytes, maxBytes := s.capacityMin, s.capacityMax
+	if req.CapacityMin > 0 || req.CapacityMax > 0 {
+		minBytes, maxBytes = req.CapacityMin, req.CapacityMax
+	}
+	if maxBytes == 0 {
+		maxBytes = minBytes
+	}
+	params := maps.Clone(s.parameters)
+	if req.Class != "" {
+		if params == nil {
+			params = map[string]string{}
+		}
+		params[nomad.ClassParameter] = req.Class
+	}
 	vol := &api.HostVolume{
 		Namespace:                 req.Namespace,
 		Name:                      req.Name,
 		PluginID:                  s.pluginID,
 		NodePool:                  req.NodePool,
-		RequestedCapacityMinBytes: s.capacityMin,
-		RequestedCapacityMaxBytes: s.capacityMax,
-		Parameters:                s.parameters,
+		RequestedCapacityMinBytes: minBytes,
+		RequestedCapacityMaxBytes: maxBytes,
+		Parameters:                params,
 		RequestedCapabilities:     []*api.HostVolumeCapability{capability(req)},
 	}
 	if s.nodePool != "" {
@@ -259,12 +278,96 @@ func (p *Provisioner) CreateVolume(ctx context.Context, req *plugin.VolumeReques
 	if err != nil {
 		return nil, fmt.Errorf("creating host volume %s/%s with plugin %q: %w", req.Namespace, req.Name, s.pluginID, err)
 	}
-	p.log.Info("created host volume", "namespace", created.Namespace, "name", created.Name, "id", created.ID, "node_id", created.NodeID)
+	p.log.Info("created host volume", "namespace", created.Namespace, "name", created.Name, "id", created.ID,
+		"node_id", created.NodeID, "class", req.Class, "capacity", created.CapacityBytes)
+	return fromVolume(created), nil
+}
+
+func fromVolume(v *api.HostVolume) *plugin.Volume {
 	return &plugin.Volume{
-		ID: created.ID, Name: created.Name, Namespace: created.Namespace, PluginID: created.PluginID,
-		NodePool: created.NodePool, NodeID: created.NodeID, State: string(created.State),
-		CapacityBytes: created.CapacityBytes, CreateIndex: created.CreateIndex, ModifyIndex: created.ModifyIndex,
-	}, nil
+		ID: v.ID, Name: v.Name, Namespace: v.Namespace, PluginID: v.PluginID,
+		NodePool: v.NodePool, NodeID: v.NodeID, State: string(v.State),
+		CapacityBytes: v.CapacityBytes, CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
+	}
+}
+
+// ExpandVolume implements plugin.VolumeProvisioner: the volume is created
+// again with its ID and the new capacities, as `nomad volume create` of a
+// volume spec with an ID does. Everything else is sent as the volume has
+// it (plugin, parameters, capabilities), because Nomad replaces them with
+// what the update says and hands them to the host volume plugin again.
+// A volume that already has req.CapacityMin is not touched.
+func (p *Provisioner) ExpandVolume(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	if err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	if req.CapacityMin <= 0 {
+		return nil, fmt.Errorf("expanding host volume %s/%s: the request names no capacity to grow to", req.Namespace, req.Name)
+	}
+	if req.CapacityMax != 0 && req.CapacityMax < req.CapacityMin {
+		return nil, fmt.Errorf("expanding host volume %s/%s: capacity_max %s is below capacity_min %s",
+			req.Namespace, req.Name, bytesize.Format(req.CapacityMax), bytesize.Format(req.CapacityMin))
+	}
+	found, err := p.find(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("expanding host volume %s/%s: it does not exist", req.Namespace, req.Name)
+	}
+	stub := found[0]
+	what := fmt.Sprintf("host volume %s/%s (%s)", stub.Namespace, stub.Name, stub.ID)
+	if stub.PluginID == DefaultPluginID {
+		return nil, fmt.Errorf("%s: %w: Nomad's %s plugin makes plain directories, with no size to grow",
+			what, plugin.ErrExpandUnsupported, DefaultPluginID)
+	}
+	current := stub.CapacityBytes
+	if req.CapacityMin <= current && (req.CapacityMax == 0 || req.CapacityMax >= current) {
+		// Already that large: a retry after a success, or a claim whose
+		// plugin rounded the first size up.
+		return fromStub(stub), nil
+	}
+	full, err := p.api.GetHostVolume(ctx, stub.Namespace, stub.ID)
+	if err != nil {
+		return nil, fmt.Errorf("expanding %s: reading it: %w", what, err)
+	}
+	if class := full.Parameters[nomad.ClassParameter]; class != req.Class {
+		return nil, fmt.Errorf("expanding %s: it was made by class %q, not %q, and a volume keeps its class", what, class, req.Class)
+	}
+	maxBytes := req.CapacityMax
+	if maxBytes == 0 {
+		maxBytes = req.CapacityMin
+	}
+	update := &api.HostVolume{
+		ID: full.ID, Namespace: full.Namespace, Name: full.Name, PluginID: full.PluginID,
+		RequestedCapacityMinBytes: req.CapacityMin, RequestedCapacityMaxBytes: maxBytes,
+		Parameters: full.Parameters, RequestedCapabilities: full.RequestedCapabilities,
+	}
+	grown, err := p.api.CreateHostVolume(ctx, update)
+	if err != nil {
+		return nil, fmt.Errorf("expanding %s from %s to %s: %w", what, bytesize.Format(current), bytesize.Format(req.CapacityMin), refusal(err))
+	}
+	p.log.Info("expanded host volume", "namespace", grown.Namespace, "name", grown.Name, "id", grown.ID,
+		"from", current, "to", grown.CapacityBytes)
+	return fromVolume(grown), nil
+}
+
+// refusal gives Nomad's refusals of a volume update their sentinels, by
+// the words of HostVolume.ValidateUpdate (Nomad 1.10): an update refused
+// for both reasons wraps both.
+func refusal(err error) error {
+	msg := err.Error()
+	var kinds []error
+	if strings.Contains(msg, "cannot be less than existing provisioned capacity") {
+		kinds = append(kinds, plugin.ErrVolumeShrink)
+	}
+	if strings.Contains(msg, "cannot update a volume in use") {
+		kinds = append(kinds, plugin.ErrVolumeInUse)
+	}
+	for i := len(kinds) - 1; i >= 0; i-- {
+		err = fmt.Errorf("%w: %w", kinds[i], err)
+	}
+	return err
 }
 
 // capability is the access and attachment mode the claim asks for. Nomad

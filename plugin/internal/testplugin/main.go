@@ -7,7 +7,14 @@
 // Config keys: result (done|wait|fail, default done), message, retry_after,
 // sleep (a duration each hook call sleeps, honouring its deadline),
 // pid_file (the process writes its PID there on every SetConfig, so a test
-// can kill it), reject (SetConfig fails with this message).
+// can kill it), reject (SetConfig fails with this message), expand
+// ("unsupported": ExpandVolume says it cannot).
+//
+// As a provisioner it keeps volumes in memory: a volume gets the request's
+// CapacityMin as its capacity and its Class as its plugin ID when it has
+// one (so a test sees which class made it); ExpandVolume grows one, never
+// shrinks one, and refuses the volume named "in-use" as Nomad refuses a
+// claimed host volume.
 package main
 
 import (
@@ -122,9 +129,34 @@ func (p *provisioner) CreateVolume(_ context.Context, req *plugin.VolumeRequest)
 	if v, ok := p.vols[req.Name]; ok {
 		return v, nil
 	}
-	v := &plugin.Volume{ID: "vol-" + req.Name, Name: req.Name, Namespace: req.Namespace, PluginID: req.Config["plugin_id"], NodePool: req.NodePool}
+	v := &plugin.Volume{ID: "vol-" + req.Name, Name: req.Name, Namespace: req.Namespace, PluginID: req.Config["plugin_id"],
+		NodePool: req.NodePool, CapacityBytes: req.CapacityMin}
+	if req.Class != "" {
+		v.PluginID = req.Class
+	}
 	p.vols[req.Name] = v
 	return v, nil
+}
+
+func (p *provisioner) ExpandVolume(_ context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
+	if p.get("expand") == "unsupported" {
+		return nil, fmt.Errorf("%s: %w", p.name, plugin.ErrExpandUnsupported)
+	}
+	p.vmu.Lock()
+	defer p.vmu.Unlock()
+	v, ok := p.vols[req.Name]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("volume %s does not exist", req.Name)
+	case req.CapacityMax > 0 && req.CapacityMax < v.CapacityBytes:
+		return nil, fmt.Errorf("volume %s has %d bytes, more than %d: %w", req.Name, v.CapacityBytes, req.CapacityMax, plugin.ErrVolumeShrink)
+	case req.Name == "in-use":
+		return nil, fmt.Errorf("volume %s: %w", req.Name, plugin.ErrVolumeInUse)
+	}
+	c := *v
+	c.CapacityBytes = max(c.CapacityBytes, req.CapacityMin)
+	p.vols[req.Name] = &c
+	return &c, nil
 }
 
 func (p *provisioner) GetVolume(_ context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
