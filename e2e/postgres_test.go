@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,6 +122,7 @@ type pgCluster struct {
 func startPostgres(t *testing.T) *pgCluster {
 	uid, gid := requirePostgres(t)
 	m := NewMultiClusterConsulPerNode(t, 3, testagent.WithChrootEnv(postgresChroot(t)))
+	unstickExecutors(t, m)
 	d := StartDaemon(t, m.Server, m.Consul, fmt.Sprintf(`volume_provisioner {
   config = { plugin_id = "mkdir", "parameters.uid" = %q, "parameters.gid" = %q, "parameters.mode" = "0700" }
 }`, uid, gid))
@@ -868,6 +870,116 @@ func standbyCheckWarns(t *testing.T) func(*nomadapi.Task) {
 		}
 		t.Fatal("no template local/is-primary.sh")
 	}
+}
+
+// unstickExecutors works around a race in Nomad's exec driver (seen with
+// Nomad 1.10.5): an exec into a task (a script check, every second here)
+// that starts as the task's init exits leaves a zombie runc:[2:INIT] child
+// of the task's `nomad executor`, in the task's PID namespace. The exiting
+// init then waits in zap_pid_ns_processes for it to be reaped, which the
+// executor never does, and every kill fails ("executor Shutdown failed:
+// process failed to exit after 15 seconds"): the allocation, and the pod,
+// stay Terminating for good. Nothing of the daemon or the example is
+// involved, and nothing they could do avoids it. When an executor of this
+// cluster's clients is seen in that state twice, 3s apart, it is killed,
+// which lets the zombie go and Nomad finish the kill; each time is logged
+// at the end of the test.
+func unstickExecutors(t *testing.T, m *MultiCluster) {
+	var dirs []string
+	for _, c := range m.Clients {
+		dirs = append(dirs, c.DataDir)
+	}
+	var mu sync.Mutex
+	var unstuck []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		suspects := map[int]bool{}
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			now := stuckExecutors(dirs)
+			for pid, what := range now {
+				if !suspects[pid] {
+					continue
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+					mu.Lock()
+					unstuck = append(unstuck, time.Now().Format("15:04:05")+" "+what)
+					mu.Unlock()
+				}
+			}
+			suspects = map[int]bool{}
+			for pid := range now {
+				suspects[pid] = true
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, u := range unstuck {
+			t.Logf("worked around Nomad's exec race (a zombie exec kept a task from dying): killed %s", u)
+		}
+	})
+}
+
+// stuckExecutors finds the `nomad executor` processes, of allocations under
+// dirs, with a zombie runc:[2:INIT] child and another child stuck in
+// zap_pid_ns_processes: pid -> a description.
+func stuckExecutors(dirs []string) map[int]string {
+	out := map[int]string{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	children := map[int][]int{}
+	zombieInit := map[int]bool{}
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parens.
+		st := string(b)
+		i, j := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		var pid, ppid int
+		var state string
+		fmt.Sscanf(st[:i], "%d", &pid)
+		fmt.Sscanf(st[j+1:], " %s %d", &state, &ppid)
+		children[ppid] = append(children[ppid], pid)
+		if st[i+1:j] == "runc:[2:INIT]" && state == "Z" {
+			zombieInit[ppid] = true
+		}
+	}
+	for exe := range zombieInit {
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", exe))
+		if err != nil || !strings.Contains(string(cmd), "executor") {
+			continue
+		}
+		ours := ""
+		for _, d := range dirs {
+			if strings.Contains(string(cmd), d) {
+				ours = d
+			}
+		}
+		if ours == "" {
+			continue
+		}
+		for _, c := range children[exe] {
+			if w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", c)); string(w) == "zap_pid_ns_processes" {
+				out[exe] = fmt.Sprintf("executor %d (%s), its task's init %d waiting on the zombie", exe, ours, c)
+			}
+		}
+	}
+	return out
 }
 
 // runningAlloc is pod's running allocation, or nil.
