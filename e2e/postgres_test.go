@@ -113,7 +113,6 @@ type pgCluster struct {
 	consul *consulapi.Client
 	w      *pgWriter
 	ev     *eventLog
-	t      *testing.T
 }
 
 // startPostgres starts the cluster and the daemon (its provisioner creates
@@ -141,7 +140,7 @@ func startPostgres(t *testing.T) *pgCluster {
 	if _, _, err := m.Server.Client.Jobs().Register(job, nil); err != nil {
 		t.Fatalf("registering %s: %v", pgExample, err)
 	}
-	pc := &pgCluster{m: m, d: d, consul: m.Consul.Client, t: t}
+	pc := &pgCluster{m: m, d: d, consul: m.Consul.Client}
 	start := time.Now()
 	pc.waitRollout(t, "", pgWaitLong)
 	t.Logf("the example converged in %v", time.Since(start).Round(time.Second))
@@ -149,9 +148,8 @@ func startPostgres(t *testing.T) *pgCluster {
 	return pc
 }
 
-// waitRollout waits until every pod is Ready at the update revision (and
-// it differs from old, when old is set), with a leader when the set has a
-// leader check, and returns the revision.
+// waitRollout waits until every pod is Ready at the update revision, which
+// must differ from old when old is set, and returns the revision.
 func (pc *pgCluster) waitRollout(t *testing.T, old string, timeout time.Duration) string {
 	t.Helper()
 	var rev string
