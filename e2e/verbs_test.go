@@ -222,7 +222,7 @@ func TestVerbs(t *testing.T) {
 			if *j.TaskGroups[0].Count != 1 || *j.JobModifyIndex <= *job.JobModifyIndex {
 				return fmt.Errorf("vb-0's count is %d", *j.TaskGroups[0].Count)
 			}
-			return r.event("CountRestored", "vb-0 was scaled to 2")
+			return r.event("RestoreCount", "vb-0: its child was scaled to 2")
 		})
 		// The original allocation kept running: the count went back in
 		// place, it was not replaced.
