@@ -21,14 +21,15 @@ type MultiCluster struct {
 	Clients []*testagent.NomadAgent
 }
 
-// NewMultiCluster starts Consul, one Nomad server and n client agents.
-func NewMultiCluster(t testing.TB, n int) *MultiCluster {
+// NewMultiCluster starts Consul, one Nomad server and n client agents, each
+// with clientOpts.
+func NewMultiCluster(t testing.TB, n int, clientOpts ...testagent.NomadOption) *MultiCluster {
 	t.Helper()
 	m := &MultiCluster{Cluster: &Cluster{t: t}}
 	m.Consul = testagent.Consul(t)
 	m.Server = testagent.Nomad(t, testagent.WithConsul(m.Consul), testagent.WithoutClient())
 	for i := 0; i < n; i++ {
-		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}))
+		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}, clientOpts...))
 	}
 	m.Nomad = m.Server
 	m.Watchdog = StartWatchdog(t, m.Server.Client)

@@ -28,8 +28,13 @@ var chrootLibraries = map[string]string{
 // per allocation, which would fill the disk in a few scenarios. This one is
 // a few megabytes and starts at once. Host paths are resolved through their
 // symlinks (Debian's /bin is /usr/bin) because Nomad copies files, not links.
-func MinimalChrootEnv() (string, error) {
+// extra maps more host paths (files or directories) to their places in the
+// chroot, for jobs that need more than a shell (WithChrootEnv).
+func MinimalChrootEnv(extra map[string]string) (string, error) {
 	pairs := map[string]string{}
+	for host, inside := range extra {
+		pairs[host+"|"+inside] = inside
+	}
 	for _, b := range chrootBinaries {
 		host, err := filepath.EvalSymlinks(filepath.Join("/usr/bin", b))
 		if err != nil {

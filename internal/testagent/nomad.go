@@ -62,6 +62,7 @@ type nomadConfig struct {
 	logLevel   string
 	drivers    []string
 	timeout    time.Duration
+	chroot     map[string]string
 	// hostVolumePlugins are scripts by plugin ID (WithHostVolumePlugin).
 	hostVolumePlugins map[string]string
 }
@@ -137,6 +138,20 @@ func WithConfig(hcl string) NomadOption {
 	return func(n *nomadConfig) { n.extra = append(n.extra, hcl) }
 }
 
+// WithChrootEnv adds host paths (files or directories, host path -> path
+// inside) to the exec driver's minimal chroot, for tasks that run more than
+// the shell and coreutils it holds (a database, say).
+func WithChrootEnv(paths map[string]string) NomadOption {
+	return func(n *nomadConfig) {
+		if n.chroot == nil {
+			n.chroot = map[string]string{}
+		}
+		for k, v := range paths {
+			n.chroot[k] = v
+		}
+	}
+}
+
 // WithLogLevel sets the agent's log_level (default INFO, or $TESTAGENT_LOG_LEVEL).
 func WithLogLevel(level string) NomadOption {
 	return func(n *nomadConfig) { n.logLevel = level }
@@ -210,6 +225,7 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		HostVolumesDir: a.HostVolumesDir, HostVolumePluginDir: a.HostVolumePluginDir,
 		Client: !cfg.noClient, Server: cfg.server == nil, Meta: cfg.meta,
 		ConsulAddr: cfg.consulAddr, ConsulGRPC: cfg.consulGRPC, ACL: cfg.acl,
+		ChrootExtra: cfg.chroot,
 	}
 	if cfg.server != nil {
 		p.Servers = []string{fmt.Sprintf("127.0.0.1:%d", cfg.server.RPCPort)}

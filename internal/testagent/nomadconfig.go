@@ -28,6 +28,9 @@ type NomadConfigParams struct {
 	ConsulAddr, ConsulGRPC string
 	// ACL enables Nomad ACLs.
 	ACL bool
+	// ChrootExtra maps more host paths into the exec driver's chroot
+	// (host path -> path inside), beside the minimal one.
+	ChrootExtra map[string]string
 }
 
 // NomadConfigHCL renders the agent configuration: loopback only, free
@@ -37,7 +40,7 @@ func NomadConfigHCL(p NomadConfigParams) (string, error) {
 	if p.LogLevel == "" {
 		p.LogLevel = "INFO"
 	}
-	chroot, err := MinimalChrootEnv()
+	chroot, err := MinimalChrootEnv(p.ChrootExtra)
 	if err != nil {
 		return "", err
 	}
