@@ -22,14 +22,33 @@ type MultiCluster struct {
 }
 
 // NewMultiCluster starts Consul, one Nomad server and n client agents, each
-// with clientOpts.
+// with clientOpts. The clients share the one Consul agent: enough for sets
+// without services.
 func NewMultiCluster(t testing.TB, n int, clientOpts ...testagent.NomadOption) *MultiCluster {
+	t.Helper()
+	return newMultiCluster(t, n, false, clientOpts...)
+}
+
+// NewMultiClusterConsulPerNode is NewMultiCluster with a Consul client
+// agent beside each Nomad client, joined to the Consul server, as in
+// production. Sets with services need it: Nomad clients that share one
+// Consul agent deregister each other's services.
+func NewMultiClusterConsulPerNode(t testing.TB, n int, clientOpts ...testagent.NomadOption) *MultiCluster {
+	t.Helper()
+	return newMultiCluster(t, n, true, clientOpts...)
+}
+
+func newMultiCluster(t testing.TB, n int, consulPerNode bool, clientOpts ...testagent.NomadOption) *MultiCluster {
 	t.Helper()
 	m := &MultiCluster{Cluster: &Cluster{t: t}}
 	m.Consul = testagent.Consul(t)
 	m.Server = testagent.Nomad(t, testagent.WithConsul(m.Consul), testagent.WithoutClient())
 	for i := 0; i < n; i++ {
-		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}, clientOpts...))
+		opts := clientOpts
+		if consulPerNode {
+			opts = append([]testagent.NomadOption{testagent.WithConsul(testagent.ConsulClient(t, m.Consul))}, clientOpts...)
+		}
+		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}, opts...))
 	}
 	m.Nomad = m.Server
 	m.Watchdog = StartWatchdog(t, m.Server.Client)

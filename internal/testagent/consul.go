@@ -38,6 +38,8 @@ type ConsulAgent struct {
 
 	t    testing.TB
 	proc *process
+	// join is the server a client agent joins (ConsulClient), nil for a server.
+	join *ConsulAgent
 }
 
 // ConsulOption configures Consul.
@@ -64,6 +66,21 @@ func newUUID() string {
 // the catalog, and registers its teardown with t.Cleanup.
 func Consul(t testing.TB, opts ...ConsulOption) *ConsulAgent {
 	t.Helper()
+	return startConsul(t, nil, opts...)
+}
+
+// ConsulClient starts a Consul client agent (no server) on 127.0.0.1 that
+// joins server's LAN gossip, and waits until it knows the leader and its
+// node is in the catalog. Give each Nomad client its own (WithConsul): Nomad
+// clients sharing one Consul agent deregister each other's services, as
+// each removes the Nomad services it does not run.
+func ConsulClient(t testing.TB, server *ConsulAgent) *ConsulAgent {
+	t.Helper()
+	return startConsul(t, server)
+}
+
+func startConsul(t testing.TB, join *ConsulAgent, opts ...ConsulOption) *ConsulAgent {
+	t.Helper()
 	bin := findBinary(t, "consul", "CONSUL_BIN")
 	dir := newAgentDir(t, "consul")
 	ports := FreePorts(t, 6)
@@ -75,12 +92,24 @@ func Consul(t testing.TB, opts ...ConsulOption) *ConsulAgent {
 		LogPath:  filepath.Join(dir, "consul.log"),
 		NodeName: "testagent-" + filepath.Base(dir),
 		t:        t,
+		join:     join,
 	}
 	for _, o := range opts {
 		o(a)
 	}
+	if join != nil {
+		a.Token = join.Token
+	}
 	acl := ""
-	if a.Token != "" {
+	if a.Token != "" && join != nil {
+		acl = fmt.Sprintf(`acl {
+  enabled        = true
+  default_policy = "deny"
+  tokens {
+    agent = %q
+  }
+}`, a.Token)
+	} else if a.Token != "" {
 		acl = fmt.Sprintf(`acl {
   enabled        = true
   default_policy = "deny"
@@ -90,14 +119,17 @@ func Consul(t testing.TB, opts ...ConsulOption) *ConsulAgent {
   }
 }`, a.Token, a.Token)
 	}
+	role := "server               = true\nbootstrap_expect     = 1\nconnect { enabled = true }"
+	if join != nil {
+		role = fmt.Sprintf("server               = false\nretry_join           = [\"127.0.0.1:%d\"]", join.SerfLANPort)
+	}
 	a.HostPort = fmt.Sprintf("127.0.0.1:%d", a.HTTPPort)
 	a.Addr = "http://" + a.HostPort
 	cfg := fmt.Sprintf(`
 node_name            = %q
 datacenter           = "dc1"
 data_dir             = %q
-server               = true
-bootstrap_expect     = 1
+%s
 bind_addr            = "127.0.0.1"
 client_addr          = "127.0.0.1"
 advertise_addr       = "127.0.0.1"
@@ -107,7 +139,6 @@ enable_script_checks = false
 leave_on_terminate   = false
 ui_config { enabled = false }
 performance { raft_multiplier = 1 }
-connect { enabled = true }
 ports {
   http     = %d
   dns      = %d
@@ -119,7 +150,7 @@ ports {
   https    = -1
 }
 %s
-`, a.NodeName, a.DataDir, a.HTTPPort, a.DNSPort, a.ServerPort, a.SerfLANPort, a.SerfWANPort, a.GRPCPort, acl)
+`, a.NodeName, a.DataDir, role, a.HTTPPort, a.DNSPort, a.ServerPort, a.SerfLANPort, a.SerfWANPort, a.GRPCPort, acl)
 	cfgPath := filepath.Join(dir, "consul.hcl")
 	if err := os.MkdirAll(a.DataDir, 0o755); err != nil {
 		t.Fatalf("testagent: %v", err)
