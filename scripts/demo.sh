@@ -2,9 +2,16 @@
 # make demo / make demo-down.
 #
 #   scripts/demo.sh up     start Consul, Nomad and nomad-statefulset on loopback,
-#                          run examples/web.nomad.hcl and watch it converge
+#                          run the example (examples/web.nomad.hcl unless
+#                          EXAMPLE says otherwise) and watch it converge
 #   scripts/demo.sh down   stop everything `up` started
 #   scripts/demo.sh status show what is running
+#   scripts/demo.sh check  check that what the example needs is installed
+#
+# EXAMPLE=web (the default), nats (examples/nats: Debian's nats-server) or
+# postgres (examples/postgres: Debian's postgresql-15). An example that
+# runs a real program needs its Debian package on this machine: `check`
+# (and `up`) say which, with the apt-get line, when it is missing.
 #
 # Everything lives under .cache/demo/: each program's config, data, log and
 # pid file, and env.sh with the addresses. Ports are free ones picked at
@@ -21,6 +28,7 @@ demo="${root}/.cache/demo"
 bin="${root}/.cache/bin"
 nss="${root}/bin/nomad-statefulset"
 timeout="${DEMO_TIMEOUT:-300}"
+example="${EXAMPLE:-web}"
 
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unset AWS_CA_BUNDLE
@@ -103,8 +111,71 @@ http_get() {
 	[[ "${status}" == *" 200 "* ]]
 }
 
+# The example: its job file and set, the program it needs on the node and
+# the Debian package that has it, what the demo's exec chroot must hold
+# beyond the minimal one (host=inside; Nomad's default chroot would copy
+# all of /usr into every allocation), and more daemon configuration.
+ex_file="" ex_set="" ex_need="" ex_pkg="" ex_agent_hcl=""
+ex_chroot=()
+
+select_example() {
+	case "${example}" in
+	web)
+		ex_file="examples/web.nomad.hcl" ex_set="web"
+		;;
+	nats)
+		ex_file="examples/nats/nats.nomad.hcl" ex_set="nats"
+		ex_need="/usr/sbin/nats-server" ex_pkg="nats-server"
+		;;
+	postgres)
+		ex_file="examples/postgres/postgres.nomad.hcl" ex_set="postgres"
+		ex_need="/usr/lib/postgresql/15/bin/postgres" ex_pkg="postgresql-15"
+		;;
+	*)
+		die "EXAMPLE=${example}: no such example; there are web, nats and postgres"
+		;;
+	esac
+	[[ -f "${root}/${ex_file}" ]] || die "EXAMPLE=${example}: ${ex_file} is not in this checkout (the PostgreSQL example comes with its own branch, issue 27); EXAMPLE=nats and EXAMPLE=web are here"
+	if [[ -n "${ex_need}" && ! -x "${ex_need}" ]]; then
+		printf 'demo: EXAMPLE=%s runs %s, from the Debian package %s, which is not installed. Install it with:\n\n    sudo apt-get install -y %s\n\n' \
+			"${example}" "${ex_need}" "${ex_pkg}" "${ex_pkg}" >&2
+		exit 1
+	fi
+	case "${example}" in
+	nats)
+		ex_chroot=("/usr/sbin/nats-server=/usr/sbin/nats-server")
+		;;
+	postgres)
+		postgres_needs
+		;;
+	esac
+}
+
+# postgres_needs: what e2e/postgres_test.go gives the example, the same way:
+# PostgreSQL's programs, libraries and share files, the time zone data, the
+# utilities its scripts call and every library they link against (ldd);
+# and volumes owned by the postgres user, which the task runs as.
+postgres_needs() {
+	local u real lib
+	local -a elfs=()
+	ex_chroot=("/usr/lib/postgresql/15=/usr/lib/postgresql/15" "/usr/share/postgresql/15=/usr/share/postgresql/15"
+		"/usr/share/zoneinfo=/usr/share/zoneinfo")
+	for u in sed rm mkdir chmod mv sleep; do
+		real="$(readlink -f "/usr/bin/${u}")"
+		ex_chroot+=("${real}=/bin/${u}")
+		elfs+=("${real}")
+	done
+	elfs+=(/usr/lib/postgresql/15/bin/* /usr/lib/postgresql/15/lib/*.so)
+	while read -r lib; do
+		ex_chroot+=("$(readlink -f "${lib}")=/lib/x86_64-linux-gnu/$(basename "${lib}")")
+	done < <(for f in "${elfs[@]}"; do ldd "${f}" 2>/dev/null || true; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+	ex_agent_hcl="volume_provisioner {
+  config = { plugin_id = \"mkdir\", \"parameters.uid\" = \"$(id -u postgres)\", \"parameters.gid\" = \"$(id -g postgres)\", \"parameters.mode\" = \"0700\" }
+}"
+}
 
 up() {
+	select_example
 	[[ -x "${bin}/nomad" && -x "${bin}/consul" ]] || die "no nomad/consul in ${bin}: run \`make tools\` (or \`make demo\`)"
 	if [[ -z "${DEMO_NO_DAEMON:-}" && ! -x "${nss}" ]]; then
 		die "no ${nss}: run \`make build\` (or \`make demo\`)"
@@ -162,7 +233,10 @@ EOF
 	mkdir -p "${demo}/nomad/data" "${demo}/nomad/host_volumes" "${demo}/nomad/host_volume_plugins"
 	# The same agent configuration as the e2e harness, from one place
 	# (internal/testagent.NomadConfigHCL).
-	(cd "${root}" && go run ./internal/testagent/cmd/nomadconfig -name demo \
+	local -a chroot_flags=()
+	local c
+	for c in "${ex_chroot[@]}"; do chroot_flags+=(-chroot "${c}"); done
+	(cd "${root}" && go run ./internal/testagent/cmd/nomadconfig -name demo "${chroot_flags[@]}" \
 		-data-dir "${demo}/nomad/data" -host-volumes-dir "${demo}/nomad/host_volumes" \
 		-host-volume-plugin-dir "${demo}/nomad/host_volume_plugins" \
 		-http "${nomad_http}" -rpc "${nomad_rpc}" -serf "${nomad_serf}" \
@@ -209,24 +283,25 @@ consul {
 http {
   address = "127.0.0.1:${nss_http}"
 }
+${ex_agent_hcl}
 EOF
 	start nomad-statefulset "${demo}/daemon" "${nss}" agent -config "${demo}/daemon/agent.hcl"
 	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
 
-	say "nomad job run examples/web.nomad.hcl"
-	"${bin}/nomad" job run -detach "${root}/examples/web.nomad.hcl"
+	say "nomad job run ${ex_file}"
+	"${bin}/nomad" job run -detach "${root}/${ex_file}"
 
-	say "waiting for web to be ready (up to ${timeout}s)"
+	say "waiting for ${ex_set} to be ready (up to ${timeout}s)"
 	export NOMAD_STATEFULSET_ADDR="http://127.0.0.1:${nss_http}"
 	local start_s=${SECONDS} last="" body ready replicas
 	while true; do
-		body="$(http_get "${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web" 2>/dev/null || true)"
+		body="$(http_get "${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/${ex_set}" 2>/dev/null || true)"
 		ready="$(sed -n 's/.*"ready_replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
 		replicas="$(sed -n 's/.*"replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
-		local line="web: ${ready:-?}/${replicas:-?} ready"
+		local line="${ex_set}: ${ready:-?}/${replicas:-?} ready"
 		if [[ "${line}" != "${last}" ]]; then
 			echo "  [$((SECONDS - start_s))s] ${line}"
-			"${nss}" status web 2>/dev/null | sed 's/^/    /' || true
+			"${nss}" status "${ex_set}" 2>/dev/null | sed 's/^/    /' || true
 			last="${line}"
 		fi
 		if [[ -n "${ready}" && "${ready}" == "${replicas}" && "${replicas}" != 0 ]]; then
@@ -235,13 +310,13 @@ EOF
 		if ((SECONDS - start_s > timeout)); then
 			echo "--- last lines of the daemon log:"
 			tail -n 40 "${demo}/daemon/nomad-statefulset.log" || true
-			die "web did not become ready in ${timeout}s (the demo keeps running: look around, then make demo-down)"
+			die "${ex_set} did not become ready in ${timeout}s (the demo keeps running: look around, then make demo-down)"
 		fi
 		alive "${demo}/daemon/nomad-statefulset.pid" || die "nomad-statefulset exited; see ${demo}/daemon/nomad-statefulset.log"
 		sleep 1
 	done
-	say "web is ready: $(("SECONDS" - start_s))s"
-	"${nss}" status web || true
+	say "${ex_set} is ready: $(("SECONDS" - start_s))s"
+	"${nss}" status "${ex_set}" || true
 	hints
 }
 
@@ -254,21 +329,42 @@ The demo is running on 127.0.0.1. To look around, in your shell:
 
   source .cache/demo/env.sh            # NOMAD_ADDR, CONSUL_HTTP_ADDR, NOMAD_STATEFULSET_ADDR, PATH
 
-  nomad-statefulset status web         # the set: replicas, revisions, pods
-  nomad job status                     # the parent "web" and its children web-0, web-1, web-2
-  nomad volume status -type host       # the per-ordinal volumes data-web-0 ...
-  nomad alloc exec -job web-0 cat /data/identity
-  nomad-statefulset scale web 5        # then watch: nomad-statefulset status web
-  nomad job run examples/web.nomad.hcl # after editing the task: a rolling update, highest ordinal first
+$(printf '  %-36s # %s' "nomad-statefulset status ${ex_set}" "the set: replicas, revisions, pods")
+  nomad job status                     # the parent "${ex_set}" and its children ${ex_set}-0, ${ex_set}-1, ${ex_set}-2
+  nomad volume status -type host       # the per-ordinal volumes data-${ex_set}-0 ...
+$(example_hints)
 
   Nomad UI/API:      ${NOMAD_ADDR}
   Consul UI/API:     http://${CONSUL_HTTP_ADDR}/ui/
-  nomad-statefulset: ${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web
+  nomad-statefulset: ${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/${ex_set}
                      ${NOMAD_STATEFULSET_ADDR}/v1/metrics
   Logs:              .cache/demo/{consul,nomad,daemon}/*.log
 
 Stop everything with: make demo-down
 EOF
+}
+
+example_hints() {
+	case "${ex_set}" in
+	web)
+		cat <<EOF
+  nomad alloc exec -job web-0 cat /data/identity
+  nomad-statefulset scale web 5        # then watch: nomad-statefulset status web
+  nomad job run examples/web.nomad.hcl # after editing the task: a rolling update, highest ordinal first
+EOF
+		;;
+	nats)
+		cat <<EOF
+  README.md, "Running a replicated database", walks through this cluster:
+  identities, data, a rolling update, a drain, a lost node, scaling.
+EOF
+		;;
+	*)
+		cat <<EOF
+  nomad job run ${ex_file}             # after editing the task: a rolling update
+EOF
+		;;
+	esac
 }
 
 # kill_tree NAME PIDFILE: TERM the process group, then KILL what is left.
@@ -366,8 +462,9 @@ case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
+check) select_example ;;
 *)
-	echo "usage: $0 up|down|status" >&2
+	echo "usage: [EXAMPLE=web|nats|postgres] $0 up|down|status|check" >&2
 	exit 2
 	;;
 esac

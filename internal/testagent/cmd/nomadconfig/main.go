@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
@@ -22,6 +23,17 @@ func main() {
 	flag.IntVar(&p.RPCPort, "rpc", 4647, "RPC port")
 	flag.IntVar(&p.SerfPort, "serf", 4648, "Serf port")
 	flag.StringVar(&p.ConsulAddr, "consul", "127.0.0.1:8500", "Consul's HTTP address")
+	flag.Func("chroot", "`host=inside`: one more path in the exec driver's chroot, beside the minimal one (repeatable)", func(v string) error {
+		host, inside, ok := strings.Cut(v, "=")
+		if !ok || host == "" || inside == "" {
+			return fmt.Errorf("want host=inside, got %q", v)
+		}
+		if p.ChrootExtra == nil {
+			p.ChrootExtra = map[string]string{}
+		}
+		p.ChrootExtra[host] = inside
+		return nil
+	})
 	flag.Parse()
 	if p.DataDir == "" || p.HostVolumesDir == "" || p.HostVolumePluginDir == "" {
 		fmt.Fprintln(os.Stderr, "nomadconfig: -data-dir, -host-volumes-dir and -host-volume-plugin-dir are required")
