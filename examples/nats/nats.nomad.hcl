@@ -70,6 +70,12 @@ job "nats" {
       name = "nats"
       port = "client"
 
+      # Where tools find the member's monitoring endpoint (/healthz,
+      # /varz, /jsz): examples/nats/natsctl reads it.
+      meta {
+        monitor = "${NOMAD_ADDR_monitor}"
+      }
+
       check {
         name     = "healthz"
         type     = "http"

@@ -1,5 +1,5 @@
-// Command nomadconfig prints the configuration of a local, single-node
-// Nomad agent (server and client), as the e2e harness runs it:
+// Command nomadconfig prints the configuration of a local Nomad agent
+// (server and client, or either alone), as the e2e harness runs it:
 // scripts/demo.sh uses it so that `make demo` and the tests configure Nomad
 // from one place (testagent.NomadConfigHCL).
 package main
@@ -34,12 +34,21 @@ func main() {
 		p.ChrootExtra[host] = inside
 		return nil
 	})
+	flag.BoolVar(&p.Server, "server", true, "run a server")
+	flag.BoolVar(&p.Client, "client", true, "run a client")
+	servers := flag.String("servers", "", "comma-separated server RPC addresses a client-only agent joins")
 	flag.Parse()
 	if p.DataDir == "" || p.HostVolumesDir == "" || p.HostVolumePluginDir == "" {
 		fmt.Fprintln(os.Stderr, "nomadconfig: -data-dir, -host-volumes-dir and -host-volume-plugin-dir are required")
 		os.Exit(2)
 	}
-	p.Server, p.Client = true, true
+	if *servers != "" {
+		p.Servers = strings.Split(*servers, ",")
+	}
+	if !p.Server && len(p.Servers) == 0 {
+		fmt.Fprintln(os.Stderr, "nomadconfig: a client-only agent (-server=false) needs -servers")
+		os.Exit(2)
+	}
 	conf, err := testagent.NomadConfigHCL(p)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nomadconfig:", err)
