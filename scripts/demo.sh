@@ -10,7 +10,8 @@
 #   scripts/demo.sh kill-node NODE|POD   kill a client node as a machine dies
 #                          (SIGKILL to its Nomad and Consul agents and to every
 #                          task it runs); POD names the node that runs it
-#   scripts/demo.sh start-node NODE      start a killed node again, on its data
+#   scripts/demo.sh start-node [NODE]    start a killed node again, on its data
+#                          (without NODE, every node that is not running)
 #
 # EXAMPLE=web (the default), nats (examples/nats: Debian's nats-server) or
 # postgres (examples/postgres: Debian's postgresql-15). An example that
@@ -586,15 +587,25 @@ kill_node() {
 	echo "node ${node} killed: its Nomad client, its Consul agent and its tasks"
 }
 
-# start-node: the machine comes back, with its data.
+# start-node [NODE]: the machine comes back, with its data; without NODE,
+# every node that is not running.
 start_node() {
-	local dir node
-	dir="$(node_dir "${1:?usage: $0 start-node NODE}")"
-	node="${dir##*/node-}"
-	alive "${dir}/nomad/nomad.pid" && die "node ${node} is running"
-	start consul "${dir}/consul" "${consul_bin}" agent -config-file "${dir}/consul/consul.hcl"
-	start nomad "${dir}/nomad" "${nomad_bin}" agent -config "${dir}/nomad/nomad.hcl"
-	echo "node ${node} started again"
+	local dir node dirs=()
+	if [[ -n "${1:-}" ]]; then
+		dirs=("$(node_dir "$1")")
+	else
+		for dir in "${demo}"/node-*; do
+			[[ -d "${dir}" ]] && ! alive "${dir}/nomad/nomad.pid" && dirs+=("${dir}")
+		done
+		((${#dirs[@]} > 0)) || die "every node is running"
+	fi
+	for dir in "${dirs[@]}"; do
+		node="${dir##*/node-}"
+		alive "${dir}/nomad/nomad.pid" && die "node ${node} is running"
+		start consul "${dir}/consul" "${consul_bin}" agent -config-file "${dir}/consul/consul.hcl"
+		start nomad "${dir}/nomad" "${nomad_bin}" agent -config "${dir}/nomad/nomad.hcl"
+		echo "node ${node} started again"
+	done
 }
 
 status() {
@@ -623,7 +634,7 @@ check) select_example ;;
 kill-node) kill_node "${2:-}" ;;
 start-node) start_node "${2:-}" ;;
 *)
-	echo "usage: [EXAMPLE=web|nats|postgres] $0 up|down|status|check|kill-node NODE|start-node NODE" >&2
+	echo "usage: [EXAMPLE=web|nats|postgres] $0 up|down|status|check|kill-node NODE|POD|start-node [NODE]" >&2
 	exit 2
 	;;
 esac

@@ -41,6 +41,7 @@ const usage = `usage: natsctl <command>
   meta-leader       the member that leads the JetStream meta group
   add-stream NAME   a stream with three replicas on file storage (subjects NAME.>)
   pub NAME COUNT    publish COUNT messages to NAME.new, each acknowledged
+                    (through elections; it gives up after 30s without an ack)
   pub NAME -for D   publish for the duration D (say 90s); report the longest wait
   stream NAME       the stream as its leader reports it
   read NAME         read every message back
@@ -363,8 +364,10 @@ func pub(args []string) error {
 		now := time.Now()
 		if err != nil {
 			failed++
-			if count > 0 && failed > 50 {
-				return fmt.Errorf("%d publishes failed, the last: %w", failed, err)
+			// A count is published in full, through an election or a
+			// member's restart, unless nothing is acknowledged for 30s.
+			if count > 0 && now.Sub(lastAck) > 30*time.Second {
+				return fmt.Errorf("nothing acknowledged for %v after %d messages; the last error: %w", now.Sub(lastAck).Round(time.Second), acked, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -435,6 +438,10 @@ func read(name string) error {
 			return fmt.Errorf("nothing after sequence %d of %d", prev, last)
 		}
 	}
-	fmt.Printf("read %d messages of %s, sequences 1 to %d: %d missing\n", n, name, last, missing)
+	gone := "none"
+	if missing > 0 {
+		gone = strconv.FormatUint(missing, 10)
+	}
+	fmt.Printf("read %d messages of %s, sequences 1 to %d: %s missing\n", n, name, last, gone)
 	return nil
 }
