@@ -241,7 +241,7 @@ func connect() (*nats.Conn, jetstream.JetStream, error) {
 			urls = append(urls, "nats://"+m.addr)
 		}
 		if len(urls) == 0 {
-			return nil, nil, errors.New("Consul lists no member of the service")
+			return nil, nil, errors.New("no member of the service is in Consul")
 		}
 		url = strings.Join(urls, ",")
 	}
