@@ -10,7 +10,8 @@
 # /usr/sbin/nats-server inside the task's chroot (Nomad's default chroot_env
 # copies /usr, so it is there; a custom chroot_env must list it), and a
 # Consul agent that Nomad registers services with (the routes below come
-# from Consul). `make demo EXAMPLE=nats` runs it on one local node.
+# from Consul). `make demo EXAMPLE=nats` runs it on three local client
+# nodes; README.md, "Running a replicated database", walks through it.
 #
 # Why Parallel: the members are Raft peers (the JetStream meta group and
 # every replicated stream). A Raft member cannot become ready alone: its
@@ -19,9 +20,11 @@
 # wait for it to be ready, and wait forever. Parallel starts all three at
 # once, as Kubernetes' NATS chart does (podManagementPolicy: Parallel). It
 # changes only how pods are created and deleted: a rolling update still
-# goes one member at a time, highest ordinal first (a member that is not
-# ready is down anyway, and is replaced first), each waiting until the one
-# before is ready again, so the cluster never loses its majority.
+# goes one member at a time, highest ordinal first, each waiting until the
+# one before is ready again, so the cluster never loses its majority. (A
+# member that is not ready is replaced first, being down anyway, but never
+# while the one above it is still coming back: its /healthz may fail only
+# because that peer is away, and it is still one of the majority.)
 job "nats" {
   datacenters = ["*"]
 
