@@ -17,6 +17,8 @@
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
 #   make bench-cluster  set vs native Nomad on real agents (e2e), written to .cache/bench-cluster.txt
 #   make demo       local Consul + Nomad + daemon on loopback, running examples/web.nomad.hcl
+#                   (EXAMPLE=nats: examples/nats, with Debian's nats-server;
+#                   EXAMPLE=postgres: examples/postgres, with postgresql-15)
 #   make demo-down  stop everything `make demo` started
 #
 # Real Nomad and Consul: nomad is built with cgo (gcc) and without build tags
@@ -123,11 +125,30 @@ bench-cluster: tools build
 	@echo "benchmarks written to $(CACHE)/bench-cluster.txt"
 	NSS_STEADY_STATE=10m $(GO) test -count=1 -timeout 30m -run '^TestSteadyStateMakesNoWrites$$' -v ./e2e/ | tee $(CACHE)/steady-state-soak.txt
 
-demo: tools build
-	@bash scripts/demo.sh up
+# The example's package is checked first, before anything is built.
+EXAMPLE ?= web
+demo: demo-check tools build
+	@EXAMPLE=$(EXAMPLE) bash scripts/demo.sh up
+
+demo-check:
+	@EXAMPLE=$(EXAMPLE) bash scripts/demo.sh check
 
 demo-down:
 	@bash scripts/demo.sh down
+
+# nats-server for e2e/nats_test.go (examples/nats): Debian's package,
+# installed non-interactively when missing; a no-op when present.
+NATS_SERVER := /usr/sbin/nats-server
+.PHONY: nats-server demo-check
+nats-server:
+	@if [ ! -x $(NATS_SERVER) ]; then \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+		echo "installing nats-server (apt-get install nats-server)"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nats-server; \
+		[ -x $(NATS_SERVER) ] || { echo "$(NATS_SERVER) is still missing after apt-get" >&2; exit 1; }; \
+	fi
+test-e2e: nats-server
 
 clean:
 	rm -rf bin $(CACHE)/demo

@@ -13,7 +13,8 @@ import (
 )
 
 // annotatedExamples lists the example jobs: examples/*.nomad.hcl, and the
-// self-contained examples in a directory of their own (examples/postgres),
+// self-contained examples in a directory of their own (examples/postgres,
+// examples/nats),
 // which bring their scripts in template blocks. examples/deploy (the
 // daemon's own job) is not an annotated set, and is run by
 // TestDeployAsANomadJob.
@@ -24,7 +25,7 @@ func annotatedExamples(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	var files []string
-	for _, pattern := range []string{"*.nomad.hcl", "postgres/*.nomad.hcl"} {
+	for _, pattern := range []string{"*.nomad.hcl", "postgres/*.nomad.hcl", "nats/*.nomad.hcl"} {
 		m, err := filepath.Glob(filepath.Join(root, "examples", pattern))
 		if err != nil {
 			t.Fatal(err)

@@ -647,15 +647,26 @@ func (r *reconciler) outdated(p *Pod) bool {
 // outdated pod that is unavailable already is replaced first and uses no
 // budget, because replacing it takes nothing more down: a stuck outdated pod
 // never blocks a rollout, and never lets one exceed the budget.
+//
+// That walk stops, as upstream's does, at a pod on its way up or down: one
+// missing or being created, terminating, or at the update revision and not
+// healthy yet. An outdated pod below it that is not ready may be so only
+// because of it (a Raft member's health fails while a peer restarts), and
+// is alive and one of the majority: it waits until the pod above is back.
 func (r *reconciler) rollingUpdate(budget int) {
 	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
 		s := &r.slots[i]
-		if s.pod == noPod || s.acted || s.extra > 0 || s.healthy {
+		if s.extra > 0 || (s.healthy && !s.acted) {
 			continue
 		}
-		if p := &r.in.Pods[s.pod]; !p.Terminating && r.outdated(p) {
-			r.replace(i, p)
+		if s.pod == noPod || s.acted {
+			break
 		}
+		p := &r.in.Pods[s.pod]
+		if p.Terminating || !r.outdated(p) {
+			break
+		}
+		r.replace(i, p)
 	}
 	for i := len(r.slots) - 1; i >= r.spec.Partition; i-- {
 		s := &r.slots[i]

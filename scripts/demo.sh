@@ -2,25 +2,51 @@
 # make demo / make demo-down.
 #
 #   scripts/demo.sh up     start Consul, Nomad and nomad-statefulset on loopback,
-#                          run examples/web.nomad.hcl and watch it converge
+#                          run the example (examples/web.nomad.hcl unless
+#                          EXAMPLE says otherwise) and watch it converge
 #   scripts/demo.sh down   stop everything `up` started
 #   scripts/demo.sh status show what is running
+#   scripts/demo.sh check  check that what the example needs is installed
+#   scripts/demo.sh kill-node NODE|POD   kill a client node as a machine dies
+#                          (SIGKILL to its Nomad and Consul agents and to every
+#                          task it runs); POD names the node that runs it
+#   scripts/demo.sh start-node [NODE]    start a killed node again, on its data
+#                          (without NODE, every node that is not running)
+#
+# EXAMPLE=web (the default), nats (examples/nats: Debian's nats-server) or
+# postgres (examples/postgres: Debian's postgresql-15). An example that
+# runs a real program needs its Debian package on this machine: `check`
+# (and `up`) say which, with the apt-get line, when it is missing.
 #
 # Everything lives under .cache/demo/: each program's config, data, log and
 # pid file, and env.sh with the addresses. Ports are free ones picked at
 # start, on 127.0.0.1 only. `make demo` builds the binaries first
 # (`make tools build`); run directly, this script expects them built.
 #
+# Nodes: web runs on one agent that is Nomad server and client (and one
+# Consul). nats and postgres run on DEMO_NODES client nodes (default 3,
+# named demo-0, demo-1, …), each a Nomad client with a Consul agent of its
+# own as in production (Nomad clients sharing one Consul agent remove each
+# other's services), beside one Nomad server and one Consul server; so
+# that a node can be drained or killed while the others keep the set's
+# majority.
+#
 # Environment: DEMO_TIMEOUT (seconds to wait for the set to be ready,
 # default 300), DEMO_NO_DAEMON=1 (start only Consul and Nomad: for testing
-# this script without the daemon).
+# this script without the daemon), DEMO_NODES, DEMO_DIR (where it all
+# lives, default .cache/demo), NOMAD_BIN, CONSUL_BIN and NSS_BIN (the
+# binaries, default .cache/bin/nomad, .cache/bin/consul and
+# bin/nomad-statefulset).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-demo="${root}/.cache/demo"
+demo="${DEMO_DIR:-${root}/.cache/demo}"
 bin="${root}/.cache/bin"
-nss="${root}/bin/nomad-statefulset"
+nomad_bin="${NOMAD_BIN:-${bin}/nomad}"
+consul_bin="${CONSUL_BIN:-${bin}/consul}"
+nss="${NSS_BIN:-${root}/bin/nomad-statefulset}"
 timeout="${DEMO_TIMEOUT:-300}"
+example="${EXAMPLE:-web}"
 
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unset AWS_CA_BUNDLE
@@ -103,9 +129,124 @@ http_get() {
 	[[ "${status}" == *" 200 "* ]]
 }
 
+# The example: its job file and set, the program it needs on the node and
+# the Debian package that has it, what the demo's exec chroot must hold
+# beyond the minimal one (host=inside; Nomad's default chroot would copy
+# all of /usr into every allocation), and more daemon configuration.
+ex_file="" ex_set="" ex_need="" ex_pkg="" ex_agent_hcl="" nodes=1
+ex_chroot=()
+
+select_example() {
+	case "${example}" in
+	web)
+		ex_file="examples/web.nomad.hcl" ex_set="web"
+		;;
+	nats)
+		ex_file="examples/nats/nats.nomad.hcl" ex_set="nats"
+		ex_need="/usr/sbin/nats-server" ex_pkg="nats-server"
+		;;
+	postgres)
+		ex_file="examples/postgres/postgres.nomad.hcl" ex_set="postgres"
+		ex_need="/usr/lib/postgresql/15/bin/postgres" ex_pkg="postgresql-15"
+		;;
+	*)
+		die "EXAMPLE=${example}: no such example; there are web, nats and postgres"
+		;;
+	esac
+	[[ -f "${root}/${ex_file}" ]] || die "EXAMPLE=${example}: ${ex_file} is not in this checkout (the PostgreSQL example comes with its own branch, issue 27); EXAMPLE=nats and EXAMPLE=web are here"
+	if [[ -n "${ex_need}" && ! -x "${ex_need}" ]]; then
+		printf 'demo: EXAMPLE=%s runs %s, from the Debian package %s, which is not installed. Install it with:\n\n    sudo apt-get install -y %s\n\n' \
+			"${example}" "${ex_need}" "${ex_pkg}" "${ex_pkg}" >&2
+		exit 1
+	fi
+	nodes="${DEMO_NODES:-3}"
+	[[ "${example}" == web ]] && nodes="${DEMO_NODES:-1}"
+	[[ "${nodes}" =~ ^[1-9][0-9]?$ ]] || die "DEMO_NODES=${nodes}: want a number of nodes from 1 to 99"
+	case "${example}" in
+	nats)
+		ex_chroot=("/usr/sbin/nats-server=/usr/sbin/nats-server")
+		;;
+	postgres)
+		postgres_needs
+		;;
+	esac
+}
+
+# postgres_needs: what e2e/postgres_test.go gives the example, the same way:
+# PostgreSQL's programs, libraries and share files, the time zone data, the
+# utilities its scripts call and every library they link against (ldd);
+# and volumes owned by the postgres user, which the task runs as.
+postgres_needs() {
+	local u real lib
+	local -a elfs=()
+	ex_chroot=("/usr/lib/postgresql/15=/usr/lib/postgresql/15" "/usr/share/postgresql/15=/usr/share/postgresql/15"
+		"/usr/share/zoneinfo=/usr/share/zoneinfo")
+	for u in sed rm mkdir chmod mv sleep; do
+		real="$(readlink -f "/usr/bin/${u}")"
+		ex_chroot+=("${real}=/bin/${u}")
+		elfs+=("${real}")
+	done
+	elfs+=(/usr/lib/postgresql/15/bin/* /usr/lib/postgresql/15/lib/*.so)
+	while read -r lib; do
+		ex_chroot+=("$(readlink -f "${lib}")=/lib/x86_64-linux-gnu/$(basename "${lib}")")
+	done < <(for f in "${elfs[@]}"; do ldd "${f}" 2>/dev/null || true; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+	ex_agent_hcl="volume_provisioner {
+  config = { plugin_id = \"mkdir\", \"parameters.uid\" = \"$(id -u postgres)\", \"parameters.gid\" = \"$(id -g postgres)\", \"parameters.mode\" = \"0700\" }
+}"
+}
+
+# nomad_agent NAME NODE DIR HTTP RPC SERF CONSUL [nomadconfig flags...]:
+# writes DIR/nomad.hcl and starts the agent.
+nomad_agent() {
+	local name="$1" node="$2" dir="$3" http="$4" rpc="$5" serf="$6" consul="$7"
+	shift 7
+	mkdir -p "${dir}/data" "${dir}/host_volumes" "${dir}/host_volume_plugins"
+	(cd "${root}" && go run ./internal/testagent/cmd/nomadconfig -name "${node}" "$@" \
+		-data-dir "${dir}/data" -host-volumes-dir "${dir}/host_volumes" \
+		-host-volume-plugin-dir "${dir}/host_volume_plugins" \
+		-http "${http}" -rpc "${rpc}" -serf "${serf}" -consul "${consul}") >"${dir}/nomad.hcl"
+	start "${name}" "${dir}" "${nomad_bin}" agent -config "${dir}/nomad.hcl"
+}
+
+# consul_client NODE DIR HTTP SERVER_SERF_LAN: a Consul client agent that
+# joins the server.
+consul_client() {
+	local node="$1" dir="$2" http="$3" join="$4"
+	mkdir -p "${dir}"
+	cat >"${dir}/consul.hcl" <<EOF
+node_name            = "${node}"
+datacenter           = "dc1"
+data_dir             = "${dir}/data"
+server               = false
+retry_join           = ["127.0.0.1:${join}"]
+bind_addr            = "127.0.0.1"
+client_addr          = "127.0.0.1"
+advertise_addr       = "127.0.0.1"
+disable_update_check = true
+ports {
+  http     = ${http}
+  dns      = -1
+  server   = $(free_port)
+  serf_lan = $(free_port)
+  serf_wan = -1
+  grpc     = -1
+  grpc_tls = -1
+  https    = -1
+}
+EOF
+	start consul "${dir}" "${consul_bin}" agent -config-file "${dir}/consul.hcl"
+	wait_http "Consul on ${node}" "http://127.0.0.1:${http}/v1/status/leader" 60 "${dir}/consul.pid"
+}
+
+# ready_nodes: how many Nomad client nodes are ready with a healthy exec
+# driver.
+ready_nodes() {
+	"${nomad_bin}" node status -t '{{range .}}{{if eq .Status "ready"}}{{with index .Drivers "exec"}}{{if .Healthy}}x{{end}}{{end}}{{end}}{{end}}' 2>/dev/null | tr -cd x | wc -c
+}
 
 up() {
-	[[ -x "${bin}/nomad" && -x "${bin}/consul" ]] || die "no nomad/consul in ${bin}: run \`make tools\` (or \`make demo\`)"
+	select_example
+	[[ -x "${nomad_bin}" && -x "${consul_bin}" ]] || die "no ${nomad_bin} or ${consul_bin}: run \`make tools\` (or \`make demo\`)"
 	if [[ -z "${DEMO_NO_DAEMON:-}" && ! -x "${nss}" ]]; then
 		die "no ${nss}: run \`make build\` (or \`make demo\`)"
 	fi
@@ -118,6 +259,10 @@ up() {
 	fi
 	rm -rf "${demo}"
 	mkdir -p "${demo}"
+	if [[ "${example}" == nats ]]; then
+		say "building natsctl, the tutorial's NATS client (examples/nats/natsctl) into bin/"
+		go build -C "${root}/examples/nats/natsctl" -o "${root}/bin/natsctl" . || die "building natsctl failed"
+	fi
 
 	local consul_http consul_dns consul_server consul_lan consul_wan consul_grpc
 	local nomad_http nomad_rpc nomad_serf nss_http
@@ -151,43 +296,61 @@ ports {
   https    = -1
 }
 EOF
-	start consul "${demo}/consul" "${bin}/consul" agent -config-file "${demo}/consul/consul.hcl"
+	start consul "${demo}/consul" "${consul_bin}" agent -config-file "${demo}/consul/consul.hcl"
 	wait_http "Consul" "http://127.0.0.1:${consul_http}/v1/status/leader" 60 "${demo}/consul/consul.pid"
 	for _ in $(seq 1 120); do
 		[[ "$(http_get "http://127.0.0.1:${consul_http}/v1/status/leader" 2>/dev/null || true)" == *:* ]] && break
 		sleep 0.5
 	done
 
-	say "starting Nomad on 127.0.0.1:${nomad_http}"
-	mkdir -p "${demo}/nomad/data" "${demo}/nomad/host_volumes" "${demo}/nomad/host_volume_plugins"
 	# The same agent configuration as the e2e harness, from one place
 	# (internal/testagent.NomadConfigHCL).
-	(cd "${root}" && go run ./internal/testagent/cmd/nomadconfig -name demo \
-		-data-dir "${demo}/nomad/data" -host-volumes-dir "${demo}/nomad/host_volumes" \
-		-host-volume-plugin-dir "${demo}/nomad/host_volume_plugins" \
-		-http "${nomad_http}" -rpc "${nomad_rpc}" -serf "${nomad_serf}" \
-		-consul "127.0.0.1:${consul_http}") >"${demo}/nomad/nomad.hcl"
-	start nomad "${demo}/nomad" "${bin}/nomad" agent -config "${demo}/nomad/nomad.hcl"
+	local -a chroot_flags=()
+	local c
+	for c in "${ex_chroot[@]}"; do chroot_flags+=(-chroot "${c}"); done
 	export NOMAD_ADDR="http://127.0.0.1:${nomad_http}"
-	wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"
-	say "waiting for the Nomad client node and its exec driver"
+	if ((nodes == 1)); then
+		say "starting Nomad on 127.0.0.1:${nomad_http}"
+		nomad_agent nomad demo "${demo}/nomad" "${nomad_http}" "${nomad_rpc}" "${nomad_serf}" \
+			"127.0.0.1:${consul_http}" "${chroot_flags[@]}"
+		wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"
+	else
+		say "starting the Nomad server on 127.0.0.1:${nomad_http}"
+		nomad_agent nomad demo-server "${demo}/nomad" "${nomad_http}" "${nomad_rpc}" "${nomad_serf}" \
+			"127.0.0.1:${consul_http}" -client=false
+		wait_http "Nomad" "${NOMAD_ADDR}/v1/status/leader" 60 "${demo}/nomad/nomad.pid"
+		local i dir chttp
+		for ((i = 0; i < nodes; i++)); do
+			dir="${demo}/node-demo-${i}"
+			chttp=$(free_port)
+			say "starting node demo-${i}: a Consul agent on 127.0.0.1:${chttp} and a Nomad client"
+			consul_client "demo-${i}" "${dir}/consul" "${chttp}" "${consul_lan}"
+			nomad_agent nomad "demo-${i}" "${dir}/nomad" "$(free_port)" "$(free_port)" "$(free_port)" \
+				"127.0.0.1:${chttp}" -server=false -servers "127.0.0.1:${nomad_rpc}" "${chroot_flags[@]}"
+		done
+	fi
+	say "waiting for ${nodes} Nomad client node(s) with the exec driver"
 	local ok=""
 	for _ in $(seq 1 240); do
 		alive "${demo}/nomad/nomad.pid" || die "Nomad exited; see ${demo}/nomad/nomad.log"
-		if "${bin}/nomad" node status -self -verbose 2>/dev/null | grep -Eq '^exec +true +true'; then
+		if (($(ready_nodes) >= nodes)); then
 			ok=1
 			break
 		fi
 		sleep 0.5
 	done
-	[[ -n "${ok}" ]] || die "the Nomad node or its exec driver did not become ready; see ${demo}/nomad/nomad.log"
+	[[ -n "${ok}" ]] || die "the Nomad nodes or their exec driver did not become ready; see ${demo}/*/nomad.log"
 
+	local path_dirs="" d
+	for d in "$(dirname "${nss}")" "$(dirname "${nomad_bin}")" "$(dirname "${consul_bin}")" "${root}/bin"; do
+		[[ ":${path_dirs}:" == *":${d}:"* ]] || path_dirs="${path_dirs:+${path_dirs}:}${d}"
+	done
 	cat >"${demo}/env.sh" <<EOF
 # source .cache/demo/env.sh
 export NOMAD_ADDR=http://127.0.0.1:${nomad_http}
 export CONSUL_HTTP_ADDR=127.0.0.1:${consul_http}
 export NOMAD_STATEFULSET_ADDR=http://127.0.0.1:${nss_http}
-export PATH="${root}/bin:${bin}:\$PATH"
+export PATH="${path_dirs}:\$PATH"
 EOF
 
 	if [[ -n "${DEMO_NO_DAEMON:-}" ]]; then
@@ -209,24 +372,25 @@ consul {
 http {
   address = "127.0.0.1:${nss_http}"
 }
+${ex_agent_hcl}
 EOF
 	start nomad-statefulset "${demo}/daemon" "${nss}" agent -config "${demo}/daemon/agent.hcl"
 	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
 
-	say "nomad job run examples/web.nomad.hcl"
-	"${bin}/nomad" job run -detach "${root}/examples/web.nomad.hcl"
+	say "nomad job run ${ex_file}"
+	"${nomad_bin}" job run -detach "${root}/${ex_file}"
 
-	say "waiting for web to be ready (up to ${timeout}s)"
+	say "waiting for ${ex_set} to be ready (up to ${timeout}s)"
 	export NOMAD_STATEFULSET_ADDR="http://127.0.0.1:${nss_http}"
 	local start_s=${SECONDS} last="" body ready replicas
 	while true; do
-		body="$(http_get "${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web" 2>/dev/null || true)"
+		body="$(http_get "${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/${ex_set}" 2>/dev/null || true)"
 		ready="$(sed -n 's/.*"ready_replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
 		replicas="$(sed -n 's/.*"replicas": *\([0-9]*\).*/\1/p' <<<"${body}" | head -n 1)"
-		local line="web: ${ready:-?}/${replicas:-?} ready"
+		local line="${ex_set}: ${ready:-?}/${replicas:-?} ready"
 		if [[ "${line}" != "${last}" ]]; then
 			echo "  [$((SECONDS - start_s))s] ${line}"
-			"${nss}" status web 2>/dev/null | sed 's/^/    /' || true
+			"${nss}" status "${ex_set}" 2>/dev/null | sed 's/^/    /' || true
 			last="${line}"
 		fi
 		if [[ -n "${ready}" && "${ready}" == "${replicas}" && "${replicas}" != 0 ]]; then
@@ -235,13 +399,13 @@ EOF
 		if ((SECONDS - start_s > timeout)); then
 			echo "--- last lines of the daemon log:"
 			tail -n 40 "${demo}/daemon/nomad-statefulset.log" || true
-			die "web did not become ready in ${timeout}s (the demo keeps running: look around, then make demo-down)"
+			die "${ex_set} did not become ready in ${timeout}s (the demo keeps running: look around, then make demo-down)"
 		fi
 		alive "${demo}/daemon/nomad-statefulset.pid" || die "nomad-statefulset exited; see ${demo}/daemon/nomad-statefulset.log"
 		sleep 1
 	done
-	say "web is ready: $(("SECONDS" - start_s))s"
-	"${nss}" status web || true
+	say "${ex_set} is ready: $(("SECONDS" - start_s))s"
+	"${nss}" status "${ex_set}" || true
 	hints
 }
 
@@ -254,21 +418,45 @@ The demo is running on 127.0.0.1. To look around, in your shell:
 
   source .cache/demo/env.sh            # NOMAD_ADDR, CONSUL_HTTP_ADDR, NOMAD_STATEFULSET_ADDR, PATH
 
-  nomad-statefulset status web         # the set: replicas, revisions, pods
-  nomad job status                     # the parent "web" and its children web-0, web-1, web-2
-  nomad volume status -type host       # the per-ordinal volumes data-web-0 ...
-  nomad alloc exec -job web-0 cat /data/identity
-  nomad-statefulset scale web 5        # then watch: nomad-statefulset status web
-  nomad job run examples/web.nomad.hcl # after editing the task: a rolling update, highest ordinal first
+$(printf '  %-36s # %s' "nomad-statefulset status ${ex_set}" "the set: replicas, revisions, pods")
+  nomad job status                     # the parent "${ex_set}" and its children ${ex_set}-0, ${ex_set}-1, ${ex_set}-2
+  nomad volume status -type host       # the per-ordinal volumes data-${ex_set}-0 ...
+$(example_hints)
 
   Nomad UI/API:      ${NOMAD_ADDR}
   Consul UI/API:     http://${CONSUL_HTTP_ADDR}/ui/
-  nomad-statefulset: ${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/web
+  nomad-statefulset: ${NOMAD_STATEFULSET_ADDR}/v1/statefulset/default/${ex_set}
                      ${NOMAD_STATEFULSET_ADDR}/v1/metrics
   Logs:              .cache/demo/{consul,nomad,daemon}/*.log
 
 Stop everything with: make demo-down
 EOF
+}
+
+example_hints() {
+	case "${ex_set}" in
+	web)
+		cat <<EOF
+  nomad alloc exec -job web-0 cat /data/identity
+  nomad-statefulset scale web 5        # then watch: nomad-statefulset status web
+  nomad job run examples/web.nomad.hcl # after editing the task: a rolling update, highest ordinal first
+EOF
+		;;
+	nats)
+		cat <<EOF
+  natsctl servers                      # the members as Consul and NATS see them
+  scripts/demo.sh kill-node nats-1     # the node of nats-1 dies; start-node demo-<n> brings it back
+
+  README.md, "Running a replicated database", walks through this cluster:
+  identities, data, a rolling update, a drain, a lost node, scaling.
+EOF
+		;;
+	*)
+		cat <<EOF
+  nomad job run ${ex_file}             # after editing the task: a rolling update
+EOF
+		;;
+	esac
 }
 
 # kill_tree NAME PIDFILE: TERM the process group, then KILL what is left.
@@ -288,38 +476,32 @@ kill_tree() {
 	rm -f "${pidfile}"
 }
 
-# Processes that still refer to the demo folder (Nomad tasks, executors,
-# logmon): by working directory, root or command line.
+# referrers DIR: processes that still refer to DIR (Nomad tasks,
+# executors, logmon): by working directory, root or command line.
 referrers() {
-	local p target
+	local dir="$1" p target
 	for p in /proc/[0-9]*; do
 		[[ "${p#/proc/}" == "$$" ]] && continue
 		for l in cwd root exe; do
 			target="$(readlink "${p}/${l}" 2>/dev/null || true)"
-			if [[ "${target}" == "${demo}"/* ]]; then
+			if [[ "${target}" == "${dir}"/* ]]; then
 				echo "${p#/proc/}"
 				continue 2
 			fi
 		done
-		if tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | grep -qF "${demo}/"; then
+		if tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | grep -qF "${dir}/"; then
 			echo "${p#/proc/}"
 		fi
 	done
 }
 
-down() {
-	if [[ ! -d "${demo}" ]]; then
-		echo "demo: nothing to stop"
-		return 0
-	fi
-	kill_tree nomad-statefulset "${demo}/daemon/nomad-statefulset.pid"
-	kill_tree nomad "${demo}/nomad/nomad.pid"
-	kill_tree consul "${demo}/consul/consul.pid"
-	# exec tasks run chrooted in their own mount namespace: find them by
-	# their allocations' cgroups ("<alloc ID>.<task>"), kill them, and
-	# remove the cgroups.
-	local id cg pids
-	for id in $(ls "${demo}/nomad/data/alloc" 2>/dev/null); do
+# kill_tasks DIR: SIGKILL every task process of the Nomad agent whose
+# directory is DIR. exec tasks run chrooted in their own mount namespace:
+# find them by their allocations' cgroups ("<alloc ID>.<task>"), kill them
+# and remove the cgroups; then whatever still refers to DIR.
+kill_tasks() {
+	local dir="$1" id cg pids
+	for id in $(ls "${dir}/data/alloc" 2>/dev/null); do
 		[[ ${#id} == 36 ]] || continue
 		for cg in $(find /sys/fs/cgroup -maxdepth 5 -type d -name "${id}.*" 2>/dev/null); do
 			pids="$(cat "${cg}/cgroup.procs" 2>/dev/null | tr '\n' ' ')"
@@ -333,28 +515,110 @@ down() {
 		done
 	done
 	for _ in 1 2 3 4 5; do
-		pids="$(referrers | tr '\n' ' ')"
+		pids="$(referrers "${dir}" | tr '\n' ' ')"
 		[[ -z "${pids// /}" ]] && break
 		echo "stopping leftover task processes: ${pids}"
 		# shellcheck disable=SC2086
 		kill -KILL ${pids} 2>/dev/null || true
 		sleep 0.5
 	done
+}
+
+down() {
+	if [[ ! -d "${demo}" ]]; then
+		echo "demo: nothing to stop"
+		return 0
+	fi
+	local d
+	kill_tree nomad-statefulset "${demo}/daemon/nomad-statefulset.pid"
+	for d in "${demo}"/node-*; do
+		[[ -d "${d}" ]] && kill_tree "nomad on ${d##*/node-}" "${d}/nomad/nomad.pid"
+	done
+	kill_tree nomad "${demo}/nomad/nomad.pid"
+	for d in "${demo}"/node-*; do
+		[[ -d "${d}" ]] && kill_tree "consul on ${d##*/node-}" "${d}/consul/consul.pid"
+	done
+	kill_tree consul "${demo}/consul/consul.pid"
+	for d in "${demo}/nomad" "${demo}"/node-*/nomad; do
+		[[ -d "${d}" ]] && kill_tasks "${d}"
+	done
+	kill_tasks "${demo}"
 	# Nomad mounts secrets (tmpfs) and more under its data dir: detach them,
 	# deepest first, before removing anything.
 	awk -v d="${demo}/" 'index($5, d) == 1 {print length($5) " " $5}' /proc/self/mountinfo |
 		sort -rn | cut -d' ' -f2- | while read -r mp; do umount -l "${mp}" 2>/dev/null || true; done
 	rm -rf "${demo}"
-	echo "demo: stopped, and .cache/demo removed"
+	echo "demo: stopped, and ${demo} removed"
+}
+
+# node_dir NODE|POD: the directory of a client node, by its name (demo-1)
+# or by a pod (a child job such as nats-1) that runs on it.
+node_dir() {
+	local arg="$1" node
+	[[ -d "${demo}/node-${arg}" ]] && {
+		echo "${demo}/node-${arg}"
+		return
+	}
+	export NOMAD_ADDR
+	NOMAD_ADDR="$(sed -n 's/^export NOMAD_ADDR=//p' "${demo}/env.sh" 2>/dev/null)"
+	node="$("${nomad_bin}" job allocs -t '{{range .}}{{if eq .ClientStatus "running"}}{{.NodeName}}{{end}}{{end}}' "${arg}" 2>/dev/null || true)"
+	if [[ -n "${node}" && -d "${demo}/node-${node}" ]]; then
+		echo "${demo}/node-${node}"
+		return
+	fi
+	if [[ -n "${node}" ]]; then
+		die "${arg} runs on ${node}, which is also the Nomad server: this demo runs on one node (EXAMPLE=nats runs on three)"
+	fi
+	die "${arg}: neither a client node of the demo ($(ls -d "${demo}"/node-* 2>/dev/null | sed 's#.*/node-##' | tr '\n' ' ')) nor a job with a running allocation"
+}
+
+# kill-node: a machine that dies. Its Nomad client and its Consul agent are
+# killed with SIGKILL, and so is every task they ran (a killed Nomad agent
+# leaves its tasks running: a real machine would take them with it).
+kill_node() {
+	local dir node
+	dir="$(node_dir "${1:?usage: $0 kill-node NODE|POD}")"
+	node="${dir##*/node-}"
+	alive "${dir}/nomad/nomad.pid" || die "node ${node} is not running"
+	kill -KILL -- "-$(cat "${dir}/nomad/nomad.pid")" 2>/dev/null || true
+	kill -KILL -- "-$(cat "${dir}/consul/consul.pid")" 2>/dev/null || true
+	kill_tasks "${dir}/nomad" >/dev/null
+	rm -f "${dir}/nomad/nomad.pid" "${dir}/consul/consul.pid"
+	echo "node ${node} killed: its Nomad client, its Consul agent and its tasks"
+}
+
+# start-node [NODE]: the machine comes back, with its data; without NODE,
+# every node that is not running.
+start_node() {
+	local dir node dirs=()
+	if [[ -n "${1:-}" ]]; then
+		dirs=("$(node_dir "$1")")
+	else
+		for dir in "${demo}"/node-*; do
+			[[ -d "${dir}" ]] && ! alive "${dir}/nomad/nomad.pid" && dirs+=("${dir}")
+		done
+		((${#dirs[@]} > 0)) || die "every node is running"
+	fi
+	for dir in "${dirs[@]}"; do
+		node="${dir##*/node-}"
+		alive "${dir}/nomad/nomad.pid" && die "node ${node} is running"
+		start consul "${dir}/consul" "${consul_bin}" agent -config-file "${dir}/consul/consul.hcl"
+		start nomad "${dir}/nomad" "${nomad_bin}" agent -config "${dir}/nomad/nomad.hcl"
+		echo "node ${node} started again"
+	done
 }
 
 status() {
 	local f
-	for f in "${demo}/consul/consul.pid" "${demo}/nomad/nomad.pid" "${demo}/daemon/nomad-statefulset.pid"; do
+	for f in "${demo}/consul/consul.pid" "${demo}/nomad/nomad.pid" "${demo}"/node-*/*/*.pid "${demo}/daemon/nomad-statefulset.pid"; do
+		[[ -e "${f}" || "${f}" != *'*'* ]] || continue
+		local what
+		what="$(basename "${f}" .pid)"
+		[[ "${f}" == */node-* ]] && what="${what} on $(basename "$(dirname "$(dirname "${f}")")" | sed 's/^node-//')"
 		if alive "${f}"; then
-			echo "  $(basename "${f}" .pid): running (pid $(cat "${f}"))"
+			echo "  ${what}: running (pid $(cat "${f}"))"
 		else
-			echo "  $(basename "${f}" .pid): not running"
+			echo "  ${what}: not running"
 		fi
 	done
 	if [[ -f "${demo}/env.sh" ]]; then
@@ -366,8 +630,11 @@ case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
+check) select_example ;;
+kill-node) kill_node "${2:-}" ;;
+start-node) start_node "${2:-}" ;;
 *)
-	echo "usage: $0 up|down|status" >&2
+	echo "usage: [EXAMPLE=web|nats|postgres] $0 up|down|status|check|kill-node NODE|POD|start-node [NODE]" >&2
 	exit 2
 	;;
 esac
