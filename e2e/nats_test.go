@@ -236,28 +236,7 @@ func (nc *natsCluster) waitFormed(t *testing.T) string {
 // revision (one other than old, when old is set) and returns it.
 func (nc *natsCluster) waitSet(t *testing.T, old string) string {
 	t.Helper()
-	var rev string
-	Eventually(t, natsWait, "the nats set to converge", func() error {
-		st, err := setStatus(nc.d, natsSet)
-		if err != nil {
-			return err
-		}
-		s := st.Status
-		rev = s.UpdateRevision
-		if rev == "" || rev == old {
-			return fmt.Errorf("update revision %q (old %q)", rev, old)
-		}
-		if s.ReadyReplicas != 3 || s.UpdatedReplicas != 3 || s.CurrentRevision != rev {
-			return fmt.Errorf("ready %d, updated %d, current %s, update %s; pods %s", s.ReadyReplicas, s.UpdatedReplicas, s.CurrentRevision, rev, natsPods(st))
-		}
-		for _, p := range st.Pods {
-			if p.Revision != rev || (p.State != "Running" && p.State != "Available") {
-				return fmt.Errorf("pods %s", natsPods(st))
-			}
-		}
-		return nil
-	})
-	return rev
+	return waitAllUpdated(t, nc.d, natsSet, 3, old, natsWait)
 }
 
 // natsPods is a one-line view of the pods: "nats-0 Running n1234abc, …".

@@ -152,9 +152,17 @@ func startPostgres(t *testing.T) *pgCluster {
 // must differ from old when old is set, and returns the revision.
 func (pc *pgCluster) waitRollout(t *testing.T, old string, timeout time.Duration) string {
 	t.Helper()
+	return waitAllUpdated(t, pc.d, pgSet, 3, old, timeout)
+}
+
+// waitAllUpdated waits until the set's replicas pods are all Ready at its
+// update revision, which must differ from old when old is set, and
+// returns that revision: the end of a rollout as the daemon reports it.
+func waitAllUpdated(t *testing.T, d *Daemon, set string, replicas int, old string, timeout time.Duration) string {
+	t.Helper()
 	var rev string
-	Eventually(t, timeout, "the postgres set to converge at its update revision", func() error {
-		st, err := setStatus(pc.d, pgSet)
+	Eventually(t, timeout, "the "+set+" set to converge at its update revision", func() error {
+		st, err := setStatus(d, set)
 		if err != nil {
 			return err
 		}
@@ -163,7 +171,7 @@ func (pc *pgCluster) waitRollout(t *testing.T, old string, timeout time.Duration
 		if rev == "" || rev == old {
 			return fmt.Errorf("update revision %q (old %q)", rev, old)
 		}
-		if s.ReadyReplicas != 3 || s.UpdatedReplicas != 3 || s.CurrentRevision != rev {
+		if s.ReadyReplicas != replicas || s.UpdatedReplicas != replicas || s.CurrentRevision != rev {
 			return fmt.Errorf("ready %d, updated %d, current %s, update %s; pods %s", s.ReadyReplicas, s.UpdatedReplicas, s.CurrentRevision, rev, podLine(st))
 		}
 		for _, p := range st.Pods {
