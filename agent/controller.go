@@ -377,15 +377,23 @@ func dependsOnHeld(a reconciler.Action, heldOrdinals map[int]bool, nHeld int) bo
 	switch a.Type {
 	case reconciler.ActionDeleteSetState:
 		return true
-	case reconciler.ActionCreatePod, reconciler.ActionDeletePod, reconciler.ActionCreateVolume, reconciler.ActionDeleteVolume:
-		return heldOrdinals[a.Ordinal]
+	case reconciler.ActionRecordOrdinals, reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision, reconciler.ActionDeleteRevision:
+		return false
 	}
-	return false
+	// Every other action acts on one ordinal: its volumes, its pod, what
+	// is asked of its pod. A volume that could not be made must not be
+	// grown, nor its pod created; a pod whose check was held stays.
+	return heldOrdinals[a.Ordinal]
 }
 
 // hold reports a step that must wait, in the log and the set's events.
 func (c *controller) hold(p *pass, a reconciler.Action, why *holdError) {
 	msg := fmt.Sprintf("%s: %v", reconciler.PodName(p.key.Name, a.Ordinal), why)
+	if why.reason == reconciler.HoldSpreadUnsatisfiable && !p.spec.SpreadRequired {
+		// A soft spread does not wait: the reconciler places the ordinal
+		// without the rule at once (Action.Unspread).
+		msg = fmt.Sprintf("%s: %s; placing it without the spread rule", reconciler.PodName(p.key.Name, a.Ordinal), why.msg)
+	}
 	c.log.Info("a step is held; will look again", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal,
 		"reason", why.reason, "detail", why.msg, "retry_in", why.wait)
 	c.sets.event(p.key, p.now, why.reason, msg)

@@ -119,3 +119,32 @@ func TestCorruptRevisionLeavesTheSetUntouched(t *testing.T) {
 		t.Fatalf("the set's view does not name the corrupt key: %+v", d.Error)
 	}
 }
+
+// TestHeldStepHoldsEveryLaterActionOfItsOrdinal: once a step of an ordinal
+// is held, none of that ordinal's later actions runs in the pass (an
+// expansion of a volume that could not be made, a switchover or a check
+// about a pod whose step waits), while other ordinals' actions and the
+// revision and record actions go on. It used to name four action types
+// only, and let an ExpandVolume or a CheckDisruption through.
+func TestHeldStepHoldsEveryLaterActionOfItsOrdinal(t *testing.T) {
+	held := map[int]bool{2: true}
+	for _, tc := range []struct {
+		typ     reconciler.ActionType
+		ordinal int
+		want    bool
+	}{
+		{reconciler.ActionExpandVolume, 2, true},
+		{reconciler.ActionCreatePod, 2, true},
+		{reconciler.ActionCheckDisruption, 2, true},
+		{reconciler.ActionSwitchover, 2, true},
+		{reconciler.ActionRestoreCount, 2, true},
+		{reconciler.ActionExpandVolume, 1, false},
+		{reconciler.ActionCreateRevision, 2, false},
+		{reconciler.ActionRecordOrdinals, 2, false},
+		{reconciler.ActionDeleteSetState, 0, true},
+	} {
+		if got := dependsOnHeld(reconciler.Action{Type: tc.typ, Ordinal: tc.ordinal}, held, 1); got != tc.want {
+			t.Errorf("%s of ordinal %d after ordinal 2 was held: waits %v, want %v", tc.typ, tc.ordinal, got, tc.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
@@ -185,18 +186,5 @@ func (c *controller) noteLeader(p *pass, pods []reconciler.Pod) {
 
 // oneLine folds a command's output onto one line, for events.
 func oneLine(s string) string {
-	out := []rune{}
-	space := false
-	for _, r := range s {
-		if r == '\n' || r == '\r' || r == '\t' || r == ' ' {
-			space = len(out) > 0
-			continue
-		}
-		if space {
-			out = append(out, ' ')
-			space = false
-		}
-		out = append(out, r)
-	}
-	return string(out)
+	return strings.Join(strings.Fields(s), " ")
 }
