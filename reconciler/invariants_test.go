@@ -399,14 +399,15 @@ func checkLeaderAndAsking(in Input, out Output) error {
 
 // mustGrowIn reports whether a volume of ord is smaller than its claim
 // template asks, in a class the claim names: DESIGN §3b's expansion, which
-// takes the pod down like a rolling update.
+// takes the pod down like a rolling update. A class whose provisioner
+// cannot expand grows nothing, so its pods need not go.
 func mustGrowIn(in Input, ord int) bool {
 	for _, v := range in.Volumes {
 		if v.Ordinal != ord || v.Capacity == 0 {
 			continue
 		}
 		for _, t := range in.Spec.ClaimTemplates {
-			if t.Claim == v.Claim && t.CapacityMin > v.Capacity && t.Class == v.Class {
+			if t.Claim == v.Claim && t.CapacityMin > v.Capacity && t.Class == v.Class && !slices.Contains(in.CannotExpand, v.Class) {
 				return true
 			}
 		}

@@ -210,8 +210,11 @@ func randomRun(seed uint64) (err error) {
 			// A claim's size grows (most often), or its class or its
 			// maximum changes; only growth touches existing volumes.
 			t := ClaimTemplate{Claim: "data", CapacityMin: int64(10 * (1 + rng.IntN(4)))}
-			if rng.IntN(4) == 0 {
+			switch rng.IntN(4) {
+			case 0:
 				t.Class = "fast"
+			case 1:
+				t.Class = noExpandClass // its provisioner cannot expand
 			}
 			if rng.IntN(4) == 0 {
 				t.CapacityMax = 15

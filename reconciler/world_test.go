@@ -102,7 +102,10 @@ type world struct {
 	appFails bool
 	// leaderUnknown plays a leader check not read yet (chaos).
 	leaderUnknown bool
-	rng           *rand.Rand
+	// cannotExpand are the classes whose provisioner refused to expand,
+	// as the agent reports them.
+	cannotExpand []string
+	rng          *rand.Rand
 
 	last  Output
 	trace []string
@@ -193,6 +196,7 @@ func (w *world) input() Input {
 		// The leader check is unread while nobody leads yet at times
 		// (a daemon restart, Consul catching up).
 		LeaderUnknown: w.leaderUnknown,
+		CannotExpand:  slices.Clone(w.cannotExpand),
 	}
 	if !w.spec.Deleted {
 		in.TemplateData = w.template
@@ -611,10 +615,23 @@ func (w *world) expand(a Action) error {
 		// Growing follows pause and the partition as a template change does.
 		return fmt.Errorf("volume %s expanded while paused (%v) or below partition %d", a.Volume.Name, w.spec.Paused, w.spec.Partition)
 	}
+	if a.Volume.Class == noExpandClass {
+		// As the agent carries it out: the provisioner says it cannot
+		// expand, the class is remembered (Input.CannotExpand) and the pod
+		// comes back on its volume as it was.
+		if !slices.Contains(w.cannotExpand, a.Volume.Class) {
+			w.cannotExpand = append(w.cannotExpand, a.Volume.Class)
+		}
+		return nil
+	}
 	w.volumes[i].Capacity = a.Volume.Capacity
 	w.expansions++
 	return nil
 }
+
+// noExpandClass is the storage class whose provisioner cannot expand
+// volumes in the world, as mkdir-like plugins cannot.
+const noExpandClass = "slow"
 
 // applyAsk carries out a disruption check or a switchover as the agent
 // does: it runs in another Ready pod (or the leader), and the application
@@ -820,6 +837,7 @@ func (w *world) converged() bool {
 		t := w.claimMin(v.Claim)
 		idx := v.Ordinal - w.spec.OrdinalsStart
 		if w.inRange(v.Ordinal) && t > v.Capacity && v.Capacity > 0 && v.Class == w.claimClass(v.Claim) &&
+			!slices.Contains(w.cannotExpand, v.Class) &&
 			w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused && idx >= w.spec.Partition {
 			return false // its claim asks more, and a rollout would grow it
 		}
