@@ -126,6 +126,12 @@ type NomadConfig struct {
 	// event_buffer_size). Like Nomad's buffer it trims after appending, so
 	// the oldest retained index is the newest minus EventBufferSize.
 	EventBufferSize int
+	// DropSlowSubscribers ends a subscription whose reader fell more than
+	// EventBufferSize indexes behind, with ErrEventDropped, as Nomad's
+	// event broker does (its bufferItem.Next: "event dropped from
+	// buffer", which the HTTP stream turns into a 500). Off, a slow reader
+	// only delays itself; tests that pause the stream rely on that.
+	DropSlowSubscribers bool
 	// JSONPayloads makes each event payload object its JSON encoding
 	// (json.RawMessage), as nomad.Client delivers it, instead of a typed
 	// api object. It is slower, and catches a consumer that reads payloads

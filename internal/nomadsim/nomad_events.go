@@ -22,17 +22,23 @@ const TopicHostVolume api.Topic = "HostVolume"
 // leader changes, and the client should subscribe again.
 var ErrStreamClosed = errors.New("subscription closed by server, client should resubscribe")
 
+// ErrEventDropped ends a subscription whose reader fell behind the event
+// buffer (NomadConfig.DropSlowSubscribers), in the words of Nomad's broker.
+var ErrEventDropped = errors.New("event dropped from buffer")
+
 // eventItem is one published index in the event buffer. next is written
 // before ready is closed, and read only after, so the channel orders them.
+// dropped is closed when the buffer trims the item.
 type eventItem struct {
-	events *api.Events
-	at     time.Time
-	next   *eventItem
-	ready  chan struct{}
+	events  *api.Events
+	at      time.Time
+	next    *eventItem
+	ready   chan struct{}
+	dropped chan struct{}
 }
 
 func newEventItem(ev *api.Events) *eventItem {
-	return &eventItem{events: ev, at: time.Now(), ready: make(chan struct{})}
+	return &eventItem{events: ev, at: time.Now(), ready: make(chan struct{}), dropped: make(chan struct{})}
 }
 
 // subscription is one open Events stream.
@@ -72,6 +78,7 @@ func (s *Nomad) publish(ev *api.Events) {
 	s.tail = item
 	s.bufLen++
 	for s.bufLen > s.cfg.EventBufferSize {
+		close(s.head.dropped)
 		s.head = s.head.next
 		s.bufLen--
 	}
@@ -84,7 +91,9 @@ func (s *Nomad) publish(ev *api.Events) {
 //     (index beyond the newest) at the newest one, which is then replayed;
 //   - an index older than the buffer silently starts at its oldest entry:
 //     the events in between are gone, a gap the caller cannot see;
-//   - a slow reader delays only itself: nothing is dropped for it.
+//   - a slow reader delays only itself, unless DropSlowSubscribers: then a
+//     reader whose last item left the buffer gets ErrEventDropped, as
+//     Nomad's bufferItem.Next returns it.
 //
 // The channel closes when ctx is done. When the stream is ended by the
 // server (CloseEventStreams, SetUnreachable) it first carries one
@@ -143,13 +152,22 @@ func (s *Nomad) stream(ctx context.Context, sub *subscription, item *eventItem, 
 		if !first {
 			select {
 			case <-item.ready:
-				item = item.next
 			case <-ctx.Done():
 				return
 			case <-sub.closed:
 				s.endStream(ctx, sub, out)
 				return
 			}
+			// Checked after ready, as Nomad does, so that a trimmed item
+			// is never mistaken for one still held.
+			if s.cfg.DropSlowSubscribers && isClosed(item.dropped) {
+				select {
+				case out <- &api.Events{Err: ErrEventDropped}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			item = item.next
 		}
 		first = false
 		if len(item.events.Events) == 0 {

@@ -277,3 +277,64 @@ func TestEventsSlowStreamInRealTime(t *testing.T) {
 		t.Fatalf("slow stream: %v", indexes(evs))
 	}
 }
+
+// TestSlowSubscriberIsDropped: with DropSlowSubscribers, a reader that falls
+// more than the buffer behind loses its subscription with Nomad's "event
+// dropped from buffer", after what it was already handed, in order; a
+// reader that keeps up, or a simulator without the option, loses nothing.
+func TestSlowSubscriberIsDropped(t *testing.T) {
+	const buffer, writes = 5, 40
+	for _, tc := range []struct {
+		name     string
+		drop     bool
+		keepUp   bool
+		wantDrop bool
+	}{
+		{"a lagging reader is dropped", true, false, true},
+		{"a reader that keeps up is not", true, true, false},
+		{"without the option a lagging reader only lags", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := manual(t, func(c *NomadConfig) { c.EventBufferSize, c.DropSlowSubscribers = buffer, tc.drop })
+			ch, cancel := subscribe(t, s, 0)
+			defer cancel()
+			var got []*api.Events
+			for i := 0; i < writes; i++ {
+				register(t, s, testJob(fmt.Sprintf("web-%d", i)), true, 0)
+				if tc.keepUp {
+					got = append(got, drain(s, ch)...)
+				}
+			}
+			var err error
+			timeout := time.After(guard)
+		read:
+			for len(got) == 0 || got[len(got)-1].Index != s.lastPublished() {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						break read
+					}
+					if ev.Err != nil {
+						err = ev.Err
+						break read
+					}
+					got = append(got, ev)
+				case <-timeout:
+					t.Fatal("event stream stalled")
+				}
+			}
+			if tc.wantDrop != errors.Is(err, ErrEventDropped) {
+				t.Fatalf("stream error %v, want dropped: %v (read %v)", err, tc.wantDrop, indexes(got))
+			}
+			if !tc.wantDrop && (len(got) == 0 || got[len(got)-1].Index != s.lastPublished()) {
+				t.Fatalf("read %v, want every index up to %d", indexes(got), s.lastPublished())
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].Index != got[i-1].Index+1 {
+					t.Fatalf("not contiguous: %v", indexes(got))
+				}
+			}
+		})
+	}
+}
+
