@@ -394,10 +394,15 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 // benchSimConfig is the simulated Nomad of the scale benchmark. Sub-10ms
 // lifecycle delays keep the scheduler's own latency small, so convergence
 // time is dominated by the agent's work, not by waiting.
+// NSS_BENCH_DROP_SLOW=1 makes it drop a subscriber that falls behind its
+// event buffer, as Nomad does (BenchmarkEventStreamAtScale); it is read here
+// so that the simulator in a child process (NSS_BENCH_SIM=process) gets it
+// too.
 func benchSimConfig() nomadsim.NomadConfig {
 	return nomadsim.NomadConfig{
 		JSONPayloads: true, PlaceDelay: time.Millisecond, StartDelay: 2 * time.Millisecond,
 		HealthyDelay: 3 * time.Millisecond, StopDelay: 2 * time.Millisecond,
+		DropSlowSubscribers: os.Getenv("NSS_BENCH_DROP_SLOW") == "1",
 	}
 }
 

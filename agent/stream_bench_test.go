@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+)
+
+// streamScaleReplicas is the size of each set in BenchmarkEventStreamAtScale:
+// issue 28's 200 sets × 5 (1,000 children) and 1,000 × 5 (5,000).
+const streamScaleReplicas = 5
+
+// BenchmarkEventStreamAtScale is issue 28's question on the simulated Nomad:
+// does the agent read Nomad's event stream fast enough when every child of
+// 1,000 (or 5,000) is created at once, and then rolled at once? The
+// simulator keeps Nomad's default event buffer of 100 indexes and, as
+// Nomad's broker does, ends the subscription of a reader that falls
+// further behind ("event dropped from buffer"); each such loss is a
+// re-list. One op is the whole scenario (create, then roll every set);
+// the figures are the reported metrics:
+//   - create-s, rollout-s: wall time until every set is ready at its new
+//     revision;
+//   - create-drops, rollout-drops: streams lost to the buffer in each
+//     phase, and create-resets, rollout-resets the streams lost for any
+//     reason;
+//   - rollout-getjob/child: GetJob calls of the rollout per child (the
+//     goal is at most one, and none on the stream's path: the watcher asks
+//     for a stopped child's fate from its settle goroutine);
+//   - create-calls/child, rollout-calls/child: every Nomad call per child.
+//
+// NSS_BENCH_STREAM_SETS (a comma list, default 200,1000) picks the sizes.
+func BenchmarkEventStreamAtScale(b *testing.B) {
+	if os.Getenv("NSS_BENCH_SIM_SERVE") != "" {
+		serveBenchSim()
+	}
+	b.Setenv("NSS_BENCH_DROP_SLOW", "1")
+	sizes := []int{200, 1000}
+	if v := os.Getenv("NSS_BENCH_STREAM_SETS"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("NSS_BENCH_STREAM_SETS=%q: want a comma list of positive set counts", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, sets := range sizes {
+		b.Run(fmt.Sprintf("children=%d", sets*streamScaleReplicas), func(b *testing.B) {
+			var r streamScaleResult
+			for i := 0; i < b.N; i++ {
+				r = runStreamScale(b, sets)
+			}
+			children := float64(sets * streamScaleReplicas)
+			b.ReportMetric(r.create.Seconds(), "create-s")
+			b.ReportMetric(r.rollout.Seconds(), "rollout-s")
+			b.ReportMetric(float64(r.createResets[nomad.ResetBufferOverflow]), "create-drops")
+			b.ReportMetric(float64(r.rolloutResets[nomad.ResetBufferOverflow]), "rollout-drops")
+			b.ReportMetric(float64(sumResets(r.createResets)), "create-resets")
+			b.ReportMetric(float64(sumResets(r.rolloutResets)), "rollout-resets")
+			b.ReportMetric(float64(r.rolloutCalls["GetJob"])/children, "rollout-getjob/child")
+			b.ReportMetric(float64(sumCalls(r.createCalls)-sets)/children, "create-calls/child")
+			b.ReportMetric(float64(sumCalls(r.rolloutCalls)-sets)/children, "rollout-calls/child")
+			b.Logf("children=%d: create %v, resets %v, calls %v; rollout %v, resets %v, calls %v",
+				int(children), r.create.Round(time.Millisecond), r.createResets, r.createCalls,
+				r.rollout.Round(time.Millisecond), r.rolloutResets, r.rolloutCalls)
+		})
+	}
+}
+
+// streamScaleResult is one run of BenchmarkEventStreamAtScale.
+type streamScaleResult struct {
+	create, rollout             time.Duration
+	createResets, rolloutResets map[string]uint64
+	createCalls, rolloutCalls   map[string]int
+}
+
+func runStreamScale(b *testing.B, sets int) streamScaleResult {
+	b.Helper()
+	var r streamScaleResult
+	sim := startBenchSim(b)
+	defer sim.Close()
+	a, err := New(Options{
+		Logger: hclog.NewNullLogger(), Nomad: sim.api(), Store: memory.NewStore(),
+		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			b.Errorf("agent: %v", err)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	var c *controller
+	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
+		c = a.current.Load()
+		return c != nil && c.cache.Synced()
+	})
+	// from is each set's update revision before a phase: a phase has
+	// ended once every set is rolled to another one.
+	from := map[string]string{}
+	phase := func(image string) (time.Duration, map[string]uint64, map[string]int) {
+		resets0 := c.watcher.Resets()
+		sim.ResetCalls()
+		t0 := time.Now()
+		for i := 0; i < sets; i++ {
+			j := parentJob(fmt.Sprintf("set%05d", i), map[string]string{
+				"statefulset_replicas":              strconv.Itoa(streamScaleReplicas),
+				"statefulset_pod_management_policy": "Parallel",
+				"statefulset_max_unavailable":       "100%",
+			}, image)
+			if _, err := sim.api().RegisterJob(context.Background(), j, false, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitUntil(b, fmt.Sprintf("%d sets at %q", sets, image), 30*time.Minute, 20*time.Millisecond, func() bool {
+			return allRolled(c, sets, streamScaleReplicas, from)
+		})
+		took := time.Since(t0)
+		for _, d := range c.sets.list().Sets {
+			d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
+			from[d.Name] = d.Status.UpdateRevision
+		}
+		resets := c.watcher.Resets()
+		for reason, n := range resets0 {
+			resets[reason] -= n
+		}
+		return took, resets, sim.Calls()
+	}
+	r.create, r.createResets, r.createCalls = phase("v1")
+	r.rollout, r.rolloutResets, r.rolloutCalls = phase("v2")
+	return r
+}
+
+// allRolled reports whether every set has its replicas ready at one
+// revision, its update revision, and that revision is not the one it had
+// before (from, by set name): a create or a rollout has ended.
+func allRolled(c *controller, sets, replicas int, from map[string]string) bool {
+	if c.queue.(*queue).Len() > 0 {
+		return false
+	}
+	list := c.sets.list()
+	if len(list.Sets) != sets {
+		return false
+	}
+	for _, d := range list.Sets {
+		d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
+		st := d.Status
+		if st.UpdateRevision == from[d.Name] || st.Replicas != replicas || st.ReadyReplicas != replicas ||
+			st.UpdatedReplicas != replicas || st.CurrentRevision != st.UpdateRevision {
+			return false
+		}
+	}
+	return true
+}
+
+func sumResets(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
