@@ -6,20 +6,32 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // writeVerbFor names, for each Nomad write verb, the actions that may make
-// it: what the effector does to carry each action out.
+// it: what the effector does to carry each action out. A growth is a
+// CreateHostVolume of the volume's ID with the new size (the built-in
+// provisioner's ExpandVolume, as `nomad volume create` of a spec with an
+// ID).
 var writeVerbFor = map[string][]reconciler.ActionType{
 	nomad.VerbRegisterJob:      {reconciler.ActionCreatePod, reconciler.ActionRestoreCount},
 	nomad.VerbDeregisterJob:    {reconciler.ActionDeletePod, reconciler.ActionDeleteSetState},
-	nomad.VerbCreateHostVolume: {reconciler.ActionCreateVolume},
+	nomad.VerbCreateHostVolume: {reconciler.ActionCreateVolume, reconciler.ActionExpandVolume},
 	nomad.VerbDeleteHostVolume: {reconciler.ActionDeleteVolume},
 	nomad.VerbEvaluateJob:      {reconciler.ActionEvaluatePod},
 	nomad.VerbExecAlloc:        {reconciler.ActionCheckDisruption, reconciler.ActionSwitchover},
+}
+
+// actionWrite is one kind of traced write: a verb made for an action.
+type actionWrite struct {
+	verb   string
+	action reconciler.ActionType
 }
 
 // writeAudit records every Nomad write the agent makes, and the ones that
@@ -27,7 +39,7 @@ var writeVerbFor = map[string][]reconciler.ActionType{
 // such a write.
 type writeAudit struct {
 	mu     sync.Mutex
-	writes map[string]int
+	writes map[actionWrite]int
 	stray  []string
 	// traced counts every write the agent's trace saw, stray or not.
 	traced map[string]int
@@ -47,15 +59,16 @@ func (w *writeAudit) trace(ctx context.Context, verb string, _ error) {
 	case !slices.Contains(writeVerbFor[verb], call.Action.Type):
 		w.stray = append(w.stray, fmt.Sprintf("%s made for %s of ordinal %d", verb, call.Action.Type, call.Action.Ordinal))
 	default:
-		w.writes[verb]++
+		w.writes[actionWrite{verb, call.Action.Type}]++
 	}
 }
 
 // check fails on stray writes, and on writes Nomad received that neither
 // the test nor the agent's trace made (a call on a context without the
 // agent's trace, which the trace cannot see). testWrites are the test's
-// own writes to the simulator, by verb.
-func (w *writeAudit) check(t *testing.T, sim map[string]int, testWrites map[string]int, wantVerbs ...string) {
+// own writes to the simulator, by verb; want are the writes the scenario
+// must have made, each for its action.
+func (w *writeAudit) check(t *testing.T, sim map[string]int, testWrites map[string]int, want ...actionWrite) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -68,33 +81,74 @@ func (w *writeAudit) check(t *testing.T, sim map[string]int, testWrites map[stri
 	if len(w.stray) > 0 {
 		t.Fatalf("writes that trace back to no action of the reconciler's output: %q", w.stray)
 	}
-	for _, v := range wantVerbs {
-		if w.writes[v] == 0 {
-			t.Fatalf("no %s seen (writes %v): the scenario did not exercise it", v, w.writes)
+	for _, aw := range want {
+		if w.writes[aw] == 0 {
+			t.Fatalf("no %s for %s seen (writes %v): the scenario did not exercise it", aw.verb, aw.action, w.writes)
 		}
 	}
 }
 
 // TestEveryWriteIsAnAction drives the agent against the simulated Nomad
-// through a set's life (creation, a rollout, a child scaled by hand, a
-// scale-down, the set's deletion), with a disruption check asked before
-// each Ready pod goes, and checks that every Nomad write the
+// through a set's life (creation; a rollout during which the node of the
+// volumes is ineligible, so that a re-created child is blocked and must be
+// evaluated once the node is back; a claim grown in place; a child scaled
+// by hand; a scale-down; the set's deletion), with a disruption check
+// asked before each Ready pod goes, and checks that every Nomad write the
 // agent makes was made while carrying out an action of the reconciler's
 // output, one that makes that kind of write. The safety promises are
 // proven for the reconciler's actions only (the randomized drivers), so a
 // write made anywhere else would be unproven: this test fails on it.
 func TestEveryWriteIsAnAction(t *testing.T) {
-	audit := &writeAudit{writes: map[string]int{}, traced: map[string]int{}}
-	h := startAgentWith(t, fastSim(), func(o *Options) { o.CallTrace = audit.trace })
+	audit := &writeAudit{writes: map[actionWrite]int{}, traced: map[string]int{}}
+	h := startAgentWith(t, fastSim(), func(o *Options) {
+		o.CallTrace = audit.trace
+		// A host volume plugin that can grow volumes (mkdir cannot).
+		o.Plugins = manager.ConfigOf(config.Default())
+		o.Plugins.VolumeProvisioner.Config = map[string]string{"plugin_id": "lvm"}
+	})
 	ctx := context.Background()
 	meta := map[string]string{"statefulset_replicas": "3", "statefulset_disruption_check": "/bin/true",
-		"statefulset_volume_retention_when_deleted": "Delete", "statefulset_volume_retention_when_scaled": "Delete"}
+		"statefulset_volume_retention_when_deleted": "Delete", "statefulset_volume_retention_when_scaled": "Delete",
+		"statefulset_claim_data_capacity": "10MiB"}
 	h.register(parentJob("w", meta, "v1"))
 	h.waitConverged("w", 3, nil)
 	first := h.healthyChildren("w")[0]
 
+	// Every volume is on node-1 (the simulation places a volume on the
+	// first node without one of its name). With node-1 ineligible, the
+	// rollout's first re-created child is blocked; once the node is back,
+	// the daemon asks Nomad to evaluate it.
+	if err := h.sim.SetNodeEligibility("node-1", false); err != nil {
+		t.Fatal(err)
+	}
 	h.register(parentJob("w", meta, "v2"))
+	h.waitFor("a re-created child blocked on the ineligible node", 20*time.Second, func() (bool, string) {
+		for i := range 3 {
+			if id := fmt.Sprintf("w-%d", i); h.sim.Blocked("default", id) {
+				return true, ""
+			}
+		}
+		return false, "none blocked"
+	})
+	if err := h.sim.SetNodeEligibility("node-1", true); err != nil {
+		t.Fatal(err)
+	}
 	h.waitConverged("w", 3, func(rev string) bool { return rev != first })
+
+	// The claim grows: each volume is expanded in place before its pod
+	// comes back on it.
+	meta["statefulset_claim_data_capacity"] = "20MiB"
+	h.register(parentJob("w", meta, "v2"))
+	h.waitFor("every volume to grow", 20*time.Second, func() (bool, string) {
+		vols := h.sim.HostVolumes()
+		for _, v := range vols {
+			if v.CapacityBytes < 20<<20 {
+				return false, fmt.Sprintf("%s at %d", v.Name, v.CapacityBytes)
+			}
+		}
+		return len(vols) == 3, fmt.Sprint(len(vols), " volumes")
+	})
+	h.waitConverged("w", 3, nil)
 
 	// `nomad job scale w-1 w 3`: the daemon puts the count back in place.
 	child, err := h.sim.GetJob(ctx, "default", "w-1")
@@ -124,9 +178,18 @@ func TestEveryWriteIsAnAction(t *testing.T) {
 		return h.liveChildren("w") == 0 && len(h.sim.HostVolumes()) == 0,
 			fmt.Sprintf("%d children, %d volumes", h.liveChildren("w"), len(h.sim.HostVolumes()))
 	})
-	// The test's own writes: four registrations (the set, its new
-	// template, the hand scale, the scale-down) and the parent's stop.
-	testWrites := map[string]int{nomad.VerbRegisterJob: 4, nomad.VerbDeregisterJob: 1}
-	audit.check(t, h.sim.Calls(), testWrites, nomad.VerbRegisterJob, nomad.VerbDeregisterJob, nomad.VerbCreateHostVolume,
-		nomad.VerbDeleteHostVolume, nomad.VerbExecAlloc)
+	// The test's own writes: five registrations (the set, its new
+	// template, its grown claim, the hand scale, the scale-down) and the
+	// parent's stop.
+	testWrites := map[string]int{nomad.VerbRegisterJob: 5, nomad.VerbDeregisterJob: 1}
+	t.Logf("writes: %v", audit.writes)
+	audit.check(t, h.sim.Calls(), testWrites,
+		actionWrite{nomad.VerbRegisterJob, reconciler.ActionCreatePod},
+		actionWrite{nomad.VerbRegisterJob, reconciler.ActionRestoreCount},
+		actionWrite{nomad.VerbDeregisterJob, reconciler.ActionDeletePod},
+		actionWrite{nomad.VerbCreateHostVolume, reconciler.ActionCreateVolume},
+		actionWrite{nomad.VerbCreateHostVolume, reconciler.ActionExpandVolume},
+		actionWrite{nomad.VerbDeleteHostVolume, reconciler.ActionDeleteVolume},
+		actionWrite{nomad.VerbEvaluateJob, reconciler.ActionEvaluatePod},
+		actionWrite{nomad.VerbExecAlloc, reconciler.ActionCheckDisruption})
 }

@@ -124,7 +124,7 @@ func (c *AgentCommand) Run(args []string) int {
 
 // runAgent builds the backends from cfg and runs the agent until ctx is done.
 func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, reload func() (*config.Config, error)) error {
-	nc, err := nomadapi.NewClient(cfg.NomadAPIConfig())
+	nc, err := nomadapi.NewClient(nomadAPIConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("configuring the Nomad client: %w", err)
 	}
@@ -177,7 +177,7 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		}
 	}()
 
-	logger.Info("agent started", "http", a.HTTPAddr(), "nomad", cfg.NomadAPIConfig().Address,
+	logger.Info("agent started", "http", a.HTTPAddr(), "nomad", nomadAPIConfig(cfg).Address,
 		"state", string(cfg.State.Backend), "high_availability", cfg.HighAvailability.Enabled)
 	return a.Run(ctx)
 }
@@ -230,7 +230,7 @@ func consulHealth(cfg *config.Config) (consul.HealthAPI, error) {
 }
 
 func consulClient(cfg *config.Config) (*consulapi.Client, error) {
-	cc, err := consulapi.NewClient(cfg.ConsulAPIConfig())
+	cc, err := consulapi.NewClient(consulAPIConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("configuring the Consul client: %w", err)
 	}

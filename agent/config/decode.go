@@ -197,6 +197,19 @@ func join(prefix, name string) string {
 func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostics {
 	v := reflect.ValueOf(ptr).Elem()
 	si := infoFor(v.Type())
+	either, body, diags := splitNamed(body, si)
+	content, cd := body.Content(si.schema)
+	diags = append(diags, cd...)
+	diags = append(diags, d.decodeAttrs(content.Attributes, v, si, path)...)
+	blocks := append(content.Blocks, either...)
+	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i].DefRange.Start.Byte < blocks[j].DefRange.Start.Byte })
+	return append(diags, d.decodeBlocks(blocks, v, si, path)...)
+}
+
+// splitNamed takes out of body the blocks of the types that come both with
+// and without a label (volume_provisioner), which one schema cannot
+// describe, and returns them with the rest of the body.
+func splitNamed(body hcl.Body, si *structInfo) ([]*hcl.Block, hcl.Body, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
 	var either []*hcl.Block
 	for _, name := range slices.Sorted(maps.Keys(si.named)) {
@@ -208,56 +221,51 @@ func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostic
 		diags = append(diags, bd...)
 		either, body = append(either, blocks...), rest
 	}
-	content, cd := body.Content(si.schema)
-	diags = append(diags, cd...)
+	return either, body, diags
+}
 
-	// Map order is random; decode in source order so that diagnostics from
-	// one file come out the same way every time.
-	attrs := make([]*hcl.Attribute, 0, len(content.Attributes))
-	for _, a := range content.Attributes {
+// decodeAttrs decodes a body's attributes into the struct v. Map order is
+// random; they are decoded in source order so that diagnostics from one
+// file come out the same way every time.
+func (d *decoder) decodeAttrs(attributes hcl.Attributes, v reflect.Value, si *structInfo, path string) hcl.Diagnostics {
+	attrs := make([]*hcl.Attribute, 0, len(attributes))
+	for _, a := range attributes {
 		attrs = append(attrs, a)
 	}
 	sort.Slice(attrs, func(i, j int) bool { return attrs[i].Range.Start.Byte < attrs[j].Range.Start.Byte })
+	var diags hcl.Diagnostics
 	for _, a := range attrs {
 		fi := si.byName[a.Name]
 		diags = append(diags, d.decodeAttr(a, v.Field(fi.index), join(path, a.Name))...)
 	}
+	return diags
+}
 
+// decodeBlocks decodes a body's blocks, in source order, into the struct
+// v: a plain block into its field, a labeled one into its list's element.
+func (d *decoder) decodeBlocks(blocks []*hcl.Block, v reflect.Value, si *structInfo, path string) hcl.Diagnostics {
+	var diags hcl.Diagnostics
 	seen := map[string]*hcl.Block{}
-	blocks := append(content.Blocks, either...)
-	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i].DefRange.Start.Byte < blocks[j].DefRange.Start.Byte })
 	for _, b := range blocks {
-		fi := si.byName[b.Type]
-		if _, ok := si.named[b.Type]; ok && len(b.Labels) > 0 {
-			fi = si.named[b.Type]
-			if len(b.Labels) > 1 {
-				diags = append(diags, &hcl.Diagnostic{
+		fi, key, diag := blockKey(b, si)
+		if diag == nil {
+			// Within one file a block may appear once; across files,
+			// repeats are how overrides work.
+			if prev, dup := seen[key]; dup {
+				diag = &hcl.Diagnostic{
 					Severity: hcl.DiagError,
-					Summary:  fmt.Sprintf("Extraneous label for %s", b.Type),
-					Detail:   fmt.Sprintf("A %s block has at most one label, its name.", b.Type),
-					Subject:  b.LabelRanges[1].Ptr(),
-				})
-				continue
+					Summary:  fmt.Sprintf("Duplicate %s block", key),
+					Detail: fmt.Sprintf("A %s block was already defined at %s. Put all of its settings in one block; later files, not later blocks, override earlier ones.",
+						key, rangeString(prev.DefRange)),
+					Subject: b.DefRange.Ptr(),
+				}
 			}
 		}
-		key := b.Type
-		if fi.kind == kindBlockList || fi.kind == kindNamed {
-			key = fmt.Sprintf("%s %q", b.Type, b.Labels[0])
-		}
-		// Within one file a block may appear once; across files, repeats
-		// are how overrides work.
-		if prev, dup := seen[key]; dup {
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  fmt.Sprintf("Duplicate %s block", key),
-				Detail: fmt.Sprintf("A %s block was already defined at %s. Put all of its settings in one block; later files, not later blocks, override earlier ones.",
-					key, rangeString(prev.DefRange)),
-				Subject: b.DefRange.Ptr(),
-			})
+		if diag != nil {
+			diags = append(diags, diag)
 			continue
 		}
 		seen[key] = b
-
 		field := v.Field(fi.index)
 		if fi.kind == kindBlock {
 			d.origins[join(path, b.Type)] = origin{rng: b.DefRange.Ptr()}
@@ -267,6 +275,29 @@ func (d *decoder) decodeBody(body hcl.Body, ptr any, path string) hcl.Diagnostic
 		diags = append(diags, d.decodeLabeled(b, field, path)...)
 	}
 	return diags
+}
+
+// blockKey returns the field block b decodes into and the key that names
+// it within a file (`hook "x"` for a labeled block), or the problem with
+// its labels.
+func blockKey(b *hcl.Block, si *structInfo) (fieldInfo, string, *hcl.Diagnostic) {
+	fi := si.byName[b.Type]
+	if _, ok := si.named[b.Type]; ok && len(b.Labels) > 0 {
+		fi = si.named[b.Type]
+		if len(b.Labels) > 1 {
+			return fi, "", &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  fmt.Sprintf("Extraneous label for %s", b.Type),
+				Detail:   fmt.Sprintf("A %s block has at most one label, its name.", b.Type),
+				Subject:  b.LabelRanges[1].Ptr(),
+			}
+		}
+	}
+	key := b.Type
+	if fi.kind == kindBlockList || fi.kind == kindNamed {
+		key = fmt.Sprintf("%s %q", b.Type, b.Labels[0])
+	}
+	return fi, key, nil
 }
 
 // decodeLabeled decodes one labeled block (plugin "x", hook "y") into the

@@ -211,6 +211,8 @@ func (v *validator) newBlockName(kind, name, path string, seen map[string]bool) 
 	return true
 }
 
+// validatePlugins checks the plugin blocks, then the volume_provisioner
+// and hook blocks that name them.
 func (v *validator) validatePlugins() {
 	c := v.c
 	var names []string
@@ -226,10 +228,22 @@ func (v *validator) validatePlugins() {
 				p.Driver), path+".driver", path)
 		}
 	}
-
 	v.volumeProvisioner(&c.VolumeProvisioner, "volume_provisioner", seen, names)
+	v.volumeClasses(seen, names)
+	hookSeen := map[string]bool{}
+	for _, h := range c.Hooks {
+		path := "hook." + h.Name
+		if v.newBlockName("hook", h.Name, path, hookSeen) {
+			v.hook(h, path, seen, names)
+		}
+	}
+}
+
+// volumeClasses checks the named volume_provisioner blocks: each names a
+// storage class once, and its plugin is one of names (seen).
+func (v *validator) volumeClasses(seen map[string]bool, names []string) {
 	classSeen := map[string]bool{}
-	for _, vc := range c.VolumeClasses {
+	for _, vc := range v.c.VolumeClasses {
 		path := "volume_provisioner." + vc.Name
 		switch {
 		case !validClass(vc.Name):
@@ -243,40 +257,37 @@ func (v *validator) validatePlugins() {
 		classSeen[vc.Name] = true
 		v.volumeProvisioner(vc, path, seen, names)
 	}
+}
 
+// hook checks one hook block at path: its plugin is one of names (seen),
+// and its events, timeout and failure policy are valid.
+func (v *validator) hook(h *HookConfig, path string, seen map[string]bool, names []string) {
 	events := []string{string(plugin.EventPreDelete), string(plugin.EventPostReady), string(plugin.EventPreUpdate)}
 	policies := []string{string(plugin.FailureBlock), string(plugin.FailureIgnore)}
-	hookSeen := map[string]bool{}
-	for _, h := range c.Hooks {
-		path := "hook." + h.Name
-		if !v.newBlockName("hook", h.Name, path, hookSeen) {
-			continue
+	switch {
+	case h.Plugin == "":
+		v.fail("Missing hook plugin", "name the plugin block that implements the hook: plugin = \"…\".", path+".plugin", path)
+	case !seen[h.Plugin]:
+		v.fail("Unknown hook plugin", fmt.Sprintf("%q is not declared; declare it with a plugin block.%s", h.Plugin, suggest(h.Plugin, names)), path+".plugin", path)
+	}
+	if len(h.Events) == 0 {
+		v.fail("Missing hook events", fmt.Sprintf("give at least one event: %s.", strings.Join(events, ", ")), path+".events", path)
+	}
+	evSeen := map[plugin.Event]bool{}
+	for _, e := range h.Events {
+		if !contains(events, string(e)) {
+			v.fail("Invalid hook event", fmt.Sprintf("%q is not a hook event; use %s.%s", e, strings.Join(events, ", "), suggest(string(e), events)), path+".events", path)
+		} else if evSeen[e] {
+			v.fail("Duplicate hook event", fmt.Sprintf("%q is listed twice.", e), path+".events", path)
 		}
-		switch {
-		case h.Plugin == "":
-			v.fail("Missing hook plugin", "name the plugin block that implements the hook: plugin = \"…\".", path+".plugin", path)
-		case !seen[h.Plugin]:
-			v.fail("Unknown hook plugin", fmt.Sprintf("%q is not declared; declare it with a plugin block.%s", h.Plugin, suggest(h.Plugin, names)), path+".plugin", path)
-		}
-		if len(h.Events) == 0 {
-			v.fail("Missing hook events", fmt.Sprintf("give at least one event: %s.", strings.Join(events, ", ")), path+".events", path)
-		}
-		evSeen := map[plugin.Event]bool{}
-		for _, e := range h.Events {
-			if !contains(events, string(e)) {
-				v.fail("Invalid hook event", fmt.Sprintf("%q is not a hook event; use %s.%s", e, strings.Join(events, ", "), suggest(string(e), events)), path+".events", path)
-			} else if evSeen[e] {
-				v.fail("Duplicate hook event", fmt.Sprintf("%q is listed twice.", e), path+".events", path)
-			}
-			evSeen[e] = true
-		}
-		if h.Timeout <= 0 {
-			v.fail("Invalid hook timeout", fmt.Sprintf("%s must be positive (default %s).", h.Timeout, DefaultHookTimeout), path+".timeout", path)
-		}
-		if !contains(policies, string(h.FailurePolicy)) {
-			v.fail("Invalid hook failure_policy", fmt.Sprintf("%q is not a failure policy; use %q or %q.%s", h.FailurePolicy, plugin.FailureBlock, plugin.FailureIgnore, suggest(string(h.FailurePolicy), policies)),
-				path+".failure_policy", path)
-		}
+		evSeen[e] = true
+	}
+	if h.Timeout <= 0 {
+		v.fail("Invalid hook timeout", fmt.Sprintf("%s must be positive (default %s).", h.Timeout, DefaultHookTimeout), path+".timeout", path)
+	}
+	if !contains(policies, string(h.FailurePolicy)) {
+		v.fail("Invalid hook failure_policy", fmt.Sprintf("%q is not a failure policy; use %q or %q.%s", h.FailurePolicy, plugin.FailureBlock, plugin.FailureIgnore, suggest(string(h.FailurePolicy), policies)),
+			path+".failure_policy", path)
 	}
 }
 

@@ -65,8 +65,12 @@ type Nomad struct {
 	// name prefix is a binary search, not a scan of every volume.
 	volNameIndex []jobKey
 	blocked      map[jobKey]struct{}
-	behavior     func(job *api.Job, group string) AllocBehavior
-	nodeCursor   int
+	// ineligible are the nodes marked ineligible for scheduling
+	// (SetNodeEligibility), and nodeIndex each node's last change.
+	ineligible map[string]bool
+	nodeIndex  map[string]uint64
+	behavior   func(job *api.Job, group string) AllocBehavior
+	nodeCursor int
 
 	// Time and the transitions waiting for it.
 	now     time.Time
@@ -204,6 +208,8 @@ func NewNomad(cfg NomadConfig) *Nomad {
 		vols:        make(map[string]*volRec),
 		volNames:    make(map[jobKey][]string),
 		blocked:     make(map[jobKey]struct{}),
+		ineligible:  make(map[string]bool),
+		nodeIndex:   make(map[string]uint64),
 		now:         cfg.Start,
 		wake:        make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
@@ -682,13 +688,21 @@ func (s *Nomad) placeVolume(v *api.HostVolume) error {
 }
 
 // EvaluateJob implements nomad.API: the simulation places what it can at
-// once, so an evaluation changes nothing; it is counted like the real one.
+// once, so only a blocked job (its volumes' node ineligible, or a volume
+// missing) is planned again; it is counted like the real one.
 func (s *Nomad) EvaluateJob(ctx context.Context, namespace, id string) (err error) {
 	defer nomad.TraceCall(ctx, nomad.VerbEvaluateJob, &err)
 	after, err := s.enter(ctx, nomad.VerbEvaluateJob)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	key := jobKey{namespaceOrDefault(namespace), id}
+	if _, ok := s.blocked[key]; ok {
+		delete(s.blocked, key)
+		s.schedulePlan(key)
+	}
+	s.mu.Unlock()
 	return after
 }
 
@@ -826,8 +840,8 @@ func (s *Nomad) AllocChecks(ctx context.Context, namespace, allocID string) (_ m
 	return out, nil
 }
 
-// GetNode implements nomad.API: a configured node, ready and eligible, in
-// datacenter dc1, with no meta.
+// GetNode implements nomad.API: a configured node, ready, eligible unless
+// SetNodeEligibility says otherwise, in datacenter dc1, with no meta.
 func (s *Nomad) GetNode(ctx context.Context, id string) (_ *api.Node, err error) {
 	defer nomad.TraceCall(ctx, nomad.VerbGetNode, &err)
 	if err := s.enterRead(ctx, nomad.VerbGetNode); err != nil {
@@ -835,26 +849,65 @@ func (s *Nomad) GetNode(ctx context.Context, id string) (_ *api.Node, err error)
 	}
 	for _, n := range s.cfg.Nodes {
 		if n == id {
-			return &api.Node{ID: id, Name: id, Datacenter: "dc1", NodePool: "default", Status: api.NodeStatusReady,
-				SchedulingEligibility: api.NodeSchedulingEligible, Attributes: map[string]string{}, Meta: map[string]string{}}, nil
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			n := s.node(id)
+			n.Datacenter, n.NodePool, n.Attributes, n.Meta = "dc1", "default", map[string]string{}, map[string]string{}
+			return n, nil
 		}
 	}
 	return nil, nomad.ErrNotFound
 }
 
-// ListNodes implements nomad.API: the configured nodes, all ready, eligible
-// and not draining (the simulation has no drains).
+// ListNodes implements nomad.API: the configured nodes, all ready and not
+// draining (the simulation has no drains), eligible unless
+// SetNodeEligibility says otherwise.
 func (s *Nomad) ListNodes(ctx context.Context) (_ []*api.NodeListStub, err error) {
 	defer nomad.TraceCall(ctx, nomad.VerbListNodes, &err)
 	if err := s.enterRead(ctx, nomad.VerbListNodes); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make([]*api.NodeListStub, 0, len(s.cfg.Nodes))
 	for _, id := range s.cfg.Nodes {
-		out = append(out, &api.NodeListStub{ID: id, Name: id, Status: api.NodeStatusReady,
-			SchedulingEligibility: api.NodeSchedulingEligible})
+		n := s.node(id)
+		out = append(out, &api.NodeListStub{ID: id, Name: id, Status: n.Status,
+			SchedulingEligibility: n.SchedulingEligibility, ModifyIndex: n.ModifyIndex})
 	}
 	return out, nil
+}
+
+// node describes a configured node as it is now. Callers hold s.mu.
+func (s *Nomad) node(id string) *api.Node {
+	elig := api.NodeSchedulingEligible
+	if s.ineligible[id] {
+		elig = api.NodeSchedulingIneligible
+	}
+	return &api.Node{ID: id, Name: id, Status: api.NodeStatusReady, SchedulingEligibility: elig, ModifyIndex: s.nodeIndex[id]}
+}
+
+// SetNodeEligibility marks a node eligible or ineligible for scheduling, as
+// `nomad node eligibility -disable` does, and publishes the Node event.
+// Nothing new is placed on an ineligible node: a job whose volumes live
+// there is blocked. Making the node eligible again does not place it, as
+// Nomad 1.10 leaves such a job blocked (issue 14) until an evaluation
+// (EvaluateJob) or a change of its volumes.
+func (s *Nomad) SetNodeEligibility(id string, eligible bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Contains(s.cfg.Nodes, id) {
+		return fmt.Errorf("nomadsim: no node %q", id)
+	}
+	if s.ineligible[id] == !eligible {
+		return nil
+	}
+	s.ineligible[id] = !eligible
+	tx := s.begin(typeNodeEligibility)
+	s.nodeIndex[id] = tx.index
+	tx.touch(api.TopicNode, s.node(id), false)
+	tx.commit(s)
+	return nil
 }
 
 // ListHostVolumes implements nomad.API: volumes of the namespace ("*" for

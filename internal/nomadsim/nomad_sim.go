@@ -19,6 +19,7 @@ const (
 	typeDeploymentUpdate     = "DeploymentStatusUpdate"
 	typeHostVolumeRegistered = "HostVolumeRegistered"
 	typeHostVolumeDeleted    = "HostVolumeDeleted"
+	typeNodeEligibility      = "NodeEligibility"
 )
 
 // Descriptions Nomad's scheduler and client give allocations.
@@ -348,6 +349,9 @@ func (t *txn) commit(s *Nomad) {
 			ev.Key = o.ID
 			ev.FilterKeys = []string{o.JobID}
 			ev.Payload = s.payload("Deployment", o, func() any { return deepCopy(o) })
+		case *api.Node:
+			ev.Key = o.ID
+			ev.Payload = s.payload("Node", o, nil)
 		case *api.HostVolume:
 			// Nomad leaves Key empty on a deleted host volume's event.
 			if !c.deleted {
@@ -528,8 +532,8 @@ func (s *Nomad) planGroup(tx *txn, key jobKey, rec *jobRec, tg *api.TaskGroup, m
 
 // resolveVolumes finds the node a group must run on: the node of the
 // dynamic host volumes its "host" volume requests name, or the next node
-// round-robin when it has none. ok is false when a volume is missing or the
-// volumes are on different nodes. Callers hold s.mu.
+// round-robin when it has none. ok is false when a volume is missing, the
+// volumes are on different nodes, or their node is ineligible. Callers hold s.mu.
 func (s *Nomad) resolveVolumes(ns string, tg *api.TaskGroup) (node string, vols []*volRec, ok bool) {
 	names := make([]string, 0, len(tg.Volumes))
 	for _, v := range tg.Volumes {
@@ -538,9 +542,14 @@ func (s *Nomad) resolveVolumes(ns string, tg *api.TaskGroup) (node string, vols 
 		}
 	}
 	if len(names) == 0 {
-		node = s.cfg.Nodes[s.nodeCursor%len(s.cfg.Nodes)]
-		s.nodeCursor++
-		return node, nil, true
+		for range s.cfg.Nodes {
+			node = s.cfg.Nodes[s.nodeCursor%len(s.cfg.Nodes)]
+			s.nodeCursor++
+			if !s.ineligible[node] {
+				return node, nil, true
+			}
+		}
+		return "", nil, false
 	}
 	sort.Strings(names)
 	// Candidate nodes are those holding every requested volume.
@@ -561,7 +570,12 @@ func (s *Nomad) resolveVolumes(ns string, tg *api.TaskGroup) (node string, vols 
 	}
 	nodes := make([]string, 0, len(candidates))
 	for n := range candidates {
-		nodes = append(nodes, n)
+		if !s.ineligible[n] {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 {
+		return "", nil, false
 	}
 	sort.Strings(nodes)
 	return nodes[0], candidates[nodes[0]], true
@@ -994,6 +1008,16 @@ func (s *Nomad) Job(namespace, id string) *api.Job {
 		return deepCopy(rec.job)
 	}
 	return nil
+}
+
+// Blocked reports whether the scheduler's last plan for a job could not
+// place it (a volume missing, or its node ineligible) and nothing has
+// planned it since, without counting a call: for test assertions.
+func (s *Nomad) Blocked(namespace, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.blocked[jobKey{namespaceOrDefault(namespace), id}]
+	return ok
 }
 
 // Deployment returns a copy of a job's latest deployment, or nil.

@@ -602,6 +602,58 @@ func TestHostVolumes(t *testing.T) {
 	}
 }
 
+// TestNodeEligibility: nothing is placed on an ineligible node, so a job
+// whose volume lives there is blocked; the node's changes are Node events
+// and listings with their index; making the node eligible again leaves
+// the job blocked (Nomad 1.10, issue 14) until it is evaluated.
+func TestNodeEligibility(t *testing.T) {
+	s := manual(t)
+	ctx := context.Background()
+	if _, err := s.CreateHostVolume(ctx, &api.HostVolume{Name: "data-web-0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetNodeEligibility("node-1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetNodeEligibility("nowhere", false); err == nil {
+		t.Fatal("an unknown node's eligibility was set")
+	}
+	events, err := s.Events(ctx, s.Index())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-events; len(ev.Events) != 1 || ev.Events[0].Topic != api.TopicNode || ev.Events[0].Key != "node-1" {
+		t.Fatalf("node event: %+v", ev)
+	}
+	register(t, s, withVolume(testJob("web-0"), "data-web-0"), true, 0)
+	s.Settle()
+	if n := len(s.Allocs("default", "web-0")); n != 0 || !s.Blocked("default", "web-0") {
+		t.Fatalf("placed on an ineligible node: %d allocs, blocked %v", n, s.Blocked("default", "web-0"))
+	}
+	if err := s.SetNodeEligibility("node-1", true); err != nil {
+		t.Fatal(err)
+	}
+	back := s.Index()
+	s.Settle()
+	if n := len(s.Allocs("default", "web-0")); n != 0 {
+		t.Fatalf("placed once the node is eligible, without an evaluation: %d allocs", n)
+	}
+	nodes, err := s.ListNodes(ctx)
+	if err != nil || nodes[0].SchedulingEligibility != api.NodeSchedulingEligible || nodes[0].ModifyIndex != back {
+		t.Fatalf("listed %+v (%v), want node-1 eligible at %d", nodes[0], err, back)
+	}
+	if err := s.EvaluateJob(ctx, "default", "web-0"); err != nil {
+		t.Fatal(err)
+	}
+	s.Settle()
+	if s.Blocked("default", "web-0") {
+		t.Fatal("still blocked once evaluated")
+	}
+	if a := only(t, s, "web-0"); a.NodeID != "node-1" || a.ClientStatus != "running" {
+		t.Fatalf("evaluated: on %s (%s), want running on node-1", a.NodeID, a.ClientStatus)
+	}
+}
+
 // TestHostVolumeUpdate: an update by ID is how Nomad expands a dynamic
 // host volume, and the simulation refuses what Nomad's ValidateUpdate
 // refuses, in its words: a claimed volume, a capacity_max below the

@@ -1,16 +1,23 @@
-package config
+package command
 
 import (
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 )
 
-// NomadAPIConfig returns a Nomad client config built from the nomad block
+// The API client configs are built here, where the agent is wired
+// (DESIGN §5), and not in agent/config: the configuration package stays
+// free of the Nomad and Consul API packages, so the agent's own layer does
+// not import github.com/hashicorp/nomad/api.
+
+// nomadAPIConfig returns a Nomad client config built from the nomad block
 // alone, TLS included. It starts from a zero api.Config rather than
 // api.DefaultConfig, which would read NOMAD_* a second time: Load has
 // already applied the environment with the documented precedence, and the
 // result must not change with the process environment at call time.
-func (c *Config) NomadAPIConfig() *nomadapi.Config {
+func nomadAPIConfig(c *config.Config) *nomadapi.Config {
 	n := &c.Nomad
 	return &nomadapi.Config{
 		Address:   n.Address,
@@ -28,13 +35,13 @@ func (c *Config) NomadAPIConfig() *nomadapi.Config {
 	}
 }
 
-// ConsulAPIConfig returns a Consul client config built from the consul
-// block, TLS included. Like NomadAPIConfig it does not start from
+// consulAPIConfig returns a Consul client config built from the consul
+// block, TLS included. Like nomadAPIConfig it does not start from
 // api.DefaultConfig. Note that consulapi.NewClient itself still fills
 // fields left empty here from CONSUL_* (that is not ours to change), which
 // agrees with Load's precedence except when a file explicitly sets a value
 // to "".
-func (c *Config) ConsulAPIConfig() *consulapi.Config {
+func consulAPIConfig(c *config.Config) *consulapi.Config {
 	cc := &c.Consul
 	scheme := "http"
 	if cc.SSL {

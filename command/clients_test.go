@@ -1,4 +1,4 @@
-package config
+package command
 
 import (
 	"crypto/ecdsa"
@@ -22,13 +22,37 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 )
 
+// clientEnv are the variables config.Load reads, cleared by mustLoad so
+// that the tests do not depend on the environment they run in.
+var clientEnv = []string{"NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CAPATH",
+	"NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "NOMAD_TLS_SERVER_NAME", "NOMAD_SKIP_VERIFY", "CONSUL_HTTP_ADDR",
+	"CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_CACERT", "CONSUL_CAPATH",
+	"CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME", "CONSUL_HTTP_SSL_VERIFY"}
+
+// mustLoad loads text as the agent's one config file, with the client
+// variables unset (an empty variable counts as unset), and fails the test
+// on error.
+func mustLoad(t *testing.T, text string) *config.Config {
+	t.Helper()
+	for _, name := range clientEnv {
+		t.Setenv(name, "")
+	}
+	path := filepath.Join(t.TempDir(), "agent.hcl")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("load failed:\n%v", err)
+	}
+	return c
+}
+
 func TestNomadAPIConfig_Fields(t *testing.T) {
-	// Whatever the process environment says at call time must not matter:
-	// Load already applied it.
-	t.Setenv("NOMAD_ADDR", "http://process-env:1")
-	t.Setenv("NOMAD_TOKEN", "process-env-token")
 	c := mustLoad(t, `nomad {
   address         = "https://nomad.example:4646"
   token           = "tok"
@@ -41,7 +65,11 @@ func TestNomadAPIConfig_Fields(t *testing.T) {
   tls_server_name = "server.eu.nomad"
   skip_verify     = true
 }`)
-	got := c.NomadAPIConfig()
+	// Whatever the process environment says at call time must not matter:
+	// Load already applied it.
+	t.Setenv("NOMAD_ADDR", "http://process-env:1")
+	t.Setenv("NOMAD_TOKEN", "process-env-token")
+	got := nomadAPIConfig(c)
 	want := &nomadapi.Config{
 		Address: "https://nomad.example:4646", SecretID: "tok", Region: "eu", Namespace: "apps",
 		TLSConfig: &nomadapi.TLSConfig{
@@ -54,7 +82,7 @@ func TestNomadAPIConfig_Fields(t *testing.T) {
 	}
 	// Each call builds a new value; a client that mutates it (NewClient
 	// does) cannot change the next one.
-	if c.NomadAPIConfig() == got || c.NomadAPIConfig().TLSConfig == got.TLSConfig {
+	if nomadAPIConfig(c) == got || nomadAPIConfig(c).TLSConfig == got.TLSConfig {
 		t.Errorf("NomadAPIConfig returns shared values")
 	}
 }
@@ -72,7 +100,7 @@ func TestConsulAPIConfig_Fields(t *testing.T) {
   tls_server_name      = "server.dc2.consul"
   insecure_skip_verify = true
 }`)
-	got := c.ConsulAPIConfig()
+	got := consulAPIConfig(c)
 	want := &consulapi.Config{
 		Address: "consul.example:8501", Scheme: "https", Datacenter: "dc2", Token: "tok",
 		TLSConfig: consulapi.TLSConfig{
@@ -83,10 +111,10 @@ func TestConsulAPIConfig_Fields(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ConsulAPIConfig() =\n%+v\nwant\n%+v", got, want)
 	}
-	if d := Default().ConsulAPIConfig(); d.Scheme != "http" || d.Address != DefaultConsulAddress {
+	if d := consulAPIConfig(config.Default()); d.Scheme != "http" || d.Address != config.DefaultConsulAddress {
 		t.Errorf("default consul config: scheme=%q address=%q", d.Scheme, d.Address)
 	}
-	tf := mustLoad(t, `consul { token_file = "/run/consul.token" }`).ConsulAPIConfig()
+	tf := consulAPIConfig(mustLoad(t, `consul { token_file = "/run/consul.token" }`))
 	if tf.TokenFile != "/run/consul.token" || tf.Token != "" {
 		t.Errorf("token_file not passed: %+v", tf)
 	}
@@ -210,7 +238,7 @@ func TestNomadAPIConfig_MutualTLS(t *testing.T) {
 	}
 	leader := func(text string) (string, error) {
 		c := mustLoad(t, text)
-		client, err := nomadapi.NewClient(c.NomadAPIConfig())
+		client, err := nomadapi.NewClient(nomadAPIConfig(c))
 		if err != nil {
 			return "", err
 		}
@@ -255,7 +283,7 @@ func TestConsulAPIConfig_MutualTLS(t *testing.T) {
   key_file        = %q
   tls_server_name = "server.dc1.consul"
 }`, addr, p.caFile, p.certFile, p.keyFile))
-			client, err := consulapi.NewClient(c.ConsulAPIConfig())
+			client, err := consulapi.NewClient(consulAPIConfig(c))
 			if err != nil {
 				t.Fatal(err)
 			}
