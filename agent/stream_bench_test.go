@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 

@@ -337,4 +337,3 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 		})
 	}
 }
-
