@@ -128,6 +128,10 @@ func (a *Agent) health(ctx context.Context) client.Health {
 			}
 			ok = false
 		}
+		h.EventStream = &client.EventStreamHealth{Resets: c.watcher.Resets()}
+		if last, lost := c.watcher.LastReset(); lost {
+			h.EventStream.LastReset = &client.EventStreamReset{Reason: last.Reason, Message: last.Message, At: last.At}
+		}
 		if ok {
 			h.Checks["nomad"] = "ok"
 		} else {

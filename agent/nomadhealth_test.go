@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
@@ -122,4 +125,76 @@ func TestCallHealth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Nomad ending the event stream with its plain-text "event dropped from
+// buffer" (as its HTTP stream does when the daemon reads too slowly): the
+// agent, through the real nomad.Client, counts it under buffer_overflow in
+// nomad_statefulset_nomad_event_stream_resets_total, shows it in
+// /v1/health with a message that names event_buffer_size, re-lists, and
+// stays healthy.
+func TestLostStreamIsCountedAndShown(t *testing.T) {
+	sim := nomadsim.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, stop := runAgent(t, testOptions(t, nomad.NewAPI(c), memory.NewStore()))
+	t.Cleanup(stop)
+	waitUntilT(t, "the agent to lead and list", func() bool {
+		ct := a.current.Load()
+		return ct != nil && ct.cache.Synced()
+	})
+	if hl, _ := getHealth(t, a); hl.EventStream == nil || hl.EventStream.LastReset != nil || len(hl.EventStream.Resets) != 0 {
+		t.Fatalf("before any loss, /v1/health's event_stream is %+v, want no resets", hl.EventStream)
+	}
+	relists := a.current.Load().watcher.Relists()
+	sim.CloseEventStreams(nomadsim.ErrEventDropped)
+	waitUntilT(t, "the re-list after the lost stream", func() bool { return a.current.Load().watcher.Relists() > relists })
+
+	hl, code := getHealth(t, a)
+	es := hl.EventStream
+	if es == nil || es.Resets[nomad.ResetBufferOverflow] != 1 || es.LastReset == nil ||
+		es.LastReset.Reason != nomad.ResetBufferOverflow || !strings.Contains(es.LastReset.Message, "event_buffer_size") {
+		t.Fatalf("/v1/health's event_stream is %+v (last %+v), want one buffer_overflow that names event_buffer_size", es, es.LastReset)
+	}
+	if code != http.StatusOK || hl.Checks["nomad"] != "ok" {
+		t.Fatalf("after the re-list /v1/health is %d %+v, want ok: a lost stream is recovered", code, hl.Checks)
+	}
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	const want = `nomad_statefulset_nomad_event_stream_resets_total{reason="buffer_overflow"} 1`
+	if !strings.Contains(string(body), want) {
+		t.Fatalf("/v1/metrics lacks %s:\n%s", want, grepLines(string(body), "event_stream"))
+	}
+}
+
+// waitUntilT polls cond for up to 10 s.
+func waitUntilT(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -19,6 +19,29 @@ type Health struct {
 	// Checks maps a dependency ("nomad", "store", and with high
 	// availability "leader_election") to "ok" or an error message.
 	Checks map[string]string `json:"checks"`
+	// EventStream says how often the leader lost Nomad's event stream and
+	// re-listed, in this term; nil on an agent that does not lead.
+	EventStream *EventStreamHealth `json:"event_stream,omitempty"`
+}
+
+// EventStreamHealth is the leader's record of lost event streams. A loss
+// is recovered by a full re-list, so it does not make the agent degraded;
+// losses that keep coming (reason buffer_overflow) mean the servers'
+// event_buffer_size is too small for the cluster.
+type EventStreamHealth struct {
+	// Resets counts the losses by reason (buffer_overflow, server_closed,
+	// server_error, denied, decode, disconnect), as the metric
+	// nomad_statefulset_nomad_event_stream_resets_total does.
+	Resets map[string]uint64 `json:"resets"`
+	// LastReset is the newest loss; nil while there was none.
+	LastReset *EventStreamReset `json:"last_reset,omitempty"`
+}
+
+// EventStreamReset is one loss of the event stream.
+type EventStreamReset struct {
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
 }
 
 // SetSummary is one row of GET /v1/statefulsets.

@@ -153,6 +153,17 @@ func formatAgent(h *client.Health, now time.Time) string {
 	for _, name := range failing {
 		line += fmt.Sprintf("\nAgent %s: %s", name, oneLine(h.Checks[name]))
 	}
+	if es := h.EventStream; es != nil && es.LastReset != nil {
+		var total uint64
+		reasons := make([]string, 0, len(es.Resets))
+		for reason, n := range es.Resets {
+			total += n
+			reasons = append(reasons, fmt.Sprintf("%s %d", reason, n))
+		}
+		sort.Strings(reasons)
+		line += fmt.Sprintf("\nAgent event stream: lost %d time(s) this term (%s); the last %s: %s",
+			total, strings.Join(reasons, ", "), formatAgo(es.LastReset.At, now), oneLine(es.LastReset.Message))
+	}
 	return line
 }
 

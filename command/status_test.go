@@ -311,3 +311,24 @@ func TestVolumesCellShowsClaims(t *testing.T) {
 		t.Fatalf("without claims: %q", got)
 	}
 }
+
+// The agent line names lost event streams only once there was one: how
+// many, by reason, and the last one's message.
+func TestFormatAgentShowsLostStreams(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	h := &client.Health{Status: "ok", Leader: true, Checks: map[string]string{"nomad": "ok"},
+		EventStream: &client.EventStreamHealth{Resets: map[string]uint64{}}}
+	if got := formatAgent(h, now); strings.Contains(got, "event stream") {
+		t.Fatalf("no loss yet, but the agent line says:\n%s", got)
+	}
+	h.EventStream = &client.EventStreamHealth{
+		Resets: map[string]uint64{"buffer_overflow": 2, "disconnect": 1},
+		LastReset: &client.EventStreamReset{Reason: "buffer_overflow", At: now.Add(-90 * time.Second),
+			Message: "Nomad dropped events the daemon had not read yet (raise event_buffer_size on the servers); re-listing"},
+	}
+	want := "Agent event stream: lost 3 time(s) this term (buffer_overflow 2, disconnect 1); the last 1m30s ago: " +
+		"Nomad dropped events the daemon had not read yet (raise event_buffer_size on the servers); re-listing"
+	if got := formatAgent(h, now); !strings.Contains(got, want) {
+		t.Fatalf("the agent line is\n%s\nwant it to hold\n%s", got, want)
+	}
+}

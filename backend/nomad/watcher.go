@@ -83,9 +83,23 @@ type Watcher struct {
 	// settles are the deregistered jobs of which Nomad must say whether
 	// they were stopped or purged, asked off the event loop.
 	settles *settleQueue
-	// resets counts lost streams by reason (see Resets).
-	resetsMu sync.Mutex
-	resets   map[string]uint64
+	// resets counts lost streams by reason (see Resets), and lastReset is
+	// the newest one (see LastReset).
+	resetsMu  sync.Mutex
+	resets    map[string]uint64
+	lastReset StreamReset
+}
+
+// StreamReset is one loss of the event stream, as an operator reads it.
+type StreamReset struct {
+	// Reason is one of the Reset* constants.
+	Reason string
+	// Message says what happened and what to do, e.g. "Nomad dropped
+	// events the daemon had not read yet (raise event_buffer_size on the
+	// servers); re-listing".
+	Message string
+	// At is when the watcher saw it, by the watcher's clock.
+	At time.Time
 }
 
 // NewWatcher returns a watcher that fills cache from a and calls onChange for
@@ -194,17 +208,27 @@ func (w *Watcher) RequestResync() {
 	}
 }
 
-// countReset counts one reset for reason, and reports it to OnReset.
-func (w *Watcher) countReset(reason string) {
+// countReset counts one reset, keeps it as the last, and reports it to
+// OnReset.
+func (w *Watcher) countReset(r *streamReset) {
 	w.resetsMu.Lock()
 	if w.resets == nil {
 		w.resets = map[string]uint64{}
 	}
-	w.resets[reason]++
+	w.resets[r.reason]++
+	w.lastReset = StreamReset{Reason: r.reason, Message: r.message, At: w.cfg.Clock()}
 	w.resetsMu.Unlock()
 	if w.cfg.OnReset != nil {
-		w.cfg.OnReset(reason)
+		w.cfg.OnReset(r.reason)
 	}
+}
+
+// LastReset returns the newest loss of the event stream, and false when
+// the stream was never lost.
+func (w *Watcher) LastReset() (StreamReset, bool) {
+	w.resetsMu.Lock()
+	defer w.resetsMu.Unlock()
+	return w.lastReset, w.lastReset.Reason != ""
 }
 
 func (w *Watcher) fail(err error) {
@@ -236,7 +260,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.fail(err)
 		var reset *streamReset
 		if errors.As(err, &reset) {
-			w.countReset(reset.reason)
+			w.countReset(reset)
 			w.log.Warn(reset.message, "reason", reset.reason, "error", reset.err, "retry_in", backoff)
 		} else {
 			w.log.Warn("could not list the cluster from Nomad; will retry", "error", err, "retry_in", backoff)
