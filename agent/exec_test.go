@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/bytesize"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -247,6 +250,105 @@ func TestClaimGrowthOnSimulatedNomad(t *testing.T) {
 				t.Fatalf("%d DeletePod events: %+v", n, h.view("grow").Events)
 			}
 		})
+	}
+}
+
+// growthHooks is a built-in pre_update hook for TestClaimGrowthRunsPreUpdateHooks:
+// it records, for each call, the pod and the capacity its volume had then
+// (capacity), and says wait while held.
+type growthHooks struct {
+	fakeHooks
+	capacity func(pod string) int64
+	mu       sync.Mutex
+	held     bool
+	calls    []string
+}
+
+func (g *growthHooks) PreUpdate(_ context.Context, p plugin.Pod) (*plugin.HookResponse, error) {
+	size := g.capacity(p.Name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, fmt.Sprintf("%s alloc=%v at %s", p.Name, p.AllocID != "", bytesize.Format(size)))
+	if g.held {
+		return plugin.Wait(20*time.Millisecond, "replica catching up"), nil
+	}
+	return plugin.Done(), nil
+}
+
+func (g *growthHooks) seen() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.calls)
+}
+
+// TestClaimGrowthRunsPreUpdateHooks: a pod stopped to grow its volume is
+// first put to the pre_update hooks, as a rolling update's pod is: each of
+// the three is asked about while it runs and its volume still has the old
+// size, and a hook that says wait holds the growth, nothing stopped or
+// grown, until it says done.
+func TestClaimGrowthRunsPreUpdateHooks(t *testing.T) {
+	var h *harness
+	hooks := &growthHooks{capacity: func(pod string) int64 {
+		for _, v := range h.sim.HostVolumes() {
+			if v.Name == "data-"+pod {
+				return v.CapacityBytes
+			}
+		}
+		return -1
+	}}
+	h = startAgentWith(t, fastSim(), func(o *Options) {
+		withHooks(hooks)(o)
+		o.Plugins.VolumeProvisioner.Config = map[string]string{"plugin_id": "lvm"}
+	})
+	meta := map[string]string{"statefulset_replicas": "3", "statefulset_claim_data_capacity": "10MiB"}
+	h.register(parentJob("gh", meta, "v1"))
+	h.waitConverged("gh", 3, nil)
+	if got := hooks.seen(); len(got) != 0 {
+		t.Fatalf("pre_update asked before any growth: %v", got)
+	}
+	stopped := h.sim.Calls()[nomad.VerbDeregisterJob]
+	hooks.mu.Lock()
+	hooks.held = true
+	hooks.mu.Unlock()
+	meta["statefulset_claim_data_capacity"] = "20MiB"
+	h.register(parentJob("gh", meta, "v1"))
+	h.waitFor("the growth of gh-2 to be held by its pre_update hook", 20*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("gh"))
+		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `hook "drain" (pre_update) on pod gh-2 is waiting: replica catching up`),
+			fmt.Sprintf("%+v", c)
+	})
+	// The hook still holds: nothing can have been stopped or grown.
+	if n := h.sim.Calls()[nomad.VerbDeregisterJob] - stopped; n != 0 {
+		t.Fatalf("%d children stopped while pre_update held the growth", n)
+	}
+	for _, v := range h.sim.HostVolumes() {
+		if v.CapacityBytes != 10<<20 {
+			t.Fatalf("%s has %d bytes while pre_update held the growth", v.Name, v.CapacityBytes)
+		}
+	}
+	hooks.mu.Lock()
+	hooks.held = false
+	hooks.mu.Unlock()
+	h.waitFor("every volume to grow", 20*time.Second, func() (bool, string) {
+		for _, v := range h.sim.HostVolumes() {
+			if v.CapacityBytes != 20<<20 {
+				return false, fmt.Sprintf("%s at %d", v.Name, v.CapacityBytes)
+			}
+		}
+		return true, ""
+	})
+	h.waitConverged("gh", 3, nil)
+	seen := hooks.seen()
+	for _, pod := range []string{"gh-0", "gh-1", "gh-2"} {
+		if !slices.Contains(seen, pod+" alloc=true at 10MiB") {
+			t.Errorf("pre_update was not asked about %s while it ran on its 10MiB volume: %v", pod, seen)
+		}
+		if slices.Contains(seen, pod+" alloc=true at 20MiB") {
+			t.Errorf("pre_update asked about %s again after its volume grew: %v", pod, seen)
+		}
+	}
+	if n := countEvents(h.view("gh"), "VolumeExpanded", "10MiB → 20MiB"); n != 3 {
+		t.Fatalf("%d VolumeExpanded events, want 3: %+v", n, h.view("gh").Events)
 	}
 }
 
