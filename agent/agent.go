@@ -267,7 +267,7 @@ func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
 	cache := nomad.NewCache()
 	c := &controller{
 		log: log, store: a.store, cache: cache, queue: q, clock: a.opts.Clock,
-		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins,
+		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins, capabilities: a.plugins.Provisioner(),
 		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
 	}
 	control := &podControl{

@@ -54,6 +54,9 @@ type controller struct {
 	requestResync func()
 	// hooks runs the post_ready hooks; nil runs none.
 	hooks HookRunner
+	// capabilities says which storage classes can expand their volumes;
+	// nil asks nothing (every class is taken to expand).
+	capabilities capabilitySource
 	// checks is the Consul health of the sets' services; nil without
 	// Consul (-dev), when task states alone decide readiness.
 	checks checkSource
@@ -110,6 +113,9 @@ type pass struct {
 	// nodeBackSince is, per ordinal whose pod is NodeBack, the node change
 	// that made it so: EvaluatePod remembers it, to ask once per change.
 	nodeBackSince map[int]uint64
+	// askAgain is how soon to look again when a provisioner could not be
+	// asked whether it can expand; zero when it could.
+	askAgain time.Duration
 }
 
 // effector carries out the reconciler's actions, as Kubernetes'
@@ -246,7 +252,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	p.in.Holds = append(slices.Clone(p.st.liveHolds(now)), p.st.backoffHolds(now)...)
 	p.in.Holds = append(p.in.Holds, c.unwatchedGone(p)...)
 	p.in.Cleared = slices.Clone(p.st.liveClearances(now))
-	p.in.CannotExpand = slices.Clone(p.st.cannotExpand)
+	p.in.CannotExpand = c.cannotExpand(ctx, p)
 	return true, nil
 }
 
@@ -424,7 +430,7 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		// another way (a soft spread no node meets).
 		c.queue.Add(key.String())
 	default:
-		if wait := soonest(soonest(out.Requeue, p.holdReady), p.obs.RecheckAfter); wait > 0 {
+		if wait := soonest(soonest(soonest(out.Requeue, p.holdReady), p.askAgain), p.obs.RecheckAfter); wait > 0 {
 			c.queue.AddAfter(key.String(), wait)
 		}
 	}

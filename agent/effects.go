@@ -353,9 +353,12 @@ func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs nomad.Observati
 }
 
 // expandVolume grows a volume whose pod is gone to what its claim asks. A
-// provisioner that cannot expand is remembered (the reconciler then leaves
-// that class's volumes at their size, and says so) and the pod comes back
-// on its volume as it is: nothing stops. A volume Nomad still counts as
+// class whose provisioner cannot expand never gets here: its Capabilities
+// said so before any pod was stopped (controller.cannotExpand). One that
+// said it could and then refuses (a volume made by another plugin than
+// its class now names) is remembered for the term (the reconciler then
+// leaves that class's volumes at their size, and says so) and the pod
+// comes back on its volume as it is. A volume Nomad still counts as
 // claimed (the old allocation is being released) waits a little.
 func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.Action) error {
 	started := e.clock()

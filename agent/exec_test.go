@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/bytesize"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -184,8 +187,9 @@ func TestDisruptionCheckHoldsARolloutOnSimulatedNomad(t *testing.T) {
 // Raising a claim's capacity grows each volume in place, one pod at a time,
 // each named in a VolumeExpanded event with its sizes, and the pods come
 // back on their volumes. With the mkdir plugin, which cannot expand, the
-// first pod comes back on its volume as it was, the set says the volumes
-// keep their size, and no other pod is restarted.
+// provisioner says so before anything is stopped: the set says the volumes
+// keep their size, an event names the class once, and no pod is restarted,
+// not even the first.
 func TestClaimGrowthOnSimulatedNomad(t *testing.T) {
 	for _, tc := range []struct {
 		plugin string
@@ -199,7 +203,7 @@ func TestClaimGrowthOnSimulatedNomad(t *testing.T) {
 			meta := map[string]string{"statefulset_replicas": "3", "statefulset_claim_data_capacity": "10MiB"}
 			h.register(parentJob("grow", meta, "v1"))
 			h.waitConverged("grow", 3, nil)
-			created := h.sim.Calls()[nomad.VerbRegisterJob]
+			created, stopped := h.sim.Calls()[nomad.VerbRegisterJob], h.sim.Calls()[nomad.VerbDeregisterJob]
 			meta["statefulset_claim_data_capacity"] = "20MiB"
 			h.register(parentJob("grow", meta, "v1"))
 			if tc.grows {
@@ -227,14 +231,124 @@ func TestClaimGrowthOnSimulatedNomad(t *testing.T) {
 				}
 				return false, fmt.Sprintf("%+v", d.Status.Conditions)
 			})
+			// The condition comes out of the pass that would have taken
+			// the first pod down for the growth: once it shows, the
+			// decision is made.
 			h.waitConverged("grow", 3, nil)
 			h.settle()
-			// One registration for the pod that found out, 3 for the set
-			// before: the others were never restarted.
-			if n := h.sim.Calls()[nomad.VerbRegisterJob] - created; n > 2 {
-				t.Fatalf("%d registrations after the claim grew on a provisioner that cannot expand", n)
+			// The one registration is the test's own, of the parent.
+			if n := h.sim.Calls()[nomad.VerbRegisterJob] - created; n != 1 {
+				t.Fatalf("%d registrations after the claim grew on a provisioner that cannot expand; want the parent's alone", n)
+			}
+			if n := h.sim.Calls()[nomad.VerbDeregisterJob] - stopped; n != 0 {
+				t.Fatalf("%d children stopped after the claim grew on a provisioner that cannot expand; want none", n)
+			}
+			if n := countEvents(h.view("grow"), "ExpandUnsupported", `class (default) cannot expand volumes (Nomad's mkdir plugin`); n != 1 {
+				t.Fatalf("%d ExpandUnsupported events naming the class and why, want 1: %+v", n, h.view("grow").Events)
+			}
+			if n := countEvents(h.view("grow"), "DeletePod", ""); n != 0 {
+				t.Fatalf("%d DeletePod events: %+v", n, h.view("grow").Events)
 			}
 		})
+	}
+}
+
+// growthHooks is a built-in pre_update hook for TestClaimGrowthRunsPreUpdateHooks:
+// it records, for each call, the pod and the capacity its volume had then
+// (capacity), and says wait while held.
+type growthHooks struct {
+	fakeHooks
+	capacity func(pod string) int64
+	mu       sync.Mutex
+	held     bool
+	calls    []string
+}
+
+func (g *growthHooks) PreUpdate(_ context.Context, p plugin.Pod) (*plugin.HookResponse, error) {
+	size := g.capacity(p.Name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, fmt.Sprintf("%s alloc=%v at %s", p.Name, p.AllocID != "", bytesize.Format(size)))
+	if g.held {
+		return plugin.Wait(20*time.Millisecond, "replica catching up"), nil
+	}
+	return plugin.Done(), nil
+}
+
+func (g *growthHooks) seen() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.calls)
+}
+
+// TestClaimGrowthRunsPreUpdateHooks: a pod stopped to grow its volume is
+// first put to the pre_update hooks, as a rolling update's pod is: each of
+// the three is asked about while it runs and its volume still has the old
+// size, and a hook that says wait holds the growth, nothing stopped or
+// grown, until it says done.
+func TestClaimGrowthRunsPreUpdateHooks(t *testing.T) {
+	var h *harness
+	hooks := &growthHooks{capacity: func(pod string) int64 {
+		for _, v := range h.sim.HostVolumes() {
+			if v.Name == "data-"+pod {
+				return v.CapacityBytes
+			}
+		}
+		return -1
+	}}
+	h = startAgentWith(t, fastSim(), func(o *Options) {
+		withHooks(hooks)(o)
+		o.Plugins.VolumeProvisioner.Config = map[string]string{"plugin_id": "lvm"}
+	})
+	meta := map[string]string{"statefulset_replicas": "3", "statefulset_claim_data_capacity": "10MiB"}
+	h.register(parentJob("gh", meta, "v1"))
+	h.waitConverged("gh", 3, nil)
+	if got := hooks.seen(); len(got) != 0 {
+		t.Fatalf("pre_update asked before any growth: %v", got)
+	}
+	stopped := h.sim.Calls()[nomad.VerbDeregisterJob]
+	hooks.mu.Lock()
+	hooks.held = true
+	hooks.mu.Unlock()
+	meta["statefulset_claim_data_capacity"] = "20MiB"
+	h.register(parentJob("gh", meta, "v1"))
+	h.waitFor("the growth of gh-2 to be held by its pre_update hook", 20*time.Second, func() (bool, string) {
+		c, ok := heldCondition(h.view("gh"))
+		return ok && c.Reason == "HookWaiting" && strings.Contains(c.Message, `hook "drain" (pre_update) on pod gh-2 is waiting: replica catching up`),
+			fmt.Sprintf("%+v", c)
+	})
+	// The hook still holds: nothing can have been stopped or grown.
+	if n := h.sim.Calls()[nomad.VerbDeregisterJob] - stopped; n != 0 {
+		t.Fatalf("%d children stopped while pre_update held the growth", n)
+	}
+	for _, v := range h.sim.HostVolumes() {
+		if v.CapacityBytes != 10<<20 {
+			t.Fatalf("%s has %d bytes while pre_update held the growth", v.Name, v.CapacityBytes)
+		}
+	}
+	hooks.mu.Lock()
+	hooks.held = false
+	hooks.mu.Unlock()
+	h.waitFor("every volume to grow", 20*time.Second, func() (bool, string) {
+		for _, v := range h.sim.HostVolumes() {
+			if v.CapacityBytes != 20<<20 {
+				return false, fmt.Sprintf("%s at %d", v.Name, v.CapacityBytes)
+			}
+		}
+		return true, ""
+	})
+	h.waitConverged("gh", 3, nil)
+	seen := hooks.seen()
+	for _, pod := range []string{"gh-0", "gh-1", "gh-2"} {
+		if !slices.Contains(seen, pod+" alloc=true at 10MiB") {
+			t.Errorf("pre_update was not asked about %s while it ran on its 10MiB volume: %v", pod, seen)
+		}
+		if slices.Contains(seen, pod+" alloc=true at 20MiB") {
+			t.Errorf("pre_update asked about %s again after its volume grew: %v", pod, seen)
+		}
+	}
+	if n := countEvents(h.view("gh"), "VolumeExpanded", "10MiB → 20MiB"); n != 3 {
+		t.Fatalf("%d VolumeExpanded events, want 3: %+v", n, h.view("gh").Events)
 	}
 }
 

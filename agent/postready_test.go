@@ -416,9 +416,10 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 	}
 }
 
-// TestHookEventByCause: a drift repair takes a healthy member down like an
-// update does, so it runs the pre_update hooks (it used to run none, and a
-// claims change stopped every member with no hook asked).
+// TestHookEventByCause: a drift repair and a volume growth take a healthy
+// member down like an update does, so they run the pre_update hooks (a
+// repair used to run none, and a claims change stopped every member with
+// no hook asked).
 func TestHookEventByCause(t *testing.T) {
 	for _, tc := range []struct {
 		cause reconciler.DeleteCause
@@ -429,6 +430,7 @@ func TestHookEventByCause(t *testing.T) {
 		{reconciler.CauseSetDeleted, plugin.EventPreDelete, true},
 		{reconciler.CauseUpdate, plugin.EventPreUpdate, true},
 		{reconciler.CauseRepair, plugin.EventPreUpdate, true},
+		{reconciler.CauseResize, plugin.EventPreUpdate, true},
 		{reconciler.CauseDrain, plugin.EventPreDelete, true},
 		{reconciler.CauseReplace, plugin.EventPreDelete, true},
 		{reconciler.CauseEnded, "", false},

@@ -55,9 +55,13 @@ type setState struct {
 	// switching is the switchover whose command ran, until another pod
 	// is seen to lead.
 	switching *switchoverRecord
-	// cannotExpand are the storage classes whose provisioner said it
-	// cannot expand volumes.
+	// cannotExpand are the storage classes whose ExpandVolume refused
+	// although their provisioner's Capabilities said it could expand: a
+	// pod was stopped for it once, and no other will be this term.
 	cannotExpand []string
+	// unexpandable are the classes whose Capabilities said they cannot
+	// expand, each reported once in an event this term.
+	unexpandable []string
 
 	viewMu sync.Mutex
 	// view is what the HTTP API shows for the set.

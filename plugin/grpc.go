@@ -177,6 +177,9 @@ var volumeDesc = grpc.ServiceDesc{
 		method(volumeService, "ExpandVolume", func(ctx context.Context, srv any, req *VolumeRequest) (any, error) {
 			return srv.(VolumeProvisioner).ExpandVolume(ctx, req)
 		}),
+		method(volumeService, "Capabilities", func(ctx context.Context, srv any, req *VolumeRequest) (any, error) {
+			return srv.(VolumeProvisioner).Capabilities(ctx, req)
+		}),
 	},
 }
 
@@ -302,6 +305,22 @@ func (c *volumeClient) ExpandVolume(ctx context.Context, req *VolumeRequest) (*V
 		return nil, err
 	}
 	return &v, nil
+}
+
+// Capabilities implements VolumeProvisioner. A plugin built before the
+// method existed does not serve it, and gRPC answers Unimplemented: such a
+// plugin is taken to expand nothing, the safe answer, since an expansion
+// asked of it after its pod was stopped would be refused anyway.
+func (c *volumeClient) Capabilities(ctx context.Context, req *VolumeRequest) (*Capabilities, error) {
+	var caps Capabilities
+	err := c.conn.Invoke(ctx, "/"+volumeService+"/Capabilities", req, &caps, grpc.CallContentSubtype(codecName))
+	if status.Code(err) == codes.Unimplemented {
+		return &Capabilities{Reason: "the plugin predates the Capabilities call, so it is taken to expand nothing"}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("calling the plugin's Capabilities: %w", fromStatus("Capabilities", err))
+	}
+	return &caps, nil
 }
 
 // hookClient is the agent's stub of LifecycleHook.

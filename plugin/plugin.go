@@ -189,6 +189,26 @@ type VolumeProvisioner interface {
 	// returns ErrExpandUnsupported, as does a plugin built before this
 	// method existed.
 	ExpandVolume(ctx context.Context, req *VolumeRequest) (*Volume, error)
+	// Capabilities says what the provisioner can do with the volumes of
+	// req's storage class. req names the class and carries its config
+	// (Class, Config), and the set that asks (Namespace, Set), but no
+	// volume. The agent asks it before it takes any pod down to grow its
+	// volume: ExpandVolume can only be called once the pod is gone, so a
+	// provisioner that cannot expand must say so here, or a pod would be
+	// stopped for nothing. A plugin built before this method existed is
+	// taken to expand nothing.
+	Capabilities(ctx context.Context, req *VolumeRequest) (*Capabilities, error)
+}
+
+// Capabilities is what a provisioner can do with the volumes of one storage
+// class.
+type Capabilities struct {
+	// Expand says that ExpandVolume can grow the class's volumes. False
+	// leaves them at their size: the agent stops no pod to grow them, and
+	// the set says so.
+	Expand bool `json:"expand"`
+	// Reason says why a capability is missing, for the agent's event.
+	Reason string `json:"reason,omitempty"`
 }
 
 // The errors of the volume calls. Plugins wrap them with their own words;

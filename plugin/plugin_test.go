@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,19 @@ func (r *recorder) ExpandVolume(_ context.Context, req *VolumeRequest) (*Volume,
 		return nil, errors.Join(ErrVolumeInUse, ErrVolumeShrink)
 	}
 	return &Volume{ID: "id-1", Name: req.Name, CapacityBytes: req.CapacityMin}, nil
+}
+
+// Capabilities answers by the class: "slow" cannot expand, "broken"
+// fails, any other can.
+func (r *recorder) Capabilities(_ context.Context, req *VolumeRequest) (*Capabilities, error) {
+	r.req = req
+	switch req.Class {
+	case "slow":
+		return &Capabilities{Reason: "plain directories have no size"}, nil
+	case "broken":
+		return nil, errors.New("cannot read the class's config")
+	}
+	return &Capabilities{Expand: true}, nil
 }
 func (r *recorder) hook(e Event, pod Pod) (*HookResponse, error) {
 	r.event, r.pod = e, pod
@@ -189,32 +203,75 @@ func TestWireExpand(t *testing.T) {
 	}
 }
 
-// TestWireExpandOldPlugin: a plugin built before ExpandVolume existed
-// serves no such method, and the agent reads that as ErrExpandUnsupported.
-func TestWireExpandOldPlugin(t *testing.T) {
-	old := volumeDesc
-	old.Methods = nil
-	for _, m := range volumeDesc.Methods {
-		if m.MethodName != "ExpandVolume" {
-			old.Methods = append(old.Methods, m)
+// TestWireCapabilities: a class's capabilities cross the wire with the
+// class and its config, and a plugin's error stays an error (not an
+// answer that the class cannot expand).
+func TestWireCapabilities(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	vp, _ := connect(t, rec)
+	for _, tc := range []struct {
+		class  string
+		expand bool
+		reason string
+	}{{"fast", true, ""}, {"slow", false, "plain directories have no size"}} {
+		caps, err := vp.Capabilities(ctx, &VolumeRequest{Namespace: "ns", Set: "web", Class: tc.class, Config: map[string]string{"plugin_id": "lvm"}})
+		if err != nil || caps.Expand != tc.expand || caps.Reason != tc.reason {
+			t.Errorf("Capabilities(%s) = %+v, %v; want expand %v, reason %q", tc.class, caps, err, tc.expand, tc.reason)
+		}
+		if rec.req.Class != tc.class || rec.req.Set != "web" || rec.req.Config["plugin_id"] != "lvm" {
+			t.Errorf("Capabilities(%s): the plugin got %+v", tc.class, rec.req)
 		}
 	}
-	rec := &recorder{}
-	server := goplugin.PluginSet{string(TypeVolumeProvisioner): &oldPlugin{desc: &old, impl: rec}}
-	client, _ := goplugin.TestPluginGRPCConn(t, false, server)
-	t.Cleanup(func() { client.Close() })
-	client.Plugins = ClientPlugins()
-	raw, err := client.Dispense(string(TypeVolumeProvisioner))
-	if err != nil {
-		t.Fatal(err)
+	if caps, err := vp.Capabilities(ctx, &VolumeRequest{Class: "broken"}); err == nil || !strings.Contains(err.Error(), "cannot read the class's config") {
+		t.Errorf("Capabilities(broken) = %+v, %v; want the plugin's error", caps, err)
 	}
-	vp := raw.(VolumeProvisioner)
-	_, err = vp.ExpandVolume(context.Background(), &VolumeRequest{Name: "data-web-0", CapacityMin: 1})
-	if !errors.Is(err, ErrExpandUnsupported) || rec.req != nil {
-		t.Fatalf("ExpandVolume on an old plugin = %v; want ErrExpandUnsupported", err)
-	}
-	if _, err := vp.CreateVolume(context.Background(), &VolumeRequest{Name: "data-web-0"}); err != nil {
-		t.Fatalf("CreateVolume on an old plugin: %v", err)
+}
+
+// TestWireExpandOldPlugin: a plugin built before ExpandVolume existed
+// serves no such method, and the agent reads that as ErrExpandUnsupported;
+// one built before Capabilities existed (with or without ExpandVolume) is
+// taken to expand nothing, so that no pod is stopped to grow its volumes.
+func TestWireExpandOldPlugin(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		missing []string
+	}{
+		{"no ExpandVolume", []string{"ExpandVolume", "Capabilities"}},
+		{"no Capabilities", []string{"Capabilities"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := volumeDesc
+			old.Methods = nil
+			for _, m := range volumeDesc.Methods {
+				if !slices.Contains(tc.missing, m.MethodName) {
+					old.Methods = append(old.Methods, m)
+				}
+			}
+			rec := &recorder{}
+			server := goplugin.PluginSet{string(TypeVolumeProvisioner): &oldPlugin{desc: &old, impl: rec}}
+			client, _ := goplugin.TestPluginGRPCConn(t, false, server)
+			t.Cleanup(func() { client.Close() })
+			client.Plugins = ClientPlugins()
+			raw, err := client.Dispense(string(TypeVolumeProvisioner))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vp := raw.(VolumeProvisioner)
+			caps, err := vp.Capabilities(context.Background(), &VolumeRequest{Class: "fast"})
+			if err != nil || caps.Expand || !strings.Contains(caps.Reason, "predates") || rec.req != nil {
+				t.Fatalf("Capabilities on an old plugin = %+v, %v; want no expansion, saying why", caps, err)
+			}
+			if slices.Contains(tc.missing, "ExpandVolume") {
+				_, err = vp.ExpandVolume(context.Background(), &VolumeRequest{Name: "data-web-0", CapacityMin: 1})
+				if !errors.Is(err, ErrExpandUnsupported) || rec.req != nil {
+					t.Fatalf("ExpandVolume on an old plugin = %v; want ErrExpandUnsupported", err)
+				}
+			}
+			if _, err := vp.CreateVolume(context.Background(), &VolumeRequest{Name: "data-web-0"}); err != nil {
+				t.Fatalf("CreateVolume on an old plugin: %v", err)
+			}
+		})
 	}
 }
 

@@ -102,8 +102,9 @@ type world struct {
 	appFails bool
 	// leaderUnknown plays a leader check not read yet (chaos).
 	leaderUnknown bool
-	// cannotExpand are the classes whose provisioner refused to expand,
-	// as the agent reports them.
+	// cannotExpand are the classes whose provisioner cannot expand, as
+	// the agent reports them: it asks the provisioner before every
+	// decision, so they are known before any pod is stopped.
 	cannotExpand []string
 	rng          *rand.Rand
 
@@ -136,7 +137,7 @@ func newWorld(spec Spec, template string) *world {
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
 		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]bool{},
-		leader: -1, newLeader: -1, everLed: map[int]bool{}, rng: rand.New(rand.NewPCG(1, 2))}
+		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2))}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -526,6 +527,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 			(h.Reason != HoldSwitchingOver || a.Pod.Leader) {
 			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
 		}
+		if a.Cause == CauseResize && !w.mustGrow(a.Ordinal) {
+			return fmt.Errorf("pod %d taken down to grow a volume that its provisioner cannot or need not grow", a.Ordinal)
+		}
 		w.podsDeleted++
 		if a.Purge {
 			// A purge removes the child from Nomad at once: safe only when
@@ -615,14 +619,10 @@ func (w *world) expand(a Action) error {
 		// Growing follows pause and the partition as a template change does.
 		return fmt.Errorf("volume %s expanded while paused (%v) or below partition %d", a.Volume.Name, w.spec.Paused, w.spec.Partition)
 	}
-	if a.Volume.Class == noExpandClass {
-		// As the agent carries it out: the provisioner says it cannot
-		// expand, the class is remembered (Input.CannotExpand) and the pod
-		// comes back on its volume as it was.
-		if !slices.Contains(w.cannotExpand, a.Volume.Class) {
-			w.cannotExpand = append(w.cannotExpand, a.Volume.Class)
-		}
-		return nil
+	if slices.Contains(w.cannotExpand, a.Volume.Class) {
+		// The provisioner said so up front (Input.CannotExpand): a pod
+		// was stopped for a growth it cannot do.
+		return fmt.Errorf("volume %s of class %q expanded, whose provisioner said it cannot expand", a.Volume.Name, a.Volume.Class)
 	}
 	w.volumes[i].Capacity = a.Volume.Capacity
 	w.expansions++
@@ -632,6 +632,19 @@ func (w *world) expand(a Action) error {
 // noExpandClass is the storage class whose provisioner cannot expand
 // volumes in the world, as mkdir-like plugins cannot.
 const noExpandClass = "slow"
+
+// mustGrow reports whether a volume of ord is smaller than its claim asks,
+// of the claim's class, and of a class whose provisioner can expand: the
+// only reason to take a pod down for a resize.
+func (w *world) mustGrow(ord int) bool {
+	for _, v := range w.volumes {
+		if v.Ordinal == ord && v.Capacity > 0 && w.claimMin(v.Claim) > v.Capacity && v.Class == w.claimClass(v.Claim) &&
+			!slices.Contains(w.cannotExpand, v.Class) {
+			return true
+		}
+	}
+	return false
+}
 
 // applyAsk carries out a disruption check or a switchover as the agent
 // does: it runs in another Ready pod (or the leader), and the application

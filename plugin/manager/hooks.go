@@ -253,6 +253,23 @@ func (p provisioner) ExpandVolume(ctx context.Context, req *plugin.VolumeRequest
 	return v, nil
 }
 
+// Capabilities implements plugin.VolumeProvisioner: it asks the plugin of
+// req's class, with the class's config.
+func (p provisioner) Capabilities(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Capabilities, error) {
+	inst, vp, r, err := p.current(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking the capabilities of class %q: %w", req.Class, err)
+	}
+	caps, err := vp.Capabilities(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("asking the capabilities of class %q of plugin %q: %w", req.Class, inst.spec.name, inst.classify(err))
+	}
+	if caps == nil {
+		return nil, fmt.Errorf("asking the capabilities of class %q of plugin %q: the plugin answered nothing", req.Class, inst.spec.name)
+	}
+	return caps, nil
+}
+
 // quoted renders names as "a", "b".
 func quoted(names []string) string {
 	q := make([]string, len(names))

@@ -532,6 +532,20 @@ volume_provisioner "archive" {
 		!strings.Contains(err.Error(), `with plugin "fixed"`) {
 		t.Fatalf("expanding with a plugin that cannot = %v; want plugin.ErrExpandUnsupported naming the plugin", err)
 	}
+	// Each class's capabilities come from its own plugin, across the wire,
+	// before any volume is touched.
+	for _, tc := range []struct {
+		class  string
+		expand bool
+	}{{"", true}, {"fast", true}, {"archive", false}} {
+		caps, err := vp.Capabilities(ctx, &plugin.VolumeRequest{Namespace: "default", Set: "web", Class: tc.class})
+		if err != nil || caps.Expand != tc.expand {
+			t.Fatalf("Capabilities(class %q) = %+v, %v; want expand %v", tc.class, caps, err, tc.expand)
+		}
+	}
+	if _, err := vp.Capabilities(ctx, &plugin.VolumeRequest{Class: "fsat"}); !errors.Is(err, plugin.ErrUnknownClass) {
+		t.Fatalf("Capabilities of an unknown class = %v; want plugin.ErrUnknownClass", err)
+	}
 	_, err := vp.CreateVolume(ctx, req("data-web-3", "fsat", 0))
 	if !errors.Is(err, plugin.ErrUnknownClass) || errors.Is(err, plugin.ErrPluginUnavailable) ||
 		!strings.Contains(err.Error(), `unknown storage class "fsat": the agent config has no volume_provisioner "fsat" block (its classes: "archive", "fast"); did you mean "fast"?`) {

@@ -35,7 +35,8 @@
 // an allocation claims the volume and when capacity_max is below the
 // volume's capacity; those refusals come back as plugin.ErrVolumeInUse and
 // plugin.ErrVolumeShrink. A mkdir volume has no size to grow
-// (plugin.ErrExpandUnsupported).
+// (plugin.ErrExpandUnsupported), which Capabilities says of a class whose
+// plugin_id is mkdir before anything is stopped.
 package hostvolume
 
 import (
@@ -185,6 +186,10 @@ func (p *Provisioner) settingsFor(req *plugin.VolumeRequest) (*settings, error) 
 	p.mu.RLock()
 	conf := maps.Clone(p.base)
 	p.mu.RUnlock()
+	if conf == nil {
+		// SetConfig(nil) left no map to merge into.
+		conf = map[string]string{}
+	}
 	maps.Copy(conf, req.Config)
 	return parseSettings(conf)
 }
@@ -350,6 +355,21 @@ func (p *Provisioner) ExpandVolume(ctx context.Context, req *plugin.VolumeReques
 	p.log.Info("expanded host volume", "namespace", grown.Namespace, "name", grown.Name, "id", grown.ID,
 		"from", current, "to", grown.CapacityBytes)
 	return fromVolume(grown), nil
+}
+
+// Capabilities implements plugin.VolumeProvisioner: a class can expand
+// unless its plugin_id is Nomad's mkdir, whose directories have no size to
+// grow. It asks Nomad nothing. A volume made by mkdir under a class whose
+// plugin_id was changed since is still refused by ExpandVolume.
+func (p *Provisioner) Capabilities(_ context.Context, req *plugin.VolumeRequest) (*plugin.Capabilities, error) {
+	s, err := p.settingsFor(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.pluginID == DefaultPluginID {
+		return &plugin.Capabilities{Reason: fmt.Sprintf("Nomad's %s plugin makes plain directories, with no size to grow", DefaultPluginID)}, nil
+	}
+	return &plugin.Capabilities{Expand: true}, nil
 }
 
 // refusal gives Nomad's refusals of a volume update their sentinels, by

@@ -417,3 +417,43 @@ func TestPluginInfo(t *testing.T) {
 		t.Fatalf("PluginInfo = %+v, %v", info, err)
 	}
 }
+
+// TestCapabilities: a class can expand unless its plugin_id, from the
+// call's config over SetConfig's, is mkdir (the default); Nomad is not
+// asked.
+func TestCapabilities(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		base, call map[string]string
+		expand     bool
+	}{
+		{"default plugin", nil, nil, false},
+		{"mkdir named", nil, map[string]string{"plugin_id": "mkdir"}, false},
+		{"class plugin", nil, map[string]string{"plugin_id": "lvm"}, true},
+		{"block plugin", map[string]string{"plugin_id": "lvm"}, nil, true},
+		{"class over block", map[string]string{"plugin_id": "lvm"}, map[string]string{"plugin_id": "mkdir"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			p := New(rec, nil)
+			if err := p.SetConfig(ctx, tc.base); err != nil {
+				t.Fatal(err)
+			}
+			caps, err := p.Capabilities(ctx, &plugin.VolumeRequest{Namespace: "default", Set: "web", Class: "c", Config: tc.call})
+			if err != nil || caps.Expand != tc.expand {
+				t.Fatalf("Capabilities = %+v, %v; want expand %v", caps, err, tc.expand)
+			}
+			if !tc.expand && !strings.Contains(caps.Reason, "mkdir") {
+				t.Errorf("reason %q does not name mkdir", caps.Reason)
+			}
+			if len(rec.created) != 0 {
+				t.Errorf("Capabilities wrote to Nomad: %v", rec.created)
+			}
+		})
+	}
+	p := New(&recorder{}, nil)
+	if _, err := p.Capabilities(ctx, &plugin.VolumeRequest{Config: map[string]string{"plugin_idd": "lvm"}}); err == nil || !strings.Contains(err.Error(), "plugin_idd") {
+		t.Errorf("Capabilities with a bad key = %v; want it named", err)
+	}
+}

@@ -159,6 +159,13 @@ func (p *provisioner) ExpandVolume(_ context.Context, req *plugin.VolumeRequest)
 	return &c, nil
 }
 
+func (p *provisioner) Capabilities(context.Context, *plugin.VolumeRequest) (*plugin.Capabilities, error) {
+	if p.get("expand") == "unsupported" {
+		return &plugin.Capabilities{Reason: p.name + " cannot expand"}, nil
+	}
+	return &plugin.Capabilities{Expand: true}, nil
+}
+
 func (p *provisioner) GetVolume(_ context.Context, req *plugin.VolumeRequest) (*plugin.Volume, error) {
 	p.vmu.Lock()
 	defer p.vmu.Unlock()
