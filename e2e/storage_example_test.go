@@ -37,8 +37,8 @@ func TestStorageExample(t *testing.T) {
 	waitConverged(t, c, d, "db", 3, nil)
 
 	// Nomad's own record of each volume: the fast class's plugin and size
-	// for data, the default class's (mkdir, which reports no size but
-	// records what was asked) for wal.
+	// for data, the default class's (mkdir, which has no size, so the
+	// example asks none) for wal.
 	for _, v := range fullVolumes(t, c, "data-db-", 3) {
 		if v.PluginID != "sized" || v.Parameters[nomad.ClassParameter] != "fast" || v.CapacityBytes != 10*gib ||
 			v.RequestedCapacityMinBytes != 10*gib || v.RequestedCapacityMaxBytes != 20*gib {
@@ -49,8 +49,8 @@ func TestStorageExample(t *testing.T) {
 	wal := map[string]string{}
 	for _, v := range fullVolumes(t, c, "wal-db-", 3) {
 		wal[v.Name] = v.ID
-		if v.PluginID != "mkdir" || v.Parameters[nomad.ClassParameter] != "" || v.CapacityBytes != 0 || v.RequestedCapacityMinBytes != 1*gib {
-			t.Errorf("%s: plugin %q, class %q, capacity %d, requested %d; want mkdir, no class, 0, 1GiB",
+		if v.PluginID != "mkdir" || v.Parameters[nomad.ClassParameter] != "" || v.CapacityBytes != 0 || v.RequestedCapacityMinBytes != 0 {
+			t.Errorf("%s: plugin %q, class %q, capacity %d, requested %d; want mkdir, no class, 0, 0",
 				v.Name, v.PluginID, v.Parameters[nomad.ClassParameter], v.CapacityBytes, v.RequestedCapacityMinBytes)
 		}
 	}
@@ -89,7 +89,7 @@ func TestStorageExample(t *testing.T) {
 		t.Errorf("%d ordinals of db were down at once (%s)", n, at)
 	}
 	for _, v := range fullVolumes(t, c, "wal-db-", 3) {
-		if v.ID != wal[v.Name] || v.RequestedCapacityMinBytes != 1*gib {
+		if v.ID != wal[v.Name] || v.RequestedCapacityMinBytes != 0 {
 			t.Errorf("%s after data grew: ID %s (was %s), requested %d; want it untouched", v.Name, v.ID, wal[v.Name], v.RequestedCapacityMinBytes)
 		}
 	}
@@ -97,7 +97,7 @@ func TestStorageExample(t *testing.T) {
 
 // exampleClaims waits until the daemon shows each db pod with its data
 // volume of class fast at data bytes, and its wal volume of the default
-// class asking 1GiB (mkdir reports no size).
+// class asking no size (mkdir has none).
 func exampleClaims(t *testing.T, d *Daemon, data int64) {
 	t.Helper()
 	Eventually(t, convergeTimeout, fmt.Sprintf("the daemon to show db's volumes with data at %d bytes", data), func() error {
@@ -111,7 +111,7 @@ func exampleClaims(t *testing.T, d *Daemon, data int64) {
 		for _, p := range st.Pods {
 			want := map[string]client.ClaimVolume{
 				"data": {Claim: "data", Name: "data-" + p.Name, Class: "fast", Capacity: data, Requested: data},
-				"wal":  {Claim: "wal", Name: "wal-" + p.Name, Requested: 1 * gib},
+				"wal":  {Claim: "wal", Name: "wal-" + p.Name},
 			}
 			if len(p.Claims) != len(want) {
 				return fmt.Errorf("%s claims %+v", p.Name, p.Claims)

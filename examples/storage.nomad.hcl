@@ -1,7 +1,10 @@
 # Claim templates with their own size and storage class: each pod of "db"
 # gets two volumes, data-db-<n> from the "fast" class (the agent's
 # volume_provisioner "fast" block, e.g. an LVM host volume plugin) sized
-# 10GiB..20GiB, and wal-db-<n> from the default class at 1GiB.
+# 10GiB..20GiB, and wal-db-<n> from the default class (the unnamed
+# volume_provisioner block; with plugin_id "mkdir" a plain directory, which
+# has no size, so the wal claim asks none: a size asked of it would be
+# refused with the condition VolumeClaimRefused).
 #
 # Raising statefulset_claim_data_capacity (say to "40GiB") grows every
 # ordinal's data volume in place, one pod at a time within the budget:
@@ -21,7 +24,6 @@ job "db" {
     statefulset_volume_claims       = "data,wal"
     statefulset_claim_data_capacity = "10GiB..20GiB"
     statefulset_claim_data_class    = "fast"
-    statefulset_claim_wal_capacity  = "1GiB"
   }
 
   group "db" {
