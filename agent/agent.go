@@ -234,6 +234,16 @@ func (a *Agent) lead(ctx context.Context) error {
 		c.checks = w
 		defer w.Wait()
 	}
+	// The Nomad-native leader checks need no Consul: Nomad keeps them.
+	native := nomad.NewNativeCheckWatcher(ctx, nomad.NativeCheckWatcherConfig{
+		API: a.api, Logger: a.log.Named("native_checks"),
+		OnChange: func(k backend.SetKey) {
+			q.Add(k.String())
+			a.depth.Store(int64(q.Len()))
+		},
+	})
+	c.native = native
+	defer native.Wait()
 	a.current.Store(c)
 	defer a.current.Store(nil)
 

@@ -258,3 +258,88 @@ func TestRecordedAllocationMapsToItsChecks(t *testing.T) {
 		})
 	}
 }
+
+// fakeLeaders answers Leader from a map by allocation ID (absent: not
+// read), and records what each set watches.
+type fakeLeaders struct {
+	leads    map[string]bool
+	check    map[backend.SetKey]string
+	interval map[backend.SetKey]time.Duration
+	allocs   map[backend.SetKey][]string
+}
+
+func (f *fakeLeaders) Watch(key backend.SetKey, check string, interval time.Duration, allocs []string) {
+	if f.check == nil {
+		f.check, f.interval, f.allocs = map[backend.SetKey]string{}, map[backend.SetKey]time.Duration{}, map[backend.SetKey][]string{}
+	}
+	f.check[key], f.interval[key], f.allocs[key] = check, interval, allocs
+}
+
+func (f *fakeLeaders) Leader(_ backend.SetKey, allocID string) (bool, bool) {
+	leads, read := f.leads[allocID]
+	return leads, read
+}
+
+// TestGateChecksNativeLeader: a leader check on a provider = "nomad"
+// service is read by the native watcher, for the live allocations, at the
+// check's interval, Consul or not, and never asked of Consul; the leader
+// is known once every live pod is read; a Consul leader check, or a
+// deleted set, stops the native reads. A native leader check says nothing
+// of readiness: a follower stays Ready.
+func TestGateChecksNativeLeader(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "pg"}
+	nativeParent := &api.Job{TaskGroups: []*api.TaskGroup{{Services: []*api.Service{{Name: "pg-primary", Provider: "nomad",
+		Checks: []api.ServiceCheck{{Name: "primary", Type: "http", Interval: 3 * time.Second}}}}}}}
+	consulParent := &api.Job{TaskGroups: []*api.TaskGroup{{Services: []*api.Service{{Name: "pg-primary",
+		Checks: []api.ServiceCheck{{Name: "primary", Type: "script"}}}}}}}
+	live := reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: time.Unix(1_000_000, 0), TasksKnown: true}
+	observe := func(parent *api.Job) nomad.Observation {
+		obs := nomad.Observation{Parent: parent}
+		for i, id := range []string{"a0", "a1", "a2"} {
+			facts := reconciler.ReadinessFacts{Alloc: live}
+			if id == "a2" {
+				facts.Alloc.Live = false // terminating: not read, never leads
+			}
+			d := nomad.PodDetail{AllocID: id, Pod: reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning}, Facts: facts}
+			d.Judge()
+			obs.Pods = append(obs.Pods, d)
+		}
+		return obs
+	}
+	for _, withConsul := range []bool{false, true} {
+		consulSrc := &fakeChecks{synced: true}
+		src := &fakeLeaders{leads: map[string]bool{"a0": false, "a1": true, "a2": true}}
+		c := &controller{native: src}
+		if withConsul {
+			c.checks = consulSrc
+		}
+		obs := observe(nativeParent)
+		if !c.gateChecks(key, obs, false, "primary") {
+			t.Fatalf("consul %v: every live pod read, and the leader is unknown", withConsul)
+		}
+		if src.check[key] != "primary" || src.interval[key] != 3*time.Second || !slices.Equal(src.allocs[key], []string{"a0", "a1"}) {
+			t.Fatalf("consul %v: native watch %q every %s of %v; want primary every 3s of the live a0, a1",
+				withConsul, src.check[key], src.interval[key], src.allocs[key])
+		}
+		if withConsul && consulSrc.leader[key] != "" {
+			t.Fatalf("the native leader check %q was asked of Consul", consulSrc.leader[key])
+		}
+		for i, want := range []bool{false, true, false} {
+			if p := obs.Pods[i]; p.Pod.Leader != want || (i < 2 && !p.Pod.Ready) {
+				t.Fatalf("consul %v: pod %d leader %v ready %v; want leader %v, the live ones Ready", withConsul, i, p.Pod.Leader, p.Pod.Ready, want)
+			}
+		}
+		delete(src.leads, "a0")
+		if c.gateChecks(key, observe(nativeParent), false, "primary") {
+			t.Fatalf("consul %v: a0 not read, and the leader is taken as known", withConsul)
+		}
+		c.gateChecks(key, observe(consulParent), false, "primary")
+		if src.check[key] != "" {
+			t.Fatalf("consul %v: a Consul leader check still read natively (%q)", withConsul, src.check[key])
+		}
+		c.gateChecks(key, observe(nativeParent), true, "primary")
+		if src.check[key] != "" {
+			t.Fatalf("consul %v: a deleted set still read natively (%q)", withConsul, src.check[key])
+		}
+	}
+}

@@ -60,6 +60,9 @@ type controller struct {
 	// checks is the Consul health of the sets' services; nil without
 	// Consul (-dev), when task states alone decide readiness.
 	checks checkSource
+	// native reads the sets' Nomad-native leader checks; nil in tests
+	// that do not model them.
+	native leaderSource
 	// expectTTL is how long a write may stay unobserved before the cache
 	// is distrusted and re-listed.
 	expectTTL time.Duration
@@ -464,12 +467,16 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 }
 
 // forget drops everything the controller keeps of a set that is gone (its
-// state, and the Consul watches of its services). A set of the same name
+// state, the Consul watches of its services, and the reads of its native
+// leader check). A set of the same name
 // created later starts afresh.
 func (c *controller) forget(key backend.SetKey) {
 	c.sets.drop(key)
 	if c.checks != nil {
 		c.checks.Watch(key, nil, "")
+	}
+	if c.native != nil {
+		c.native.Watch(key, "", 0, nil)
 	}
 }
 

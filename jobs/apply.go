@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -152,6 +153,49 @@ func ConsulServices(parent *api.Job) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// DefaultCheckInterval is the interval NativeLeaderCheck reports for a
+// check that has none (a job not canonicalized by Nomad); Nomad requires
+// one of at least a second on every check it registers.
+const DefaultCheckInterval = 10 * time.Second
+
+// NativeLeaderCheck reports whether the check named leaderCheck (a
+// statefulset_leader_check) is a Nomad-native service check of the
+// parent's group: a check of a service with provider = "nomad", whose
+// results Nomad's client keeps (GET /v1/client/allocation/<id>/checks)
+// rather than Consul. interval is how often Nomad runs it, the shortest of
+// the checks of that name, at least a second: its result cannot change
+// faster. A name on both a Nomad and a Consul service (Nomad refuses mixed
+// providers in one group, so only a job it never saw) is Consul's, as
+// before native checks were read.
+func NativeLeaderCheck(parent *api.Job, leaderCheck string) (interval time.Duration, native bool) {
+	if parent == nil || leaderCheck == "" || len(parent.TaskGroups) == 0 || parent.TaskGroups[0] == nil {
+		return 0, false
+	}
+	consul := false
+	eachServiceCheck(parent, parent.TaskGroups[0], func(name string, s *api.Service, c *api.ServiceCheck) {
+		if name != leaderCheck {
+			return
+		}
+		if s.Provider != serviceProviderNomad {
+			consul = true
+			return
+		}
+		every := c.Interval
+		if every <= 0 {
+			every = DefaultCheckInterval
+		}
+		every = max(every, time.Second)
+		if !native || every < interval {
+			interval = every
+		}
+		native = true
+	})
+	if consul {
+		return 0, false
+	}
+	return interval, native
 }
 
 // Version is the parent job's version and JobModifyIndex, zero for a nil

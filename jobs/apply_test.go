@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -79,5 +80,50 @@ func TestConsulServices(t *testing.T) {
 	}
 	if got := ConsulServices(nil); got != nil {
 		t.Fatalf("ConsulServices(nil) = %q", got)
+	}
+}
+
+// TestNativeLeaderCheck: a leader check is native when the check of that
+// name is on a provider = "nomad" service, group or task level, named as
+// statefulset_leader_check names it (an unnamed check by Nomad's name);
+// its interval is the shortest of its checks', at least a second, and
+// DefaultCheckInterval when none is set. A check of a Consul service, a
+// name no check has, and no job are not native.
+func TestNativeLeaderCheck(t *testing.T) {
+	job := func(provider string, checks ...api.ServiceCheck) *api.Job {
+		return &api.Job{ID: ptr("pg"), Name: ptr("pg"), TaskGroups: []*api.TaskGroup{{
+			Name:     ptr("db"),
+			Services: []*api.Service{{Name: "pg", Provider: provider, Checks: checks}},
+			Tasks: []*api.Task{{Name: "postgres", Services: []*api.Service{{Name: "pg-primary", Provider: provider,
+				Checks: []api.ServiceCheck{{Name: "primary", Type: "http", Interval: 5 * time.Second}}}}}},
+		}}}
+	}
+	cases := []struct {
+		name         string
+		job          *api.Job
+		check        string
+		wantInterval time.Duration
+		wantNative   bool
+	}{
+		{name: "task service of provider nomad", job: job("nomad"), check: "primary", wantInterval: 5 * time.Second, wantNative: true},
+		{name: "the shortest interval of its checks", job: job("nomad", api.ServiceCheck{Name: "primary", Type: "tcp", Interval: 2 * time.Second}),
+			check: "primary", wantInterval: 2 * time.Second, wantNative: true},
+		{name: "under a second is a second", job: job("nomad", api.ServiceCheck{Name: "primary", Type: "tcp", Interval: time.Millisecond}),
+			check: "primary", wantInterval: time.Second, wantNative: true},
+		{name: "unnamed group check without an interval", job: job("nomad", api.ServiceCheck{Type: "tcp"}),
+			check: `service: "pg" check`, wantInterval: DefaultCheckInterval, wantNative: true},
+		{name: "provider consul", job: job("consul"), check: "primary"},
+		{name: "no provider is consul", job: job(""), check: "primary"},
+		{name: "a name no check has", job: job("nomad"), check: "primry"},
+		{name: "no leader check", job: job("nomad"), check: ""},
+		{name: "no job", job: nil, check: "primary"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			interval, native := NativeLeaderCheck(tc.job, tc.check)
+			if interval != tc.wantInterval || native != tc.wantNative {
+				t.Fatalf("NativeLeaderCheck = %s, %v; want %s, %v", interval, native, tc.wantInterval, tc.wantNative)
+			}
+		})
 	}
 }

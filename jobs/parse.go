@@ -648,20 +648,30 @@ func ephemeralRule(t *api.Task) string {
 func serviceCheckNames(job *api.Job, group *api.TaskGroup) []string {
 	var names []string
 	seen := map[string]bool{}
+	eachServiceCheck(job, group, func(name string, _ *api.Service, _ *api.ServiceCheck) {
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	})
+	return names
+}
+
+// eachServiceCheck calls fn with every service check of the group, group
+// services first, named as serviceCheckNames names them, with its service.
+func eachServiceCheck(job *api.Job, group *api.TaskGroup, fn func(name string, s *api.Service, c *api.ServiceCheck)) {
 	add := func(task string, services []*api.Service) {
 		for _, s := range services {
 			if s == nil {
 				continue
 			}
-			for _, c := range s.Checks {
+			for i := range s.Checks {
+				c := &s.Checks[i]
 				n := c.Name
 				if n == "" {
 					n = fmt.Sprintf("service: %q check", nomadServiceName(job, group, task, s.Name))
 				}
-				if !seen[n] {
-					seen[n] = true
-					names = append(names, n)
-				}
+				fn(n, s, c)
 			}
 		}
 	}
@@ -671,7 +681,6 @@ func serviceCheckNames(job *api.Job, group *api.TaskGroup) []string {
 			add(t.Name, t.Services)
 		}
 	}
-	return names
 }
 
 // serviceNameVar is the ${...} reference Nomad's args.ReplaceEnv replaces.

@@ -34,6 +34,21 @@ func withChecks(j *api.Job) {
 	g.Tasks[0].Services[0].Checks = []api.ServiceCheck{{Name: "alive", Type: "tcp"}}
 }
 
+// withNomadProvider puts every service of the test job's group on Nomad's
+// own service discovery (provider = "nomad"), whose checks Nomad's client
+// runs.
+func withNomadProvider(j *api.Job) {
+	g := j.TaskGroups[0]
+	for _, s := range g.Services {
+		s.Provider = "nomad"
+	}
+	for _, t := range g.Tasks {
+		for _, s := range t.Services {
+			s.Provider = "nomad"
+		}
+	}
+}
+
 // withTask adds a task to the test job's group.
 func withTask(name string, lc *api.TaskLifecycle) func(*api.Job) {
 	return func(j *api.Job) {
@@ -86,6 +101,18 @@ func TestParseLeaderKeys(t *testing.T) {
 				j.TaskGroups[0].Services[0].Checks = []api.ServiceCheck{{Type: "tcp"}}
 			},
 			want: leaderFields{LeaderCheck: `service: "web-group-db" check`, LeaderUpdate: last}},
+		{name: "named check of a provider = nomad service", meta: map[string]string{KeyLeaderCheck: "primary", KeyLeaderUpdate: "switchover", KeySwitchoverCommand: cmd},
+			mutate: both(withChecks, withNomadProvider),
+			want:   leaderFields{LeaderCheck: "primary", LeaderUpdate: reconciler.LeaderSwitchover, SwitchoverCommand: cmd, ExecTask: "app"}},
+		{name: "unnamed check of a provider = nomad task service", meta: map[string]string{KeyLeaderCheck: `service: "web-task" check`},
+			mutate: func(j *api.Job) {
+				withNomadProvider(j)
+				j.TaskGroups[0].Tasks[0].Services[0].Checks = []api.ServiceCheck{{Type: "http", Path: "/primary"}}
+			},
+			want: leaderFields{LeaderCheck: `service: "web-task" check`, LeaderUpdate: last}},
+		{name: "unknown check of a provider = nomad service lists the checks", meta: map[string]string{KeyLeaderCheck: "primry"},
+			mutate: both(withChecks, withNomadProvider),
+			bad:    []problemWant{{KeyLeaderCheck, "primry", `is not the name of a service check of the task group (its checks: "primary", "service: \"web\" check", "alive")`}}},
 		{name: "unknown check lists the checks", meta: map[string]string{KeyLeaderCheck: "primry"}, mutate: withChecks,
 			bad: []problemWant{{KeyLeaderCheck, "primry", `is not the name of a service check of the task group (its checks: "primary", "service: \"web\" check", "alive")`}}},
 		{name: "a service name is not a check", meta: map[string]string{KeyLeaderCheck: "web"}, mutate: withChecks,

@@ -326,8 +326,9 @@ func numberAfter(w *world, out Output, name string, def int64) int64 {
 
 // checkLeaderAndAsking checks the three promises of DESIGN §3b on one
 // decision, against the observation it was made from:
-//   - the leader is never taken down (a rollout, a repair, a drain) while
-//     another pod that must go for the same reason is still up;
+//   - the leader is never taken down (a rollout, a repair, a volume
+//     expansion, a drain) while another pod that must go for the same
+//     reason is still up;
 //   - under switchover or supervised, a Ready leader is never taken down
 //     (it must first stop leading), unless the operator approved this step;
 //   - while the leader is unknown, no Ready pod is taken down for a
@@ -364,11 +365,14 @@ func checkLeaderAndAsking(in Input, out Output) error {
 		}
 		leader := spec.LeaderCheck != "" && p.Leader
 		if spec.LeaderCheck != "" && in.LeaderUnknown && (a.Cause == CauseUpdate || a.Cause == CauseRepair ||
-			a.Cause == CauseDrain || a.Cause == CauseScaleDown) {
+			a.Cause == CauseResize || a.Cause == CauseDrain || a.Cause == CauseScaleDown) {
 			return fmt.Errorf("Ready pod %d taken down (%s) while the leader is unknown", p.Ordinal, a.Cause)
 		}
 		switch a.Cause {
-		case CauseUpdate, CauseRepair, CauseDrain:
+		case CauseUpdate, CauseRepair, CauseResize, CauseDrain:
+			// A volume expansion (Resize) is a rolling disruption like an
+			// update: what must go with it is every outdated pod, a volume
+			// smaller than its claim included (outdated).
 			for _, q := range in.Pods {
 				if !leader || q.Ordinal == p.Ordinal || q.Terminating || !inRange(q.Ordinal) {
 					continue

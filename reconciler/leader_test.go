@@ -12,11 +12,20 @@ import (
 // the pod deletions and the actions of other kinds, by step.
 func rollLeader(t *testing.T, spec Spec, play func(w *world, out Output)) (deleted []int, asked []Action) {
 	t.Helper()
+	deleted, _, asked = rollLeaderWith(t, spec, func(w *world) { w.template = []byte("v2") }, play)
+	return deleted, asked
+}
+
+// rollLeaderWith is rollLeader with the change that starts the rollout
+// made by change; it also returns the ordinals whose volumes were
+// expanded, in order.
+func rollLeaderWith(t *testing.T, spec Spec, change func(w *world), play func(w *world, out Output)) (deleted, expanded []int, asked []Action) {
+	t.Helper()
 	spec.Replicas = 3
 	w := newWorld(spec, "v1")
 	converge(t, w)
 	w.leader = 1
-	w.template = []byte("v2")
+	change(w)
 	w.checkUpdateOrder, w.checkBudget = true, true
 	for i := 0; i < 300; i++ {
 		out := mustStep(t, w)
@@ -24,6 +33,8 @@ func rollLeader(t *testing.T, spec Spec, play func(w *world, out Output)) (delet
 			switch a.Type {
 			case ActionDeletePod:
 				deleted = append(deleted, a.Ordinal)
+			case ActionExpandVolume:
+				expanded = append(expanded, a.Ordinal)
 			case ActionSwitchover, ActionCheckDisruption:
 				asked = append(asked, a)
 			}
@@ -32,14 +43,14 @@ func rollLeader(t *testing.T, spec Spec, play func(w *world, out Output)) (delet
 			play(w, out)
 		}
 		if w.converged() {
-			return deleted, asked
+			return deleted, expanded, asked
 		}
 		w.advanceAll()
 		w.elect()
 		w.now = w.now.Add(time.Second)
 	}
 	t.Fatalf("not converged\n%s", w.dump())
-	return nil, nil
+	return nil, nil, nil
 }
 
 // TestLeaderGoesLast: with the leader on ordinal 1 of 0..2, a rolling
@@ -125,5 +136,77 @@ func TestDisruptionCheckHoldsAStep(t *testing.T) {
 	}
 	if len(asked) < 3 {
 		t.Fatalf("asked %d times for 3 pods", len(asked))
+	}
+}
+
+// TestLeaderExpandsLast: a growing claim expands every ordinal's volume as
+// a disruption (DESIGN §3b), and the leader's goes last, under every
+// statefulset_leader_update, as in a rolling update; while the leader is
+// unknown no Ready pod is taken down to grow its volume (any may lead),
+// and once it is known the expansion goes on, leader last.
+func TestLeaderExpandsLast(t *testing.T) {
+	grow := func(w *world) { w.spec.ClaimTemplates = []ClaimTemplate{{Claim: "data", CapacityMin: 20}} }
+	cases := []struct {
+		name   string
+		update LeaderUpdate
+		// unknownFor is how many decisions the leader check stays unread
+		// after the claim grows.
+		unknownFor int
+		// wantSwitchover is set when one switchover from the leader (1)
+		// to the lowest follower (0) must come before the leader goes.
+		wantSwitchover bool
+	}{
+		{name: "last", update: LeaderLast},
+		{name: "switchover", update: LeaderSwitchover, wantSwitchover: true},
+		{name: "supervised", update: LeaderSupervised},
+		{name: "last, leader unknown at first", update: LeaderLast, unknownFor: 20},
+		{name: "switchover, leader unknown at first", update: LeaderSwitchover, unknownFor: 20, wantSwitchover: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			forPolicies(t, func(t *testing.T, spec Spec) {
+				spec.LeaderCheck, spec.LeaderUpdate = "primary", tc.update
+				steps := 0
+				var whileUnknown []int
+				change := func(w *world) {
+					grow(w)
+					w.leaderUnknown = tc.unknownFor > 0
+				}
+				deleted, expanded, asked := rollLeaderWith(t, spec, change, func(w *world, out Output) {
+					steps++
+					if w.leaderUnknown {
+						for _, a := range out.Actions {
+							if a.Type == ActionDeletePod || a.Type == ActionExpandVolume {
+								whileUnknown = append(whileUnknown, a.Ordinal)
+							}
+						}
+					}
+					if steps == tc.unknownFor {
+						w.leaderUnknown = false
+					}
+					if tc.update == LeaderSupervised {
+						w.approveIfWaiting()
+					}
+				})
+				if len(whileUnknown) > 0 {
+					t.Fatalf("pods %v taken down or expanded while the leader was unknown", whileUnknown)
+				}
+				if !slices.Equal(deleted, []int{2, 0, 1}) || !slices.Equal(expanded, []int{2, 0, 1}) {
+					t.Fatalf("deleted %v, expanded %v; want [2 0 1] for both: the leader (1) last", deleted, expanded)
+				}
+				var switchovers []Action
+				for _, a := range asked {
+					if a.Type == ActionSwitchover {
+						switchovers = append(switchovers, a)
+					}
+				}
+				switch {
+				case tc.wantSwitchover && (len(switchovers) != 1 || switchovers[0].Ordinal != 1 || switchovers[0].Target != 0):
+					t.Fatalf("switchovers %+v, want one from 1 to 0", switchovers)
+				case !tc.wantSwitchover && len(switchovers) != 0:
+					t.Fatalf("switchovers %+v under %s, want none", switchovers, tc.update)
+				}
+			})
+		})
 	}
 }

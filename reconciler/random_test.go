@@ -53,7 +53,13 @@ func TestRandomized(t *testing.T) {
 	cs := cells()
 	per := max(*flagRuns/len(cs), 1)
 	t.Cleanup(func() {
-		t.Logf("%d randomized runs, %d reconciles, each checked; %d volumes grown", per*len(cs), randomSteps.Load(), randomExpansions.Load())
+		t.Logf("%d randomized runs, %d reconciles, each checked; %d volumes grown, %d of them a leader's",
+			per*len(cs), randomSteps.Load(), randomExpansions.Load(), randomLeaderResizes.Load())
+		// The default run count must reach a leader's expansion; a short
+		// -runs may not, and says nothing about it.
+		if *flagRuns >= 1024 && !t.Failed() && randomLeaderResizes.Load() == 0 {
+			t.Errorf("no randomized run took a leader down to grow its volume: the leader-last rule of a growing claim went unexercised")
+		}
 	})
 	for ci, c := range cs {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
@@ -68,9 +74,12 @@ func TestRandomized(t *testing.T) {
 	}
 }
 
-// randomSteps counts the reconciles of all randomized runs, and
-// randomExpansions the volumes they grew, for the log.
-var randomSteps, randomExpansions atomic.Int64
+// randomSteps counts the reconciles of all randomized runs,
+// randomExpansions the volumes they grew, for the log, and
+// randomLeaderResizes the Ready leaders they took down to grow a volume
+// (checked by checkLeaderAndAsking to go last, and never while the leader
+// is unknown): TestRandomized fails when a full run never got there.
+var randomSteps, randomExpansions, randomLeaderResizes atomic.Int64
 
 var templates = []string{"v1", "v2", "v3", "bad"}
 
@@ -125,6 +134,7 @@ func randomRun(seed uint64) (err error) {
 	defer func() {
 		randomSteps.Add(int64(w.steps))
 		randomExpansions.Add(int64(w.expansions))
+		randomLeaderResizes.Add(int64(w.leaderResizes))
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w\n%s", phase, err, w.dump())
 		}

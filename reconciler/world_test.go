@@ -41,8 +41,12 @@ type world struct {
 	volumesEverCreated int
 	volumesDeleted     int
 	expansions         int
-	podsCreated        int
-	podsDeleted        int
+	// leaderResizes counts the Ready leaders taken down for a volume
+	// expansion (CauseResize), so that the randomized drivers can show
+	// they exercise the leader-last rule on a growing claim.
+	leaderResizes int
+	podsCreated   int
+	podsDeleted   int
 
 	// checkMonotonic and checkUpdateOrder enable the Kubernetes
 	// assertMonotonicInvariants (while creating and scaling) and
@@ -531,6 +535,9 @@ func (w *world) apply(in Input, out Output, a Action) error {
 			return fmt.Errorf("pod %d taken down to grow a volume that its provisioner cannot or need not grow", a.Ordinal)
 		}
 		w.podsDeleted++
+		if a.Cause == CauseResize && a.Pod.Leader && runningAndReady(&a.Pod) && w.spec.LeaderCheck != "" {
+			w.leaderResizes++
+		}
 		if a.Purge {
 			// A purge removes the child from Nomad at once: safe only when
 			// nothing of it runs, or one ordinal could run twice.
