@@ -153,7 +153,7 @@ select_example() {
 		die "EXAMPLE=${example}: no such example; there are web, nats and postgres"
 		;;
 	esac
-	[[ -f "${root}/${ex_file}" ]] || die "EXAMPLE=${example}: ${ex_file} is not in this checkout (the PostgreSQL example comes with its own branch, issue 27); EXAMPLE=nats and EXAMPLE=web are here"
+	[[ -f "${root}/${ex_file}" ]] || die "EXAMPLE=${example}: ${ex_file} is not in this checkout"
 	if [[ -n "${ex_need}" && ! -x "${ex_need}" ]]; then
 		printf 'demo: EXAMPLE=%s runs %s, from the Debian package %s, which is not installed. Install it with:\n\n    sudo apt-get install -y %s\n\n' \
 			"${example}" "${ex_need}" "${ex_pkg}" "${ex_pkg}" >&2
