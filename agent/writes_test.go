@@ -178,6 +178,9 @@ func TestEveryWriteIsAnAction(t *testing.T) {
 		return h.liveChildren("w") == 0 && len(h.sim.HostVolumes()) == 0,
 			fmt.Sprintf("%d children, %d volumes", h.liveChildren("w"), len(h.sim.HostVolumes()))
 	})
+	// The sets' last writes are seen by Nomad before their calls return
+	// to the agent and reach its trace: let the agent finish first.
+	h.settle()
 	// The test's own writes: five registrations (the set, its new
 	// template, its grown claim, the hand scale, the scale-down) and the
 	// parent's stop.
