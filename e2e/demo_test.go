@@ -76,7 +76,7 @@ func TestDemo(t *testing.T) {
 			if err != nil || !strings.Contains(status, want) {
 				t.Fatalf("EXAMPLE=%s: nomad-statefulset status %s (%v) lacks %q:\n%s", tc.example, tc.set, err, want, status)
 			}
-			out, err = run(2*time.Minute, "bash", "scripts/demo.sh", "down")
+			out, err = run(5*time.Minute, "bash", "scripts/demo.sh", "down")
 			downed = true
 			if err != nil {
 				t.Fatalf("EXAMPLE=%s scripts/demo.sh down: %v\n%s", tc.example, err, out)
