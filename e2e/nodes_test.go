@@ -19,6 +19,9 @@ type MultiCluster struct {
 	// Server is the server agent (no client); Clients are the client agents.
 	Server  *testagent.NomadAgent
 	Clients []*testagent.NomadAgent
+	// ClientConsuls[i] is the Consul client agent beside Clients[i]
+	// (NewMultiClusterConsulPerNode), nil when the clients share m.Consul.
+	ClientConsuls []*testagent.ConsulAgent
 }
 
 // NewMultiCluster starts Consul, one Nomad server and n client agents, each
@@ -45,10 +48,13 @@ func newMultiCluster(t testing.TB, n int, consulPerNode bool, clientOpts ...test
 	m.Server = testagent.Nomad(t, testagent.WithConsul(m.Consul), testagent.WithoutClient())
 	for i := 0; i < n; i++ {
 		opts := clientOpts
+		var own *testagent.ConsulAgent
 		if consulPerNode {
-			opts = append([]testagent.NomadOption{testagent.WithConsul(testagent.ConsulClient(t, m.Consul))}, clientOpts...)
+			own = testagent.ConsulClient(t, m.Consul)
+			opts = append([]testagent.NomadOption{testagent.WithConsul(own)}, clientOpts...)
 		}
 		m.Clients = append(m.Clients, testagent.NomadClient(t, m.Server, map[string]string{"rack": fmt.Sprintf("r%d", i)}, opts...))
+		m.ClientConsuls = append(m.ClientConsuls, own)
 	}
 	m.Nomad = m.Server
 	m.Watchdog = StartWatchdog(t, m.Server.Client)
@@ -60,6 +66,38 @@ func (m *MultiCluster) clientOf(id string) *testagent.NomadAgent {
 	for _, c := range m.Clients {
 		if c.NodeID == id {
 			return c
+		}
+	}
+	return nil
+}
+
+// killMachine kills c's whole machine with SIGKILL, as a power loss would:
+// its Nomad client, the tasks the client leaves running, and its own Consul
+// agent when it has one (so the services registered there turn critical
+// in the catalog, as they do when a machine dies). startMachine brings it
+// back on the same data directories, Consul first, as a booting machine
+// would.
+func (m *MultiCluster) killMachine(c *testagent.NomadAgent) {
+	c.KillHard()
+	if own := m.consulOf(c); own != nil {
+		own.Kill()
+	}
+}
+
+// startMachine starts what killMachine killed, and waits until the Nomad
+// client is ready.
+func (m *MultiCluster) startMachine(c *testagent.NomadAgent) {
+	if own := m.consulOf(c); own != nil {
+		own.Start()
+	}
+	c.Start()
+}
+
+// consulOf is the Consul agent of c's machine, or nil when it shares one.
+func (m *MultiCluster) consulOf(c *testagent.NomadAgent) *testagent.ConsulAgent {
+	for i, cl := range m.Clients {
+		if cl == c && i < len(m.ClientConsuls) {
+			return m.ClientConsuls[i]
 		}
 	}
 	return nil

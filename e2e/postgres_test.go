@@ -18,29 +18,28 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
-	_ "github.com/lib/pq"
+	"github.com/lib/pq"
 
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
 // The PostgreSQL example (examples/postgres) on one Nomad server and three
-// clients, against real PostgreSQL 15 from Debian's postgresql-15 package.
+// clients, each with its own Consul agent, against real PostgreSQL 15 from
+// Debian's postgresql-15 package. The job runs as the file says, its
+// variables at their defaults: nothing in it is substituted (its ports are
+// dynamic, and the members find each other through Consul).
 
 const (
-	pgBinDir   = "/usr/lib/postgresql/15/bin"
-	pgSet      = "postgres"
-	pgExample  = "examples/postgres/postgres.nomad.hcl"
-	pgInstall  = "`make test-e2e` installs it (apt-get install -y postgresql-15), or run that apt-get yourself"
-	pgWaitLong = 4 * time.Minute
+	pgBinDir  = "/usr/lib/postgresql/15/bin"
+	pgSet     = "postgres"
+	pgExample = "examples/postgres/postgres.nomad.hcl"
+	pgInstall = "`make test-e2e` installs it (apt-get install -y postgresql-15), or run that apt-get yourself"
+	// pgWaitLong bounds a rollout, a member's return or the cluster's
+	// forming: a rollout of three members at the example's defaults takes
+	// about a minute and a half, several times that on a loaded machine.
+	pgWaitLong = 8 * time.Minute
 )
-
-// pgVars are the example's variables in the test: a short min_healthy_time
-// and a fast check interval, so that a step takes seconds.
-const pgVars = `
-min_healthy_time = "3s"
-check_interval   = "1s"
-`
 
 // requirePostgres fails the test, saying how to get it, when PostgreSQL 15
 // or its user is missing.
@@ -113,6 +112,9 @@ type pgCluster struct {
 	consul *consulapi.Client
 	w      *pgWriter
 	ev     *eventLog
+	// sysid is the system identifier the cluster was formed with: every
+	// member's, for the whole test.
+	sysid int64
 }
 
 // startPostgres starts the cluster and the daemon (its provisioner creates
@@ -129,21 +131,18 @@ func startPostgres(t *testing.T) *pgCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(filepath.Join(root, pgExample))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := m.Server.Client.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Variables: pgVars, Canonicalize: true})
-	if err != nil {
-		t.Fatalf("parsing %s: %v", pgExample, err)
-	}
-	if _, _, err := m.Server.Client.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("registering %s: %v", pgExample, err)
-	}
 	pc := &pgCluster{m: m, d: d, consul: m.Consul.Client}
+	pc.ev = recordEvents(t, d, pgSet)
+	t.Cleanup(func() { pc.explainFailure(t) })
 	start := time.Now()
+	RegisterFile(t, m.Server.Client, filepath.Join(root, pgExample))
 	pc.waitRollout(t, "", pgWaitLong)
-	t.Logf("the example converged in %v", time.Since(start).Round(time.Second))
+	f := pc.waitFormed(t)
+	if f.primary != 0 {
+		t.Fatalf("%s-%d is the primary of a new cluster, want %s-0 (it bootstraps)", pgSet, f.primary, pgSet)
+	}
+	pc.sysid = f.sysid
+	t.Logf("the example converged and formed one cluster (system identifier %d) in %v", pc.sysid, time.Since(start).Round(time.Second))
 	pc.waitLeader(t, 0)
 	return pc
 }
@@ -216,7 +215,7 @@ func (pc *pgCluster) leader() (int, error) {
 // waitLeader waits until the daemon marks ordinal ord as the leader.
 func (pc *pgCluster) waitLeader(t *testing.T, ord int) {
 	t.Helper()
-	Eventually(t, time.Minute, fmt.Sprintf("the daemon to mark %s-%d as the leader", pgSet, ord), func() error {
+	Eventually(t, 3*time.Minute, fmt.Sprintf("the daemon to mark %s-%d as the leader", pgSet, ord), func() error {
 		got, err := pc.leader()
 		if err != nil || got != ord {
 			st, _ := setStatus(pc.d, pgSet)
@@ -226,18 +225,21 @@ func (pc *pgCluster) waitLeader(t *testing.T, ord int) {
 	})
 }
 
-// members lists the pg service's instances Consul knows, healthy or not:
-// pod name -> "host:port".
-func (pc *pgCluster) members() (map[string]string, error) {
+// members lists the addresses of the pg service's instances Consul knows,
+// healthy or not, by pod name. A pod may be listed at more than one
+// address for a while: a member placed again keeps its old registration
+// until its node's Nomad client removes it (a killed machine's, only once
+// it is back).
+func (pc *pgCluster) members() (map[string][]string, error) {
 	entries, _, err := pc.consul.Health().Service("pg", "", false, nil)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string][]string{}
 	for _, e := range entries {
 		for _, tag := range e.Service.Tags {
 			if strings.HasPrefix(tag, pgSet+"-") {
-				out[tag] = fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port)
+				out[tag] = append(out[tag], fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port))
 			}
 		}
 	}
@@ -255,25 +257,60 @@ func pgOpen(hostport string) (*sql.DB, error) {
 	return db, nil
 }
 
-// primaries asks every member whether it is in recovery and returns the
-// pods that are not: the primaries.
-func (pc *pgCluster) primaries() ([]string, map[string]string, error) {
+// pgMember is what one member says of itself, asked at its address.
+type pgMember struct {
+	addr       string
+	inRecovery bool
+	sysid      int64
+}
+
+// pgAsk asks the server at hostport who it is (its cluster_name, which
+// the example sets to the pod's name), whether it is in recovery, and its
+// system identifier.
+func pgAsk(hostport string) (string, pgMember, error) {
+	db, err := pgOpen(hostport)
+	if err != nil {
+		return "", pgMember{}, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	m := pgMember{addr: hostport}
+	var name string
+	err = db.QueryRowContext(ctx, "select current_setting('cluster_name'), pg_is_in_recovery(), (select system_identifier from pg_control_system())").
+		Scan(&name, &m.inRecovery, &m.sysid)
+	return name, m, err
+}
+
+// survey asks every address Consul lists and returns the members that
+// answered as the pod they are listed for.
+func (pc *pgCluster) survey() (map[string]pgMember, error) {
 	ms, err := pc.members()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]pgMember{}
+	for pod, addrs := range ms {
+		for _, hp := range addrs {
+			if name, m, err := pgAsk(hp); err == nil && name == pod {
+				out[pod] = m
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// primaries returns the members that say they are not in recovery, and
+// every member that answered.
+func (pc *pgCluster) primaries() ([]string, map[string]pgMember, error) {
+	ms, err := pc.survey()
 	if err != nil {
 		return nil, nil, err
 	}
 	var out []string
-	for pod, hp := range ms {
-		db, err := pgOpen(hp)
-		if err != nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var rec bool
-		err = db.QueryRowContext(ctx, "select pg_is_in_recovery()").Scan(&rec)
-		cancel()
-		db.Close()
-		if err == nil && !rec {
+	for pod, m := range ms {
+		if !m.inRecovery {
 			out = append(out, pod)
 		}
 	}
@@ -281,11 +318,103 @@ func (pc *pgCluster) primaries() ([]string, map[string]string, error) {
 	return out, ms, nil
 }
 
+// pgFormation is one cluster as PostgreSQL reports it.
+type pgFormation struct {
+	primary int
+	// sysid is the primary's system identifier, sysids each ordinal's.
+	sysid  int64
+	sysids map[int]int64
+	// streaming is pg_stat_replication on the primary: application_name
+	// (the standby's pod name) -> state.
+	streaming map[string]string
+}
+
+// formed checks that the three members form one cluster, as PostgreSQL
+// itself says: each answers under its own name, exactly one is not in
+// recovery, and that primary's pg_stat_replication lists both others as
+// streaming. It returns the system identifiers without judging them.
+func (pc *pgCluster) formed() (pgFormation, error) {
+	f := pgFormation{primary: -1, sysids: map[int]int64{}, streaming: map[string]string{}}
+	ms, err := pc.survey()
+	if err != nil {
+		return f, err
+	}
+	for o := 0; o < 3; o++ {
+		pod := fmt.Sprintf("%s-%d", pgSet, o)
+		m, ok := ms[pod]
+		if !ok {
+			return f, fmt.Errorf("%s does not answer (members %v)", pod, ms)
+		}
+		f.sysids[o] = m.sysid
+		if m.inRecovery {
+			continue
+		}
+		if f.primary >= 0 {
+			return f, fmt.Errorf("%s-%d and %s both say they are the primary", pgSet, f.primary, pod)
+		}
+		f.primary, f.sysid = o, m.sysid
+	}
+	if f.primary < 0 {
+		return f, fmt.Errorf("no member is the primary: %v", ms)
+	}
+	db, err := pgOpen(ms[fmt.Sprintf("%s-%d", pgSet, f.primary)].addr)
+	if err != nil {
+		return f, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, "select application_name, state from pg_stat_replication")
+	if err != nil {
+		return f, fmt.Errorf("pg_stat_replication on %s-%d: %w", pgSet, f.primary, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var app, state string
+		if err := rows.Scan(&app, &state); err != nil {
+			return f, err
+		}
+		f.streaming[app] = state
+	}
+	if err := rows.Err(); err != nil {
+		return f, err
+	}
+	for o := 0; o < 3; o++ {
+		if pod := fmt.Sprintf("%s-%d", pgSet, o); o != f.primary && f.streaming[pod] != "streaming" {
+			return f, fmt.Errorf("pg_stat_replication on the primary %s-%d: %v, want %s streaming", pgSet, f.primary, f.streaming, pod)
+		}
+	}
+	return f, nil
+}
+
+// waitFormed waits until the members form one cluster (formed), and
+// checks that every member has the system identifier the cluster was
+// formed with.
+func (pc *pgCluster) waitFormed(t *testing.T) pgFormation {
+	t.Helper()
+	var f pgFormation
+	Eventually(t, pgWaitLong, "the three members to form one cluster (pg_stat_replication on the primary lists both standbys streaming)", func() error {
+		var err error
+		f, err = pc.formed()
+		return err
+	})
+	for o, id := range f.sysids {
+		if pc.sysid != 0 && id != pc.sysid {
+			t.Errorf("%s-%d has the system identifier %d, the cluster %d: not the same database", pgSet, o, id, pc.sysid)
+		}
+		if id != f.sysid {
+			t.Errorf("%s-%d has the system identifier %d, the primary %d", pgSet, o, id, f.sysid)
+		}
+	}
+	t.Logf("one cluster: primary %s-%d, pg_stat_replication %v, system identifier %d on every member", pgSet, f.primary, f.streaming, f.sysid)
+	return f
+}
+
 // primaryDB waits for the one primary and opens it.
 func (pc *pgCluster) primaryDB(t *testing.T) (*sql.DB, string) {
 	t.Helper()
 	var pod, hp string
-	Eventually(t, time.Minute, "one primary", func() error {
+	Eventually(t, 3*time.Minute, "one primary", func() error {
 		ps, ms, err := pc.primaries()
 		if err != nil {
 			return err
@@ -293,7 +422,7 @@ func (pc *pgCluster) primaryDB(t *testing.T) (*sql.DB, string) {
 		if len(ps) != 1 {
 			return fmt.Errorf("primaries %v among %v", ps, ms)
 		}
-		pod, hp = ps[0], ms[ps[0]]
+		pod, hp = ps[0], ms[ps[0]].addr
 		return nil
 	})
 	db, err := pgOpen(hp)
@@ -313,6 +442,39 @@ func (pc *pgCluster) timeline(t *testing.T) int {
 		t.Fatalf("reading the timeline: %v", err)
 	}
 	return tl
+}
+
+// pgStore is what identifies a member's data: its volume, the node the
+// volume is on, and the inode of the data directory on it. The example
+// makes a new data directory only when it clones a member (rm -rf, then
+// pg_basebackup) or initdb's ordinal 0, so an unchanged inode means the
+// member came back on the data it had.
+type pgStore struct {
+	volumeID, node, path string
+	inode                uint64
+}
+
+func (pc *pgCluster) stores(t *testing.T) map[int]pgStore {
+	t.Helper()
+	out := map[int]pgStore{}
+	for o := 0; o < 3; o++ {
+		name := fmt.Sprintf("data-%s-%d", pgSet, o)
+		vols := HostVolumes(t, pc.m.Server.Client, "default", name)
+		if len(vols) != 1 {
+			t.Fatalf("%d volumes %s", len(vols), name)
+		}
+		v, _, err := pc.m.Server.Client.HostVolumes().Get(vols[0].ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(v.HostPath, "pgdata")
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatalf("%s: the data directory of %s-%d: %v", name, pgSet, o, err)
+		}
+		out[o] = pgStore{volumeID: v.ID, node: v.NodeID, path: dir, inode: fi.Sys().(*syscall.Stat_t).Ino}
+	}
+	return out
 }
 
 // pgWriter writes rows one at a time, for the whole test, to whichever
@@ -370,9 +532,11 @@ func (w *pgWriter) run() {
 		default:
 		}
 		if db == nil {
+			// Each look asks Consul and connects to every member: 5 a
+			// second keeps a long outage from loading the machine.
 			ps, ms, err := w.pc.primaries()
 			if err != nil || len(ps) == 0 {
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond)
 				continue
 			}
 			if len(ps) > 1 {
@@ -382,7 +546,7 @@ func (w *pgWriter) run() {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			if db, err = pgOpen(ms[ps[0]]); err != nil {
+			if db, err = pgOpen(ms[ps[0]].addr); err != nil {
 				db = nil
 				continue
 			}
@@ -436,6 +600,45 @@ func (w *pgWriter) maxGap(from, to time.Time) (time.Duration, int) {
 	return gap, n
 }
 
+// outage is the longest time without an acknowledged write in [from, to],
+// with the acknowledged writes (or from, to) that bound it. A kill shows
+// as the gap it opens: the killed primary may still acknowledge a write
+// or two while its machine's processes are being killed.
+func (w *pgWriter) outage(from, to time.Time) (time.Duration, time.Time, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, gap, begin, end := from, time.Duration(0), from, to
+	for _, at := range w.ackAt {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		if d := at.Sub(prev); d > gap {
+			gap, begin, end = d, prev, at
+		}
+		prev = at
+	}
+	if d := to.Sub(prev); d > gap {
+		gap, begin, end = d, prev, to
+	}
+	return gap, begin, end
+}
+
+// waitAcks waits until the writer has had n more acknowledged writes.
+func (w *pgWriter) waitAcks(t *testing.T, n int, what string) {
+	t.Helper()
+	w.mu.Lock()
+	want := len(w.acked) + n
+	w.mu.Unlock()
+	Eventually(t, pgWaitLong, fmt.Sprintf("%d acknowledged writes (%s)", n, what), func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.acked) < want {
+			return fmt.Errorf("%d of %d (%d failed)", len(w.acked), want, w.failures)
+		}
+		return nil
+	})
+}
+
 // verify stops the writer and reads every acknowledged row back from the
 // primary.
 func (w *pgWriter) verify(t *testing.T) {
@@ -475,6 +678,44 @@ func (w *pgWriter) verify(t *testing.T) {
 	}
 	t.Logf("writer: %d inserts tried, %d acknowledged, all %d read back from the primary %s (%d rows there; %d failed, unacknowledged); primaries it wrote to: %v",
 		w.attempts, len(w.acked), len(w.acked)-len(lost), pod, len(have), w.failures, w.switches)
+
+	// Every standby has replayed them all too (once it caught up).
+	acked := append([]int64(nil), w.acked...)
+	Eventually(t, 3*time.Minute, "every member to hold every acknowledged write", func() error {
+		ms, err := w.pc.survey()
+		if err != nil {
+			return err
+		}
+		for o := 0; o < 3; o++ {
+			pod := fmt.Sprintf("%s-%d", pgSet, o)
+			m, ok := ms[pod]
+			if !ok {
+				return fmt.Errorf("%s does not answer", pod)
+			}
+			n, err := countIDs(m.addr, acked)
+			if err != nil {
+				return fmt.Errorf("%s: %w", pod, err)
+			}
+			if n != len(acked) {
+				return fmt.Errorf("%s holds %d of the %d acknowledged writes", pod, n, len(acked))
+			}
+		}
+		return nil
+	})
+}
+
+// countIDs counts how many of ids the member at hostport holds.
+func countIDs(hostport string, ids []int64) (int, error) {
+	db, err := pgOpen(hostport)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	err = db.QueryRowContext(ctx, "select count(*) from nss_e2e_writes where id = any($1)", pq.Array(ids)).Scan(&n)
+	return n, err
 }
 
 func head(ids []int64, n int) []int64 {
@@ -655,20 +896,28 @@ func (pc *pgCluster) condition(typ, reason string) (client.Condition, bool, clie
 	return client.Condition{}, false, st
 }
 
-// TestPostgres runs examples/postgres with real PostgreSQL 15 on three
-// Nomad clients, with a client writing rows the whole time, through
-// rollouts under each leader_update mode and without a leader check, a
-// supervised rollout, and a drain held by the disruption check. It shows
-// that no acknowledged write is lost, that a switchover rollout takes the
-// primary down last with exactly one switchover, that the watchdog never
-// sees an ordinal twice, and measures each rollout.
+// TestPostgres runs examples/postgres as a user would, with real
+// PostgreSQL 15 on three Nomad clients and a client writing rows the whole
+// time, through rollouts under each leader_update mode and without a
+// leader check, a drain of two nodes at once (first held by the disruption
+// check), and a kill -9 of the primary's machine, then its return.
+// PostgreSQL itself says when the cluster has formed (pg_stat_replication
+// on the primary), after the start, each disruption and at the end. It
+// shows that no acknowledged write is lost (each is read back from every
+// member), that every member keeps the system identifier, its volume and
+// its data directory, that a switchover rollout takes the primary down
+// last with exactly one switchover, that no more than one member is ever
+// down and no ordinal runs twice (the watchdog), and measures the longest
+// write gap of each disruption and the time without a primary when the
+// primary's node dies.
 func TestPostgres(t *testing.T) {
 	began := time.Now()
 	pc := startPostgres(t)
-	pc.ev = recordEvents(t, pc.d, pgSet)
 	pc.startWriter(t)
+	stores := pc.stores(t)
 	pc.m.Watchdog.TrackDown(pgSet, 3)
 	var results []rolloutResult
+	var disruptions []pgDisruption
 
 	// The primary on a middle ordinal: the rollout order (2, 0, then the
 	// leader) puts the switchover at the end.
@@ -776,29 +1025,37 @@ func TestPostgres(t *testing.T) {
 		pc.waitLeader(t, 1)
 	})
 
-	t.Run("drain-held-by-disruption-check", func(t *testing.T) {
+	t.Run("drain-two-nodes", func(t *testing.T) {
+		// The nodes of both standbys are drained at once, first while the
+		// operator holds disruptions (a row in nss_disruption_hold), then
+		// with the hold lifted. Each member's volume lives on its node,
+		// so neither can move: the daemon takes one down (the budget is
+		// one member), which waits for its node; the other stays up on
+		// its node until the first is back, then goes the same way.
+		f := pc.waitFormed(t)
+		var drained []int
+		for o := 2; o >= 0; o-- {
+			if o != f.primary {
+				drained = append(drained, o)
+			}
+		}
+		nodes := nodesOf(t, pc.m, pgSet, 3)
+		if len(nodes) != 3 || nodes[0] == nodes[1] || nodes[0] == nodes[2] || nodes[1] == nodes[2] {
+			t.Fatalf("members not on three nodes: %v", nodes)
+		}
 		db, _ := pc.primaryDB(t)
 		defer db.Close()
 		if _, err := db.Exec("insert into nss_disruption_hold (reason) values ('e2e: hold the drain')"); err != nil {
 			t.Fatal(err)
 		}
-		victim := fmt.Sprintf("%s-2", pgSet)
-		nodes := nodesOf(t, pc.m, pgSet, 3)
-		node := pc.m.clientOf(nodes[2])
-		if node == nil {
-			t.Fatalf("no client runs %s: %v", victim, nodes)
-		}
-		for o, n := range nodes {
-			if o != 2 && n == nodes[2] {
-				t.Fatalf("%s-%d shares the node of %s: %v", pgSet, o, victim, nodes)
+		start := time.Now()
+		for _, o := range drained {
+			if err := pc.m.clientOf(nodes[o]).Drain(10 * time.Minute); err != nil {
+				t.Fatal(err)
 			}
 		}
-		start := time.Now()
-		if err := node.Drain(10 * time.Minute); err != nil {
-			t.Fatal(err)
-		}
 		var held client.Condition
-		Eventually(t, 2*time.Minute, "the drain to be held by the disruption check", func() error {
+		Eventually(t, 4*time.Minute, "the drain to be held by the disruption check", func() error {
 			c, ok, st := pc.condition("Held", "DisruptionCheckFailed")
 			if !ok {
 				return fmt.Errorf("conditions %+v", st.Status.Conditions)
@@ -806,9 +1063,11 @@ func TestPostgres(t *testing.T) {
 			held = c
 			return nil
 		})
-		time.Sleep(3 * time.Second)
-		if a := runningAlloc(t, pc.m, victim); a == nil || a.NodeID != node.NodeID {
-			t.Fatalf("%s left the draining node while the disruption check said no", victim)
+		// The check said no: both drained members are where they were.
+		for _, o := range drained {
+			if a := runningAlloc(t, pc.m, fmt.Sprintf("%s-%d", pgSet, o)); a == nil || a.NodeID != nodes[o] {
+				t.Fatalf("%s-%d left its draining node while the disruption check said no", pgSet, o)
+			}
 		}
 		out, _ := pc.d.CLI("status", pgSet)
 		t.Logf("held %v: %s\nstatus:\n%s", time.Since(start).Round(time.Second), held.Message, out)
@@ -819,44 +1078,214 @@ func TestPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		released := time.Now()
-		Eventually(t, 2*time.Minute, victim+" to leave the draining node", func() error {
-			if a := runningAlloc(t, pc.m, victim); a != nil && a.NodeID == node.NodeID {
-				return fmt.Errorf("still on %s", node.Name)
+		left := map[int]bool{}
+		for _, o := range drained {
+			left[o] = true
+		}
+		var order []int
+		for len(left) > 0 {
+			down := -1
+			Eventually(t, pgWaitLong, "a drained member to go and wait for its node", func() error {
+				st, err := setStatus(pc.d, pgSet)
+				if err != nil {
+					return err
+				}
+				for _, p := range st.Pods {
+					if left[p.Ordinal] && p.State == "WaitingForNode" {
+						down = p.Ordinal
+						return nil
+					}
+				}
+				return fmt.Errorf("pods %s", podLine(st))
+			})
+			// The budget: every other drained member still runs on its
+			// node while this one is down.
+			for o := range left {
+				if o == down {
+					continue
+				}
+				if a := runningAlloc(t, pc.m, fmt.Sprintf("%s-%d", pgSet, o)); a == nil || a.NodeID != nodes[o] {
+					t.Fatalf("%s-%d left its draining node while %s-%d was down", pgSet, o, pgSet, down)
+				}
+			}
+			t.Logf("%s-%d waits for its node %v after the hold was lifted", pgSet, down, time.Since(released).Round(100*time.Millisecond))
+			if err := pc.m.clientOf(nodes[down]).Undrain(); err != nil {
+				t.Fatal(err)
+			}
+			pod := fmt.Sprintf("%s-%d", pgSet, down)
+			Eventually(t, pgWaitLong, pod+" back on its node and ready", func() error {
+				st, err := setStatus(pc.d, pgSet)
+				if err != nil {
+					return err
+				}
+				for _, p := range st.Pods {
+					if p.Ordinal == down && isReady(p.State) && p.NodeID == nodes[down] {
+						return nil
+					}
+				}
+				return fmt.Errorf("pods %s", podLine(st))
+			})
+			delete(left, down)
+			order = append(order, down)
+		}
+		pc.waitRollout(t, "", pgWaitLong)
+		pc.waitFormed(t)
+		for o, n := range nodesOf(t, pc.m, pgSet, 3) {
+			if n != nodes[o] {
+				t.Errorf("%s-%d runs on %s after the drain, was on %s (its volume's node)", pgSet, o, n, nodes[o])
+			}
+		}
+		for _, o := range drained {
+			taken := 0
+			for _, e := range pc.ev.since(start) {
+				if e.Type == "DeletePod" && strings.HasPrefix(e.Message, fmt.Sprintf("DeletePod %s-%d:", pgSet, o)) {
+					taken++
+				}
+			}
+			if taken != 1 {
+				t.Errorf("%s-%d was taken down %d times by the daemon during the drain, want once:%s", pgSet, o, taken, eventLines(pc.ev.since(start)))
+			}
+		}
+		end := time.Now()
+		gap, acked := pc.w.maxGap(released, end)
+		disruptions = append(disruptions, pgDisruption{name: "drain of two nodes (both standbys)", took: end.Sub(released), maxGap: gap, acked: acked})
+		t.Logf("drain of two nodes: members down in the order %v, %v from the hold's end, longest write gap %v (%d writes acknowledged)",
+			order, end.Sub(released).Round(100*time.Millisecond), gap.Round(time.Millisecond), acked)
+	})
+
+	t.Run("kill-primary-node", func(t *testing.T) {
+		// kill -9 of the machine of the primary: its Nomad client, the
+		// tasks, and its Consul agent. The example has no failover
+		// manager: a standby is promoted only by the switchover command,
+		// which the daemon runs before a disruption it makes itself, never
+		// for a node it lost. So nothing is acknowledged until the
+		// machine is back and its member starts again, on its volume, as
+		// the primary; the writer measures that outage.
+		f := pc.waitFormed(t)
+		nodes := nodesOf(t, pc.m, pgSet, 3)
+		victim := pc.m.clientOf(nodes[f.primary])
+		if victim == nil {
+			t.Fatalf("no client runs %s-%d: %v", pgSet, f.primary, nodes)
+		}
+		pc.w.waitAcks(t, 20, "before the kill")
+		killed := time.Now()
+		pc.m.killMachine(victim)
+		Eventually(t, pgWaitLong, "Nomad to mark the killed node down", func() error {
+			n, _, err := pc.m.Server.Client.Nodes().Info(victim.NodeID, nil)
+			if err != nil || n.Status != "down" {
+				return fmt.Errorf("node %v %v", n.Status, err)
 			}
 			return nil
 		})
-		t.Logf("the drain went on %v after the hold was lifted", time.Since(released).Round(100*time.Millisecond))
-		if err := node.Undrain(); err != nil {
-			t.Fatal(err)
-		}
+		downAfter := time.Since(killed)
+		st, _ := setStatus(pc.d, pgSet)
+		ps, ms, _ := pc.primaries()
+		t.Logf("%s-%d's node down %v after the kill; pods %s; members answering %v, primaries among them %v",
+			pgSet, f.primary, downAfter.Round(100*time.Millisecond), podLine(st), ms, ps)
+		back := time.Now()
+		pc.m.startMachine(victim)
 		pc.waitRollout(t, "", pgWaitLong)
-		if a := runningAlloc(t, pc.m, victim); a == nil || a.NodeID != node.NodeID {
-			t.Errorf("%s did not come back on its node (its volume's) after the drain", victim)
+		g := pc.waitFormed(t)
+		if g.primary != f.primary {
+			t.Errorf("%s-%d is the primary after the node came back, want %s-%d: the example has no failover", pgSet, g.primary, pgSet, f.primary)
 		}
-		drained := 0
-		for _, e := range pc.ev.since(start) {
-			if e.Type == "DeletePod" && strings.HasPrefix(e.Message, "DeletePod "+victim+":") {
-				drained++
+		pc.w.waitAcks(t, 20, "after the node came back")
+		for o, n := range nodesOf(t, pc.m, pgSet, 3) {
+			if n != nodes[o] {
+				t.Errorf("%s-%d runs on %s after the kill, was on %s", pgSet, o, n, nodes[o])
 			}
 		}
-		if drained != 1 {
-			t.Errorf("%s was taken down %d times by the daemon during the drain, want once:%s", victim, drained, eventLines(pc.ev.since(start)))
-		}
+		end := time.Now()
+		outage, last, next := pc.w.outage(killed, end)
+		gap, acked := pc.w.maxGap(killed, end)
+		disruptions = append(disruptions, pgDisruption{name: "kill -9 of the primary's node, then back", took: end.Sub(killed), maxGap: gap, acked: acked, noPrimary: outage})
+		t.Logf("kill -9 of %s-%d's node: node down in Nomad after %v, machine started again %v after the kill; no write acknowledged for %v (%s to %s), the member back as the primary %v after the machine started",
+			pgSet, f.primary, downAfter.Round(100*time.Millisecond), back.Sub(killed).Round(100*time.Millisecond), outage.Round(10*time.Millisecond),
+			last.Format("15:04:05.000"), next.Format("15:04:05.000"), next.Sub(back).Round(100*time.Millisecond))
 	})
 
+	// At the end: one cluster by pg_stat_replication, every member with
+	// the system identifier of the start (waitFormed), its volume and its
+	// data directory, and every acknowledged write on every member.
+	pc.waitFormed(t)
 	pc.w.verify(t)
+	after := pc.stores(t)
+	for o := 0; o < 3; o++ {
+		if before, now := stores[o], after[o]; before != now {
+			t.Errorf("%s-%d: data %+v at the start, %+v at the end", pgSet, o, before, now)
+		}
+	}
 	if n, at := pc.m.Watchdog.MaxDown(pgSet); n > 1 {
 		t.Errorf("%d members down at once (%s), budget 1", n, at)
 	}
 	if v := pc.m.Watchdog.Violations(); len(v) > 0 {
 		t.Errorf("watchdog: %v", v)
 	}
-	t.Logf("rollouts of 3 members (min_healthy_time 3s, checks every 1s):")
+	t.Logf("rollouts of 3 members (the example's defaults: min_healthy_time 10s, checks every 5s):")
 	t.Logf("%-34s %10s %16s %12s", "leader update", "rollout", "longest write gap", "switchovers")
 	for _, r := range results {
 		t.Logf("%-34s %10v %16v %12d", r.mode, r.took.Round(100*time.Millisecond), r.maxGap.Round(10*time.Millisecond), r.switchovers)
 	}
+	t.Logf("%-42s %10s %16s %16s", "disruption", "took", "longest write gap", "without a primary")
+	for _, d := range disruptions {
+		np := "-"
+		if d.noPrimary > 0 {
+			np = d.noPrimary.Round(10 * time.Millisecond).String()
+		}
+		t.Logf("%-42s %10v %16v %16s", d.name, d.took.Round(100*time.Millisecond), d.maxGap.Round(10*time.Millisecond), np)
+	}
 	t.Logf("all Postgres scenarios: %v", time.Since(began).Round(time.Second))
+}
+
+// pgDisruption is what the writer saw during one disruption that is not a
+// rollout.
+type pgDisruption struct {
+	name         string
+	took, maxGap time.Duration
+	acked        int
+	// noPrimary is the longest time no write was acknowledged while the
+	// primary was lost (pgWriter.outage), 0 when it was not lost.
+	noPrimary time.Duration
+}
+
+func isReady(state string) bool { return state == "Ready" || state == "Available" }
+
+// explainFailure, when the test failed, logs what a failure needs to be
+// understood: the daemon's events, and each member's allocations with
+// their task events and the end of the task's stderr (start.sh and
+// postgres).
+func (pc *pgCluster) explainFailure(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	t.Logf("the daemon's events:%s", eventLines(pc.ev.since(time.Time{})))
+	for o := 0; o < 3; o++ {
+		job := fmt.Sprintf("%s-%d", pgSet, o)
+		allocs, _, err := pc.m.Server.Client.Jobs().Allocations(job, true, nil)
+		if err != nil {
+			t.Logf("%s: %v", job, err)
+			continue
+		}
+		for _, a := range allocs {
+			var b strings.Builder
+			fmt.Fprintf(&b, "%s allocation %s on %.8s: desired %s, client %s", job, a.ID[:8], a.NodeID, a.DesiredStatus, a.ClientStatus)
+			for _, ts := range a.TaskStates {
+				for _, e := range ts.Events {
+					fmt.Fprintf(&b, "\n  %s %s %s", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Type, e.DisplayMessage)
+				}
+			}
+			for _, c := range pc.m.Clients {
+				logs, _ := filepath.Glob(filepath.Join(c.DataDir, "alloc", a.ID, "alloc", "logs", "postgres.stderr.*"))
+				for _, l := range logs {
+					if data, err := os.ReadFile(l); err == nil {
+						lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+						fmt.Fprintf(&b, "\n  %s (last %d lines):\n    %s", filepath.Base(l), min(len(lines), 40), strings.Join(lines[max(0, len(lines)-40):], "\n    "))
+					}
+				}
+			}
+			t.Log(b.String())
+		}
+	}
 }
 
 // standbyCheckWarns edits the template's is-primary.sh so that a member
@@ -915,6 +1344,7 @@ func unstickExecutors(t *testing.T, m *MultiCluster) {
 					continue
 				}
 				if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+					t.Logf("worked around Nomad's exec race: killed %s", what)
 					mu.Lock()
 					unstuck = append(unstuck, time.Now().Format("15:04:05")+" "+what)
 					mu.Unlock()

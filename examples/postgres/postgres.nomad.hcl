@@ -36,7 +36,7 @@
 # service has no health, so /local/primary would list every member).
 
 variable "min_healthy_time" {
-  description = "How long a member must be healthy before it counts as Ready (tests use a few seconds)."
+  description = "How long a member must be healthy before it counts as Ready."
   type        = string
   default     = "10s"
 }
@@ -93,13 +93,18 @@ job "postgres" {
       name = "pg"
       port = "pg"
 
+      # timeout: the scripts give up on their own after 3s
+      # (PGCONNECT_TIMEOUT); the rest is room for a slow exec into the
+      # task on a loaded machine. Never let Nomad time a script check out:
+      # in Nomad 1.10.5 the exec driver's executor then crashes ("send on
+      # closed channel" in handleExecWait), and takes the task with it.
       check {
         name     = "ready"
         type     = "script"
         task     = "postgres"
         command  = "/local/ready.sh"
         interval = var.check_interval
-        timeout  = "5s"
+        timeout  = "30s"
       }
     }
 
@@ -117,7 +122,7 @@ job "postgres" {
         task      = "postgres"
         command   = "/local/is-primary.sh"
         interval  = var.check_interval
-        timeout   = "5s"
+        timeout   = "30s" # see the check "ready"
         on_update = "ignore"
       }
     }
@@ -422,8 +427,12 @@ job "postgres" {
           fi
           chmod 700 "$PGDATA"
           # Nothing else runs postgres in this allocation, and the volume has
-          # one writer: a pid file left by a killed allocation is stale.
-          rm -f "$PGDATA/postmaster.pid"
+          # one writer: a pid file left by a killed allocation is stale. So
+          # is a socket lock file in /local/run: when a client comes back
+          # after its machine died, Nomad restarts the task in the same
+          # allocation directory, and postgres would refuse to start if the
+          # PID in the old lock file happens to be alive in the new task.
+          rm -f "$PGDATA/postmaster.pid" /local/run/.s.PGSQL.*
         }
 
         trap 'kill -HUP "$pg" 2>/dev/null' HUP
