@@ -382,12 +382,16 @@ job "postgres" {
         clone() {
           wait_primary || return 1
           log "cloning from the primary $P_POD ($P_ADDR:$P_PORT)"
-          rm -rf "$PGDATA"
+          rm -rf "$PGDATA" "$PGDATA.new"
           # Not -R: it would write primary_conninfo into
           # postgresql.auto.conf, which overrides /local/primary.conf and
-          # would pin this member to the primary of today.
-          pg_basebackup -h "$P_ADDR" -p "$P_PORT" -U postgres -D "$PGDATA" -X stream -c fast || return 1
-          touch "$PGDATA/standby.signal"
+          # would pin this member to the primary of today. Into a
+          # directory of its own, moved into place once whole: a clone cut
+          # short (the task killed) must never leave a PG_VERSION without a
+          # standby.signal, which the next start would take for a primary.
+          pg_basebackup -h "$P_ADDR" -p "$P_PORT" -U postgres -D "$PGDATA.new" -X stream -c fast || return 1
+          touch "$PGDATA.new/standby.signal"
+          mv "$PGDATA.new" "$PGDATA"
         }
 
         # prepare: makes $PGDATA right for the role this member must start in.
@@ -398,13 +402,18 @@ job "postgres" {
             # in a living cluster is cloned like any other.
             if [ "$ORDINAL" = 0 ] && ! others; then
               log "empty volume and no other member: initdb, this member is the primary"
-              rm -rf "$PGDATA"
-              initdb -D "$PGDATA" -U postgres --auth=trust --locale=C --encoding=UTF8 >&2 || return 1
+              # In a directory of its own, moved into place once whole: an
+              # initdb cut short (the task killed under load) left a
+              # PG_VERSION beside a half-made cluster that every later
+              # start took for a database and crashed on.
+              rm -rf "$PGDATA" "$PGDATA.new"
+              initdb -D "$PGDATA.new" -U postgres --auth=trust --locale=C --encoding=UTF8 >&2 || return 1
               # A table the operator can hold the daemon off with (see
               # can-lose-one.sh): INSERT INTO nss_disruption_hold VALUES ('backup running').
-              pg_ctl start -w -s -o "-c config_file=/local/postgresql.conf -c listen_addresses=''" >&2 || return 1
+              pg_ctl start -D "$PGDATA.new" -w -s -o "-c config_file=/local/postgresql.conf -c data_directory=$PGDATA.new -c listen_addresses=''" >&2 || return 1
               sql -c "create table if not exists nss_disruption_hold (reason text not null, since timestamptz not null default now())" || return 1
-              pg_ctl stop -w -s -m fast >&2 || return 1
+              pg_ctl stop -D "$PGDATA.new" -w -s -m fast >&2 || return 1
+              mv "$PGDATA.new" "$PGDATA"
             else
               clone || return 1
             fi
