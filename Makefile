@@ -16,6 +16,7 @@
 #   make test       lint + test-unit + test-integration + test-e2e (what CI runs)
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
 #   make bench-cluster  set vs native Nomad on real agents (e2e), written to .cache/bench-cluster.txt
+#                   (with the 1,000-children scale comparison; see the target)
 #   make demo       local Consul + Nomad + daemon on loopback, running examples/web.nomad.hcl
 #                   (EXAMPLE=nats: examples/nats, with Debian's nats-server;
 #                   EXAMPLE=postgres: examples/postgres, with postgresql-15)
@@ -118,10 +119,18 @@ bench:
 	@echo "benchmarks written to $(CACHE)/bench.txt"
 
 # Real Nomad and Consul, one fresh cluster per run; about a minute a run.
+# Then BenchmarkScaleVsNative (issue 28): 200 Parallel sets of 5 mock_driver
+# pods (1,000 children) created and rolled at once against Nomad alone on
+# two fresh agents (native, set, native), with the daemon's lost event
+# streams; three Nomad agents at once, several minutes a run on a quiet
+# machine. NSS_BENCH_SCALE_SETS (default 200) and NSS_BENCH_SCALE_REPLICAS
+# (default 5) change its size; BENCH_SCALE_COUNT its runs.
 BENCH_CLUSTER_COUNT ?= 5
+BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build
 	@mkdir -p $(CACHE)
-	$(GO) test -run '^$$' -bench 'VsNative' -benchtime 1x -count $(BENCH_CLUSTER_COUNT) -timeout 60m ./e2e/ | tee $(CACHE)/bench-cluster.txt
+	$(GO) test -run '^$$' -bench '(OrderedReady|Parallel)VsNative' -benchtime 1x -count $(BENCH_CLUSTER_COUNT) -timeout 60m ./e2e/ | tee $(CACHE)/bench-cluster.txt
+	$(GO) test -run '^$$' -bench 'ScaleVsNative' -benchtime 1x -count $(BENCH_SCALE_COUNT) -timeout 60m ./e2e/ | tee -a $(CACHE)/bench-cluster.txt
 	@echo "benchmarks written to $(CACHE)/bench-cluster.txt"
 	NSS_STEADY_STATE=10m $(GO) test -count=1 -timeout 30m -run '^TestSteadyStateMakesNoWrites$$' -v ./e2e/ | tee $(CACHE)/steady-state-soak.txt
 

@@ -1,0 +1,497 @@
+package e2e
+
+// The real-Nomad scale comparison of issue 28: many Parallel sets created
+// and rolled at once against Nomad alone doing the same with count = 1
+// jobs, with the daemon's lost event streams counted.
+//
+// Three fresh clusters run in one process, each a Consul agent and a Nomad
+// agent (server and client): the set side, with the daemon, and two native
+// sides. No watchdog follows any of them (it polls every job and allocation
+// and would load the set's Nomad alone); the benchmark's own poll for health
+// lists the allocations of the side it measures, the same for each side.
+// The task is mock_driver, so the figures are the controller's and Nomad's
+// scheduling and client work, not a task's start.
+//
+// Each phase runs native, set, native (create: A, set, B; rollout: B, set,
+// A), one side at a time, the others idle with their allocations running.
+// The set is compared with the mean of the two native sides that bracket
+// it, so that neither the first place (an idle machine, no allocations held
+// elsewhere) nor the last is the set's alone; the two native sides against
+// each other are the noise of the comparison.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// scaleTimeout bounds one side's phase: 1,000 allocations on a shared
+// 2-core machine.
+const scaleTimeout = 45 * time.Minute
+
+// scaleRegisterWorkers is how many register calls the benchmark makes at
+// once, for the parents and for the native jobs alike.
+const scaleRegisterWorkers = 4
+
+// progress writes a line to stderr at once: a benchmark's own log is
+// printed only at its end and, without -v, cut to its first 10 lines, which
+// the agents' start-up lines and the summaries take.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
+}
+
+// envInt reads a positive integer from the environment, def when unset.
+func envInt(b *testing.B, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s = %q: want an integer ≥ 1", name, v)
+	}
+	return n
+}
+
+// scaleParentHCL is one Parallel parent of replicas mock_driver pods that
+// may all be down at once. version is written to the task's output, so a
+// new version is a new template (a rollout). The resources (CPU, memory,
+// ephemeral disk with the logs in it) are about the smallest Nomad
+// accepts, so that 1,000 allocations fit on one node. Task logs are
+// disabled: otherwise the Nomad client runs a logmon process (about 70 MB)
+// for every task, 3,000 processes for the three agents, which made a first
+// run place one allocation a second and fill the machine.
+func scaleParentHCL(name string, replicas, version int) string {
+	return fmt.Sprintf(`job %q {
+  datacenters = ["*"]
+  meta {
+    statefulset                       = "true"
+    statefulset_max_unavailable       = "100%%"
+    statefulset_pod_management_policy = "Parallel"
+    statefulset_replicas              = "%d"
+  }
+  group "app" {
+    count = 0
+    ephemeral_disk {
+      size = 10
+    }
+    update {
+      min_healthy_time = "1s"
+      healthy_deadline = "5m"
+    }
+    task "app" {
+      driver = "mock_driver"
+      config {
+        run_for       = "24h"
+        stdout_string = "version %d"
+      }
+      logs {
+        disabled      = true
+        max_files     = 1
+        max_file_size = 5
+      }
+      resources {
+        cpu    = 1
+        memory = 10
+      }
+    }
+  }
+}
+`, name, replicas, version)
+}
+
+// scaleNativeJob renders parent's child for ordinal 0 as the daemon does
+// (jobs.RenderChild) and makes it a plain count = 1 job without the
+// statefulset_* meta, as nativeJob does for setSpec.
+func scaleNativeJob(b *testing.B, parent *nomadapi.Job) *nomadapi.Job {
+	b.Helper()
+	s, err := jobs.Parse(parent)
+	if err != nil {
+		b.Fatalf("parsing the parent %s: %v", *parent.ID, err)
+	}
+	data, err := jobs.RevisionData(parent)
+	if err != nil {
+		b.Fatalf("revision data of %s: %v", *parent.ID, err)
+	}
+	job, err := jobs.RenderChild(s, reconciler.Revision{Name: *parent.ID + "-native", Data: data}, 0)
+	if err != nil {
+		b.Fatalf("rendering the native copy of %s: %v", *parent.ID, err)
+	}
+	for k := range job.Meta {
+		if strings.HasPrefix(k, "statefulset_") {
+			delete(job.Meta, k)
+		}
+	}
+	one := 1
+	job.TaskGroups[0].Count = &one
+	return job
+}
+
+// withID returns a deep copy of job with ID and name id.
+func withID(b *testing.B, job *nomadapi.Job, id string) *nomadapi.Job {
+	b.Helper()
+	raw, err := json.Marshal(job)
+	if err != nil {
+		b.Fatalf("copying job %s: %v", *job.ID, err)
+	}
+	var out nomadapi.Job
+	if err := json.Unmarshal(raw, &out); err != nil {
+		b.Fatalf("copying job %s: %v", *job.ID, err)
+	}
+	out.ID, out.Name = &id, &id
+	return &out
+}
+
+// registerAll registers jobs with scaleRegisterWorkers calls at a time.
+func registerAll(b *testing.B, c *nomadapi.Client, all []*nomadapi.Job) {
+	b.Helper()
+	work := make(chan *nomadapi.Job)
+	errs := make(chan error, len(all))
+	var wg sync.WaitGroup
+	for w := 0; w < scaleRegisterWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				if _, _, err := c.Jobs().Register(j, nil); err != nil {
+					errs <- fmt.Errorf("registering %s: %w", *j.ID, err)
+				}
+			}
+		}()
+	}
+	for _, j := range all {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// allocIndex is Nomad's current allocation index: every allocation of the
+// phase about to start is created after it.
+func allocIndex(b *testing.B, c *nomadapi.Client) uint64 {
+	b.Helper()
+	_, meta, err := c.Allocations().List(&nomadapi.QueryOptions{Params: map[string]string{"task_states": "false"}, PerPage: 1})
+	if err != nil {
+		b.Fatalf("listing allocations: %v", err)
+	}
+	return meta.LastIndex
+}
+
+// firstSubmit is the earliest SubmitTime of the current versions of the
+// jobs named in ids: when the server accepted the phase's first register
+// call.
+func firstSubmit(b *testing.B, c *nomadapi.Client, prefix string, ids map[string]bool) (time.Time, map[string]uint64) {
+	b.Helper()
+	list, _, err := c.Jobs().List(&nomadapi.QueryOptions{Prefix: prefix})
+	if err != nil {
+		b.Fatalf("listing jobs %s*: %v", prefix, err)
+	}
+	var first time.Time
+	seen := 0
+	modify := map[string]uint64{}
+	for _, j := range list {
+		if !ids[j.ID] {
+			continue
+		}
+		seen++
+		modify[j.ID] = j.JobModifyIndex
+		if t := time.Unix(0, j.SubmitTime); first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	if seen != len(ids) {
+		b.Fatalf("%d of the %d jobs %s* are registered", seen, len(ids), prefix)
+	}
+	return first, modify
+}
+
+// waitScaleHealthy waits until every job in ids has a healthy allocation
+// created after index and returns the latest of those allocations' health
+// times (each job's first healthy one), stamped by the Nomad client. It
+// lists all allocations every 2 s, without task states; a failed allocation
+// of one of the jobs ends the benchmark.
+func waitScaleHealthy(b *testing.B, c *nomadapi.Client, what string, ids map[string]bool, index uint64) time.Time {
+	b.Helper()
+	deadline := time.Now().Add(scaleTimeout)
+	lastLog := time.Now()
+	for {
+		allocs, _, err := c.Allocations().List(&nomadapi.QueryOptions{Params: map[string]string{"task_states": "false"}})
+		if err != nil {
+			b.Fatalf("%s: listing allocations: %v", what, err)
+		}
+		healthy := map[string]time.Time{}
+		for _, a := range allocs {
+			if !ids[a.JobID] || a.CreateIndex <= index {
+				continue
+			}
+			if a.ClientStatus == "failed" {
+				b.Fatalf("%s: allocation %s of %s failed", what, a.ID, a.JobID)
+			}
+			if !Healthy(a) {
+				continue
+			}
+			if t, ok := healthy[a.JobID]; !ok || a.DeploymentStatus.Timestamp.Before(t) {
+				healthy[a.JobID] = a.DeploymentStatus.Timestamp
+			}
+		}
+		if len(healthy) == len(ids) {
+			var last time.Time
+			for _, t := range healthy {
+				if t.After(last) {
+					last = t
+				}
+			}
+			return last
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %d of %d jobs healthy after %s", what, len(healthy), len(ids), scaleTimeout)
+		}
+		if time.Since(lastLog) > time.Minute {
+			progress("%s: %d of %d healthy", what, len(healthy), len(ids))
+			lastLog = time.Now()
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// streamResets reads the daemon's lost event streams by reason from
+// /v1/health.
+func streamResets(b *testing.B, d *Daemon) (map[string]uint64, *client.EventStreamReset) {
+	b.Helper()
+	resp, err := http.Get(d.Addr + "/v1/health")
+	if err != nil {
+		b.Fatalf("GET /v1/health: %v", err)
+	}
+	defer resp.Body.Close()
+	var h client.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		b.Fatalf("decoding /v1/health: %v", err)
+	}
+	if h.EventStream == nil {
+		b.Fatalf("/v1/health has no event_stream: the daemon does not lead")
+	}
+	return h.EventStream.Resets, h.EventStream.LastReset
+}
+
+// resetDelta is after − before by reason, and the total.
+func resetDelta(before, after map[string]uint64) (map[string]uint64, uint64) {
+	out := map[string]uint64{}
+	var total uint64
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+			total += d
+		}
+	}
+	return out, total
+}
+
+func fmtResets(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// scaleNative is one native side: its own Consul and Nomad, and the IDs of
+// its count = 1 jobs.
+type scaleNative struct {
+	name   string
+	nomad  *testagent.NomadAgent
+	prefix string
+	ids    []string
+	idSet  map[string]bool
+}
+
+// phase registers tmpl under every ID and returns register → last healthy.
+func (n *scaleNative) phase(b *testing.B, tmpl *nomadapi.Job, what string) time.Duration {
+	b.Helper()
+	all := make([]*nomadapi.Job, len(n.ids))
+	for i, id := range n.ids {
+		all[i] = withID(b, tmpl, id)
+	}
+	c := n.nomad.Client
+	index := allocIndex(b, c)
+	registerAll(b, c, all)
+	start, _ := firstSubmit(b, c, n.prefix, n.idSet)
+	last := waitScaleHealthy(b, c, n.name+" "+what, n.idSet, index)
+	return last.Sub(start)
+}
+
+// BenchmarkScaleVsNative creates NSS_BENCH_SCALE_SETS (default 200)
+// Parallel sets of NSS_BENCH_SCALE_REPLICAS (default 5) mock_driver pods,
+// statefulset_max_unavailable = 100%, and then rolls them all to a new
+// template, against native Nomad registering as many count = 1 jobs of the
+// same rendered template and then re-registering them changed, each side
+// on its own fresh Nomad agent. A phase runs from the first register call
+// (its SubmitTime) to the last allocation's health (its deployment status
+// timestamp): for the set side, the parents registered by the benchmark and
+// the children by the daemon. create-ratio and rollout-ratio are the set's
+// time over the mean of the two native sides' (goal ≤ 1.2 for both);
+// native-noise is the larger of the two phases' native B over native A,
+// inverted when below 1; stream-resets counts the daemon's lost event
+// streams over both phases (goal 0 at Nomad's default event_buffer_size of
+// 100), logged by reason.
+func BenchmarkScaleVsNative(b *testing.B) {
+	sets := envInt(b, "NSS_BENCH_SCALE_SETS", 200)
+	replicas := envInt(b, "NSS_BENCH_SCALE_REPLICAS", 5)
+	pods := sets * replicas
+	run := nextRun(b.Name())
+
+	setConsul := testagent.Consul(b)
+	setNomad := testagent.Nomad(b, testagent.WithConsul(setConsul))
+	d := StartDaemon(b, setNomad, setConsul)
+	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
+	for k, n := range natives {
+		consul := testagent.Consul(b)
+		n.nomad = testagent.Nomad(b, testagent.WithConsul(consul))
+		n.prefix = fmt.Sprintf("nat%c%d-", 'a'+k, run)
+		n.idSet = map[string]bool{}
+		for s := 0; s < sets; s++ {
+			for o := 0; o < replicas; o++ {
+				id := fmt.Sprintf("%s%d-%d", n.prefix, s, o)
+				n.ids = append(n.ids, id)
+				n.idSet[id] = true
+			}
+		}
+	}
+
+	setPrefix := fmt.Sprintf("sc%d-", run)
+	setClient := setNomad.Client
+	parents := make([][]*nomadapi.Job, 2)
+	parentIDs := map[string]bool{}
+	children := map[string]bool{}
+	for v := 0; v < 2; v++ {
+		first := ParseHCL(b, setClient, scaleParentHCL(setPrefix+"0", replicas, v))
+		for s := 0; s < sets; s++ {
+			id := fmt.Sprintf("%s%d", setPrefix, s)
+			parents[v] = append(parents[v], withID(b, first, id))
+			parentIDs[id] = true
+			for o := 0; o < replicas; o++ {
+				children[fmt.Sprintf("%s-%d", id, o)] = true
+			}
+		}
+	}
+	// The native template is the child the daemon renders for ordinal 0
+	// of the first set, so even its environment is a child's.
+	nativeTmpl := []*nomadapi.Job{
+		scaleNativeJob(b, parents[0][0]),
+		scaleNativeJob(b, parents[1][0]),
+	}
+
+	setPhase := func(v int, what string) (time.Duration, map[string]uint64) {
+		before, _ := streamResets(b, d)
+		index := allocIndex(b, setClient)
+		registerAll(b, setClient, parents[v])
+		start, modify := firstSubmit(b, setClient, setPrefix, parentIDs)
+		last := waitScaleHealthy(b, setClient, "set "+what, children, index)
+		// The phase starts at the parents' SubmitTime: nothing but the
+		// benchmark may have registered them since.
+		if _, again := firstSubmit(b, setClient, setPrefix, parentIDs); !reflect.DeepEqual(again, modify) {
+			b.Fatalf("set %s: a parent was registered again during the phase, so its SubmitTime is not the phase's start", what)
+		}
+		after, lastReset := streamResets(b, d)
+		delta, total := resetDelta(before, after)
+		if total > 0 && lastReset != nil {
+			b.Logf("set %s: the daemon's last lost stream: %s at %s: %s", what, lastReset.Reason, lastReset.At.Format(time.RFC3339Nano), lastReset.Message)
+		}
+		return last.Sub(start), delta
+	}
+
+	b.ResetTimer()
+	var createRatios, rolloutRatios, noise, setCreate, setRollout, natCreate, natRollout []float64
+	var resetsTotal uint64
+	for i := 0; i < b.N; i++ {
+		if i > 0 {
+			b.Fatalf("BenchmarkScaleVsNative runs once per process (-benchtime 1x): its clusters keep the %d pods of the first run", pods)
+		}
+		var phaseSecs [2][3]float64 // [create, rollout][native A, set, native B]
+		var phaseResets [2]map[string]uint64
+		for v, what := range []string{"create", "rollout"} {
+			order := []int{0, 1, 2}
+			if v == 1 {
+				order = []int{2, 1, 0}
+			}
+			for _, side := range order {
+				var dur time.Duration
+				switch side {
+				case 1:
+					dur, phaseResets[v] = setPhase(v, what)
+				case 0:
+					dur = natives[0].phase(b, nativeTmpl[v], what)
+				case 2:
+					dur = natives[1].phase(b, nativeTmpl[v], what)
+				}
+				phaseSecs[v][side] = dur.Seconds()
+				progress("%s of %d pods (%d sets of %d): %s %.2f s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds())
+				time.Sleep(benchSettle)
+			}
+			// The child the daemon registered and a native job, as Nomad
+			// stored them, must not differ in anything that decides how
+			// fast an allocation becomes healthy; after the rollout this
+			// also checks that the child has the new template.
+			nj, cj := jobInfo(b, natives[0].nomad.Client, natives[0].ids[0]), jobInfo(b, setClient, setPrefix+"0-0")
+			checkSameTemplate(b, nj, cj)
+			if nl, cl := nj.TaskGroups[0].Tasks[0].LogConfig, cj.TaskGroups[0].Tasks[0].LogConfig; !reflect.DeepEqual(nl, cl) {
+				b.Fatalf("the native job and the child differ in their logs: %+v and %+v", nl, cl)
+			}
+		}
+		for v, what := range []string{"create", "rollout"} {
+			a, s, bb := phaseSecs[v][0], phaseSecs[v][1], phaseSecs[v][2]
+			mean := (a + bb) / 2
+			_, total := resetDelta(nil, phaseResets[v])
+			resetsTotal += total
+			b.Logf("%s: set %.2f s; native A %.2f s, native B %.2f s (mean %.2f); set/native = %.3f (%.3f against A, %.3f against B); native B/A = %.3f; the daemon lost Nomad's event stream %d times (%s)",
+				what, s, a, bb, mean, s/mean, s/a, s/bb, bb/a, total, fmtResets(phaseResets[v]))
+			n := bb / a
+			if n < 1 {
+				n = 1 / n
+			}
+			noise = append(noise, n)
+			if v == 0 {
+				createRatios, setCreate, natCreate = append(createRatios, s/mean), append(setCreate, s), append(natCreate, mean)
+			} else {
+				rolloutRatios, setRollout, natRollout = append(rolloutRatios, s/mean), append(setRollout, s), append(natRollout, mean)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(median(createRatios), "create-ratio")
+	b.ReportMetric(median(rolloutRatios), "rollout-ratio")
+	b.ReportMetric(median(setCreate), "set-create-s")
+	b.ReportMetric(median(natCreate), "native-create-s")
+	b.ReportMetric(median(setRollout), "set-rollout-s")
+	b.ReportMetric(median(natRollout), "native-rollout-s")
+	sort.Float64s(noise)
+	b.ReportMetric(noise[len(noise)-1], "native-noise")
+	b.ReportMetric(float64(resetsTotal), "stream-resets")
+}
