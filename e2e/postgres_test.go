@@ -432,15 +432,28 @@ func (pc *pgCluster) primaryDB(t *testing.T) (*sql.DB, string) {
 	return db, pod
 }
 
-// timeline is the primary's current WAL timeline.
+// timeline is the primary's current WAL timeline. It asks again until
+// the one primary answers: on a loaded machine a connection can time out.
 func (pc *pgCluster) timeline(t *testing.T) int {
 	t.Helper()
-	db, _ := pc.primaryDB(t)
-	defer db.Close()
 	var tl int
-	if err := db.QueryRow("select ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int").Scan(&tl); err != nil {
-		t.Fatalf("reading the timeline: %v", err)
-	}
+	Eventually(t, 3*time.Minute, "the primary's timeline", func() error {
+		ps, ms, err := pc.primaries()
+		if err != nil {
+			return err
+		}
+		if len(ps) != 1 {
+			return fmt.Errorf("primaries %v among %v", ps, ms)
+		}
+		db, err := pgOpen(ms[ps[0]].addr)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return db.QueryRowContext(ctx, "select ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int").Scan(&tl)
+	})
 	return tl
 }
 
