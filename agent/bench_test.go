@@ -281,26 +281,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	var r scaleResult
 
 	sim := startBenchSim(b)
-	a, err := New(Options{
-		Logger: hclog.NewNullLogger(), Nomad: sim.api(), Store: memory.NewStore(),
-		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			b.Errorf("agent: %v", err)
-		}
-	}()
-	var c *controller
-	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
-		c = a.current.Load()
-		return c != nil && c.cache.Synced()
-	})
+	a, c, stop := runBenchAgent(b, sim)
 
 	parents := make([]*api.Job, sets)
 	for i := range parents {
@@ -369,8 +350,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	}
 	r.peakRSS = procStatusMB("VmHWM")
 
-	cancel()
-	<-done
+	stop()
 	if sim.remote() {
 		// The simulator's heap is in its own process; this one's is the
 		// agent's (and the benchmark's parents).
@@ -389,6 +369,33 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	runtime.KeepAlive(sim)
 	runtime.KeepAlive(parents)
 	return r
+}
+
+// runBenchAgent runs an agent of the scale benchmarks' shape (4 workers, no
+// periodic resync) on sim until stop, and waits until it leads and has
+// listed Nomad.
+func runBenchAgent(b *testing.B, sim *benchSim) (a *Agent, c *controller, stop func()) {
+	b.Helper()
+	a, err := New(Options{
+		Logger: hclog.NewNullLogger(), Nomad: sim.api(), Store: memory.NewStore(),
+		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			b.Errorf("agent: %v", err)
+		}
+	}()
+	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
+		c = a.current.Load()
+		return c != nil && c.cache.Synced()
+	})
+	return a, c, func() { cancel(); <-done }
 }
 
 // benchSimConfig is the simulated Nomad of the scale benchmark. Sub-10ms

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
@@ -90,27 +87,8 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	var r streamScaleResult
 	sim := startBenchSim(b)
 	defer sim.Close()
-	a, err := New(Options{
-		Logger: hclog.NewNullLogger(), Nomad: sim.api(), Store: memory.NewStore(),
-		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			b.Errorf("agent: %v", err)
-		}
-	}()
-	defer func() { cancel(); <-done }()
-	var c *controller
-	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
-		c = a.current.Load()
-		return c != nil && c.cache.Synced()
-	})
+	_, c, stop := runBenchAgent(b, sim)
+	defer stop()
 	// from is each set's update revision before a phase: a phase has
 	// ended once every set is rolled to another one.
 	from := map[string]string{}
