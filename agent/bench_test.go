@@ -44,6 +44,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -254,6 +255,14 @@ func waitUntil(b *testing.B, what string, timeout, step time.Duration, cond func
 // converged reports whether every set's last reconcile saw all its replicas
 // ready at the update revision, and no set is waiting in the queue.
 func converged(a *Agent, c *controller, sets int) bool {
+	return everySet(c, sets, func(_ string, st client.Status) bool {
+		return st.ReadyReplicas == benchReplicas && st.UpdatedReplicas == benchReplicas && st.Replicas == benchReplicas
+	})
+}
+
+// everySet reports whether no set waits in the queue, the agent shows
+// exactly sets sets, and ok holds for each one's last status.
+func everySet(c *controller, sets int, ok func(name string, st client.Status) bool) bool {
 	if c.queue.(*queue).Len() > 0 {
 		return false
 	}
@@ -263,8 +272,7 @@ func converged(a *Agent, c *controller, sets int) bool {
 	}
 	for _, d := range list.Sets {
 		d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
-		st := d.Status
-		if st.ReadyReplicas != benchReplicas || st.UpdatedReplicas != benchReplicas || st.Replicas != benchReplicas {
+		if !ok(d.Name, d.Status) {
 			return false
 		}
 	}
@@ -281,7 +289,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	var r scaleResult
 
 	sim := startBenchSim(b)
-	a, c, stop := runBenchAgent(b, sim)
+	a, c, stop := runBenchAgent(b, sim.api())
 
 	parents := make([]*api.Job, sets)
 	for i := range parents {
@@ -374,10 +382,10 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 // runBenchAgent runs an agent of the scale benchmarks' shape (4 workers, no
 // periodic resync) on sim until stop, and waits until it leads and has
 // listed Nomad.
-func runBenchAgent(b *testing.B, sim *benchSim) (a *Agent, c *controller, stop func()) {
+func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop func()) {
 	b.Helper()
 	a, err := New(Options{
-		Logger: hclog.NewNullLogger(), Nomad: sim.api(), Store: memory.NewStore(),
+		Logger: hclog.NewNullLogger(), Nomad: api, Store: memory.NewStore(),
 		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
 	})
 	if err != nil {
@@ -909,22 +917,7 @@ func BenchmarkSteadySync(b *testing.B) {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
 			sim := nomadsim.NewNomad(fastSim())
 			b.Cleanup(sim.Close)
-			a, err := New(Options{
-				Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(),
-				HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := a.Run(ctx); err != nil {
-					b.Errorf("agent: %v", err)
-				}
-			}()
-			stop := func() { cancel(); <-done }
+			a, _, stop := runBenchAgent(b, sim)
 			b.Cleanup(stop)
 
 			key := backend.SetKey{Namespace: "default", Name: "web"}

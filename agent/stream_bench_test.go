@@ -11,6 +11,7 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/client"
 )
 
 // streamScaleReplicas is the size of each set in BenchmarkEventStreamAtScale:
@@ -87,7 +88,7 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	var r streamScaleResult
 	sim := startBenchSim(b)
 	defer sim.Close()
-	_, c, stop := runBenchAgent(b, sim)
+	_, c, stop := runBenchAgent(b, sim.api())
 	defer stop()
 	// from is each set's update revision before a phase: a phase has
 	// ended once every set is rolled to another one.
@@ -129,22 +130,10 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 // revision, its update revision, and that revision is not the one it had
 // before (from, by set name): a create or a rollout has ended.
 func allRolled(c *controller, sets, replicas int, from map[string]string) bool {
-	if c.queue.(*queue).Len() > 0 {
-		return false
-	}
-	list := c.sets.list()
-	if len(list.Sets) != sets {
-		return false
-	}
-	for _, d := range list.Sets {
-		d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
-		st := d.Status
-		if st.UpdateRevision == from[d.Name] || st.Replicas != replicas || st.ReadyReplicas != replicas ||
-			st.UpdatedReplicas != replicas || st.CurrentRevision != st.UpdateRevision {
-			return false
-		}
-	}
-	return true
+	return everySet(c, sets, func(name string, st client.Status) bool {
+		return st.UpdateRevision != from[name] && st.Replicas == replicas && st.ReadyReplicas == replicas &&
+			st.UpdatedReplicas == replicas && st.CurrentRevision == st.UpdateRevision
+	})
 }
 
 func sumResets(m map[string]uint64) uint64 {
