@@ -87,13 +87,10 @@ func (h *harness) waitLeader(set string, leader int) {
 	})
 }
 
-// TestNativeLeaderCheckOnSimulatedNomad: a leader check on a provider =
-// "nomad" service is read from Nomad's own check results (AllocChecks),
-// without Consul: the pod where it passes is shown as the leader, a
-// failover is followed, and a rolling update takes the others down first,
-// highest ordinal first, and the leader last. The leader check never
-// makes a follower not Ready.
-func TestNativeLeaderCheckOnSimulatedNomad(t *testing.T) {
+// startNativeLeaderSet runs an agent whose stops are recorded, with set pg
+// of nativeLeaderJob converged at v1.
+func startNativeLeaderSet(t *testing.T) (*harness, *takedowns) {
+	t.Helper()
 	var rec *takedowns
 	h := startAgentWith(t, fastSim(), func(o *Options) {
 		rec = &takedowns{API: o.Nomad}
@@ -101,6 +98,17 @@ func TestNativeLeaderCheckOnSimulatedNomad(t *testing.T) {
 	})
 	h.register(nativeLeaderJob("pg", nil, "v1"))
 	h.waitConverged("pg", 3, nil)
+	return h, rec
+}
+
+// TestNativeLeaderCheckOnSimulatedNomad: a leader check on a provider =
+// "nomad" service is read from Nomad's own check results (AllocChecks),
+// without Consul: the pod where it passes is shown as the leader, a
+// failover is followed, and a rolling update takes the others down first,
+// highest ordinal first, and the leader last. The leader check never
+// makes a follower not Ready.
+func TestNativeLeaderCheckOnSimulatedNomad(t *testing.T) {
+	h, rec := startNativeLeaderSet(t)
 	h.setLeader("pg", 2)
 	h.waitLeader("pg", 2)
 	// The database fails over by itself: the leader follows.
@@ -127,13 +135,7 @@ func TestNativeLeaderCheckOnSimulatedNomad(t *testing.T) {
 // down for a rollout (any may lead); once Nomad answers, the rollout goes
 // on, leader last.
 func TestNativeLeaderUnknownUntilRead(t *testing.T) {
-	var rec *takedowns
-	h := startAgentWith(t, fastSim(), func(o *Options) {
-		rec = &takedowns{API: o.Nomad}
-		o.Nomad = rec
-	})
-	h.register(nativeLeaderJob("pg", nil, "v1"))
-	h.waitConverged("pg", 3, nil)
+	h, rec := startNativeLeaderSet(t)
 	h.setLeader("pg", 0)
 	h.waitLeader("pg", 0)
 	first := h.healthyChildren("pg")[0]
