@@ -660,3 +660,59 @@ func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
 		})
 	}
 }
+
+// TestDeregistersAreSettledSeveralAtOnce: the watcher asks Nomad about
+// several deregistered children at once. Asked one at a time, a rollout of
+// 5,000 children kept them stopping for minutes: the controller's
+// expectations expired and it asked for five extra re-lists. Here GetJob
+// is held until released, so the watcher can only reach four calls in
+// flight by making them concurrently.
+func TestDeregistersAreSettledSeveralAtOnce(t *testing.T) {
+	const children = 4
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+	defer sim.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	jobs := []*api.Job{parentOf("web")}
+	for i := range children {
+		jobs = append(jobs, childOf("web", i, "r1"))
+	}
+	for _, j := range jobs {
+		if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sim.Settle()
+	gated := newGatedGetJob(sim)
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	go func() { _ = w.Run(ctx) }()
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	waitFor(t, "every child ready", func() bool {
+		obs := cache.Observe(key, nil, sim.Now())
+		return len(obs.Pods) == children && !slices.ContainsFunc(obs.Pods, func(p nomad.PodDetail) bool { return !p.Pod.Ready })
+	})
+
+	gated.armed.Store(true)
+	for i := range children {
+		if err := sim.DeregisterJob(ctx, "default", fmt.Sprintf("web-%d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := map[string]bool{}
+	for len(asked) < children {
+		select {
+		case id := <-gated.entered:
+			asked[id] = true
+		case <-time.After(10 * time.Second):
+			close(gated.release)
+			t.Fatalf("GetJob held for %v and nobody asked about the others: the watcher settles one at a time", slices.Sorted(maps.Keys(asked)))
+		}
+	}
+	close(gated.release)
+	sim.Settle()
+	waitFor(t, "every child settled as stopped", func() bool {
+		obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
+		return w.Settling() == 0 && len(obs.Pods) == 0 && len(obs.Stopped) == children
+	})
+}
