@@ -385,7 +385,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop func()) {
 	b.Helper()
 	a, err := New(Options{
-		Logger: hclog.NewNullLogger(), Nomad: api, Store: memory.NewStore(),
+		Logger: benchLogger(), Nomad: api, Store: memory.NewStore(),
 		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
 	})
 	if err != nil {
@@ -404,6 +404,17 @@ func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop f
 		return c != nil && c.cache.Synced()
 	})
 	return a, c, func() { cancel(); <-done }
+}
+
+// benchLogger is the benchmarks' agent's logger: silent, unless
+// NSS_BENCH_LOG names a level (warn, info, …) to write to stderr, to see
+// why a run re-listed or stalled.
+func benchLogger() hclog.Logger {
+	level := os.Getenv("NSS_BENCH_LOG")
+	if level == "" {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "bench-agent", Level: hclog.LevelFromString(level), Output: os.Stderr})
 }
 
 // benchSimConfig is the simulated Nomad of the scale benchmark. Sub-10ms

@@ -34,8 +34,12 @@ const streamScaleReplicas = 5
 //   - rollout-getjob/child: GetJob calls of the rollout per child (the
 //     goal is at most one, and none on the stream's path: the watcher asks
 //     for a stopped child's fate from its settle goroutine);
-//   - create-calls/child, rollout-calls/child: every Nomad call per child.
+//   - create-calls/child, rollout-calls/child: every Nomad call per child;
+//   - create-relists, rollout-relists: full re-lists of Nomad for any
+//     reason (a lost stream, or the controller's request when a write was
+//     not seen in time or met a conflict).
 //
+// NSS_BENCH_LOG=warn shows the agent's warnings, which say why it re-listed.
 // NSS_BENCH_STREAM_SETS (a comma list, default 200,1000) picks the sizes.
 func BenchmarkEventStreamAtScale(b *testing.B) {
 	if os.Getenv("NSS_BENCH_SIM_SERVE") != "" {
@@ -69,6 +73,8 @@ func BenchmarkEventStreamAtScale(b *testing.B) {
 			b.ReportMetric(float64(r.rolloutCalls["GetJob"])/children, "rollout-getjob/child")
 			b.ReportMetric(float64(sumCalls(r.createCalls)-sets)/children, "create-calls/child")
 			b.ReportMetric(float64(sumCalls(r.rolloutCalls)-sets)/children, "rollout-calls/child")
+			b.ReportMetric(float64(r.createRelists), "create-relists")
+			b.ReportMetric(float64(r.rolloutRelists), "rollout-relists")
 			b.Logf("children=%d: create %v, resets %v, calls %v; rollout %v, resets %v, calls %v",
 				int(children), r.create.Round(time.Millisecond), r.createResets, r.createCalls,
 				r.rollout.Round(time.Millisecond), r.rolloutResets, r.rolloutCalls)
@@ -78,9 +84,10 @@ func BenchmarkEventStreamAtScale(b *testing.B) {
 
 // streamScaleResult is one run of BenchmarkEventStreamAtScale.
 type streamScaleResult struct {
-	create, rollout             time.Duration
-	createResets, rolloutResets map[string]uint64
-	createCalls, rolloutCalls   map[string]int
+	create, rollout               time.Duration
+	createResets, rolloutResets   map[string]uint64
+	createCalls, rolloutCalls     map[string]int
+	createRelists, rolloutRelists int64
 }
 
 func runStreamScale(b *testing.B, sets int) streamScaleResult {
@@ -93,8 +100,8 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	// from is each set's update revision before a phase: a phase has
 	// ended once every set is rolled to another one.
 	from := map[string]string{}
-	phase := func(image string) (time.Duration, map[string]uint64, map[string]int) {
-		resets0 := c.watcher.Resets()
+	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64) {
+		resets0, relists0 := c.watcher.Resets(), c.watcher.Relists()
 		sim.ResetCalls()
 		t0 := time.Now()
 		for i := 0; i < sets; i++ {
@@ -119,10 +126,10 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 		for reason, n := range resets0 {
 			resets[reason] -= n
 		}
-		return took, resets, sim.Calls()
+		return took, resets, sim.Calls(), c.watcher.Relists() - relists0
 	}
-	r.create, r.createResets, r.createCalls = phase("v1")
-	r.rollout, r.rolloutResets, r.rolloutCalls = phase("v2")
+	r.create, r.createResets, r.createCalls, r.createRelists = phase("v1")
+	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists = phase("v2")
 	return r
 }
 
