@@ -33,6 +33,7 @@ func (s *Nomad) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/volume/host/create", s.httpCreateVolume)
 	mux.HandleFunc("POST /v1/volume/host/create", s.httpCreateVolume)
 	mux.HandleFunc("GET /v1/volumes", s.httpListVolumes)
+	mux.HandleFunc("GET /v1/volume/host/{id}", s.httpGetVolume)
 	mux.HandleFunc("DELETE /v1/volume/host/{id}", s.httpDeleteVolume)
 	mux.HandleFunc("GET /v1/event/stream", s.httpEvents)
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
@@ -175,6 +176,18 @@ func (s *Nomad) httpListVolumes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reply(w, vols)
+}
+
+// httpGetVolume answers the re-list's read of a volume whose listing
+// changed. Without it a re-list over HTTP failed with 405 and retried
+// forever once any volume existed.
+func (s *Nomad) httpGetVolume(w http.ResponseWriter, r *http.Request) {
+	vol, err := s.GetHostVolume(r.Context(), httpNamespace(r), r.PathValue("id"))
+	if err != nil {
+		fail(w, err, "volume not found")
+		return
+	}
+	s.reply(w, vol)
 }
 
 func (s *Nomad) httpDeleteVolume(w http.ResponseWriter, r *http.Request) {

@@ -95,11 +95,17 @@ func TestHandlerServesTheDaemonsClient(t *testing.T) {
 	if err != nil || len(vols) != 1 || vols[0].ID != vol.ID {
 		t.Fatalf("list volumes: %+v, %v", vols, err)
 	}
+	if got, err := cl.GetHostVolume(ctx, "default", vol.ID); err != nil || got.ID != vol.ID || got.Name != "data-web-0" {
+		t.Fatalf("get volume: %+v, %v", got, err)
+	}
 	if err := cl.DeleteHostVolume(ctx, "default", vol.ID); err != nil {
 		t.Fatalf("delete volume: %v", err)
 	}
 	if vols, err := cl.ListHostVolumes(ctx, "default", ""); err != nil || len(vols) != 0 {
 		t.Fatalf("volumes after the delete: %+v, %v", vols, err)
+	}
+	if _, err := cl.GetHostVolume(ctx, "default", vol.ID); !nomad.IsNotFound(err) {
+		t.Fatalf("the deleted volume reads as %v", err)
 	}
 	if err := cl.DeregisterJob(ctx, "default", "web-0", true); err != nil {
 		t.Fatalf("purge: %v", err)
