@@ -63,10 +63,9 @@ const (
 	ResetDisconnect = "disconnect"
 )
 
-// Watcher keeps a Cache current: a full list, then the event stream from the
-// list's index. On any stream error, gap or reconnect it lists everything
-// again, because Nomad's event buffer silently skips events a slow reader
-// missed. It never polls.
+// Watcher keeps a Cache current: a subscription to the event stream, a full
+// list, then the stream's events from the list's index on. On any stream
+// error or reconnect it lists everything again. It never polls.
 type Watcher struct {
 	api      API
 	cache    *Cache
@@ -274,10 +273,26 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// listAndWatch does one full list and then follows the stream until it ends,
-// the periodic resync is due, or a resync is requested. It returns nil when
-// it stopped on purpose.
+// listAndWatch subscribes to the event stream, does one full list, and
+// then follows the stream until it ends, the periodic resync is due, or a
+// resync is requested. It returns nil when it stopped on purpose.
+//
+// The subscription comes first (see eventPump): it starts at the last
+// index the cache applied, and what it carries below the listing's index
+// the listing already holds, so only events from that index on are
+// applied, as when the stream was opened at it.
 func (w *Watcher) listAndWatch(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := w.api.Events(sctx, w.cache.Index())
+	if err != nil {
+		if errors.As(err, new(*PermissionError)) {
+			return lostStream(err) // the operator must grant it: say so
+		}
+		// Like a failed listing: Nomad is not answering, no stream was lost.
+		return err
+	}
+	pump := startPump(sctx, stream)
 	snap, err := w.list(ctx)
 	if err != nil {
 		return err
@@ -292,12 +307,6 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 		w.onChange(k)
 	}
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	events, err := w.api.Events(sctx, snap.Index)
-	if err != nil {
-		return lostStream(err)
-	}
 	// Jitter spreads the resyncs of many agents.
 	resync := time.NewTimer(w.cfg.ResyncInterval + time.Duration(rand.Int64N(int64(w.cfg.ResyncInterval/10)+1)))
 	defer resync.Stop()
@@ -309,17 +318,19 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 			return nil
 		case <-w.resync:
 			return nil
-		case evs, ok := <-events:
-			if !ok {
-				return lostStream(errors.New("the event stream closed"))
-			}
+		case <-pump.ready:
+		}
+		batches, ended := pump.take()
+		for _, evs := range batches {
 			if evs.Err != nil {
 				return lostStream(fmt.Errorf("following the event stream from index %d: %w", snap.Index, evs.Err))
 			}
-			if evs.IsHeartbeat() {
-				continue
+			if evs.Index >= snap.Index {
+				w.apply(evs)
 			}
-			w.apply(evs)
+		}
+		if ended {
+			return lostStream(errors.New("the event stream closed"))
 		}
 	}
 }

@@ -639,7 +639,9 @@ func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go func() { _ = w.Run(ctx) }()
-			waitFor(t, "the watcher's subscription", func() bool { return sim.Calls()[nomad.VerbEvents] > 0 })
+			// The watcher subscribes before it lists: cut the stream
+			// once both are done.
+			waitFor(t, "the watcher's subscription and listing", func() bool { return sim.Calls()[nomad.VerbEvents] > 0 && w.Relists() > 0 })
 
 			tc.cut(sim)
 			waitFor(t, "a re-list and a new subscription", func() bool {
@@ -715,4 +717,63 @@ func TestDeregistersAreSettledSeveralAtOnce(t *testing.T) {
 		obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
 		return w.Settling() == 0 && len(obs.Pods) == 0 && len(obs.Stopped) == children
 	})
+}
+
+// slowListing answers ListJobs and then holds the answer until released,
+// as a listing of thousands of jobs outlasts Nomad's event buffer.
+type slowListing struct {
+	*nomadsim.Nomad
+	armed   atomic.Bool
+	listed  chan struct{}
+	release chan struct{}
+}
+
+// ListJobs implements nomad.API.
+func (s *slowListing) ListJobs(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
+	stubs, index, err := s.Nomad.ListJobs(ctx, namespace)
+	if s.armed.CompareAndSwap(true, false) {
+		s.listed <- struct{}{}
+		<-s.release
+	}
+	return stubs, index, err
+}
+
+// TestListingThatOutlastsTheBufferMissesNothing: Nomad starts a
+// subscription at the closest index it still holds and says nothing of
+// those it dropped. The watcher used to subscribe after listing, from the
+// listing's index: when the listing took longer than Nomad's buffer lasts
+// (a re-list of 5,000 children did), what changed meanwhile was lost, and
+// 490 of 1,000 sets waited for children the cache never saw. Here ten
+// parents are registered while the listing is held, with a buffer of four
+// indexes; the watcher must see all ten.
+func TestListingThatOutlastsTheBufferMissesNothing(t *testing.T) {
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true, EventBufferSize: 4})
+	defer sim.Close()
+	slow := &slowListing{Nomad: sim, listed: make(chan struct{}, 1), release: make(chan struct{})}
+	slow.armed.Store(true)
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(slow, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+
+	<-slow.listed
+	const parents = 10
+	for i := range parents {
+		if _, err := sim.RegisterJob(ctx, parentOf(fmt.Sprintf("set%d", i)), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(slow.release)
+	waitFor(t, "every parent registered during the listing", func() bool {
+		for i := range parents {
+			if cache.Observe(backend.SetKey{Namespace: "default", Name: fmt.Sprintf("set%d", i)}, nil, sim.Now()).Parent == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if n := w.Relists(); n != 1 {
+		t.Fatalf("%d listings, want 1: nothing was lost, so nothing needs listing again", n)
+	}
 }
