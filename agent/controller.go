@@ -199,6 +199,13 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 			return nil, nil
 		}
 		c.log.Trace("waiting for our own writes", "set", key.String(), "pending", waiting)
+		if deadline, ok := st.firstDeadline(); ok {
+			// Come back when the first of them expires even if no event
+			// does: a write whose event was lost is then noticed, and the
+			// cache re-listed, within expectTTL rather than at the next
+			// periodic resync.
+			c.queue.AddAfter(key.String(), deadline.Sub(now)+time.Millisecond)
+		}
 		return nil, nil
 	}
 	p := &pass{key: key, st: st, spec: *spec, obs: obs, now: now}

@@ -40,3 +40,15 @@ func (st *setState) pendingWrites(obs nomad.Observation, now time.Time) (waiting
 	st.expect = keep
 	return waiting, expired
 }
+
+// firstDeadline returns the earliest deadline of the writes the set still
+// waits for, and false when it waits for none.
+func (st *setState) firstDeadline() (time.Time, bool) {
+	var first time.Time
+	for _, x := range st.expect {
+		if first.IsZero() || x.deadline.Before(first) {
+			first = x.deadline
+		}
+	}
+	return first, !first.IsZero()
+}

@@ -223,13 +223,18 @@ func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
 // TestExpectationsGateThePass: after a write, the set is not decided again
 // until the write is observed; once the expectation's time to live passes
 // unobserved, the cache is distrusted (a re-list is asked for) rather than
-// acted on.
+// acted on, whether or not any event comes to wake the set.
 func TestExpectationsGateThePass(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
 	r.c.sets.of(r.key).expectWrite("child web-0 registered", r.now, r.c.expectTTL, func(o nomad.Observation) bool { return len(o.Pods) > 0 })
 	r.sync(t)
 	if len(r.eff.calls) != 0 {
 		t.Fatalf("acted while its own write was not observed: %v", r.eff.calls)
+	}
+	// No event may ever come for a write whose event Nomad dropped: the
+	// set is queued again for just after the expectation expires.
+	if got := r.queue.after[r.key.String()]; got <= r.c.expectTTL || got > r.c.expectTTL+time.Second {
+		t.Fatalf("a set waiting for its write is queued again after %v, want just past the %v time to live", got, r.c.expectTTL)
 	}
 	r.now = r.now.Add(2 * time.Minute)
 	r.sync(t)
