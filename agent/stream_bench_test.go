@@ -35,6 +35,9 @@ const streamScaleReplicas = 5
 //     goal is at most one, and none on the stream's path: the watcher asks
 //     for a stopped child's fate from its settle goroutine);
 //   - create-calls/child, rollout-calls/child: every Nomad call per child;
+//   - create-indexes/s, rollout-indexes/s: the Raft indexes the simulator
+//     made per second in each phase, which is how fast the reader must
+//     keep up (Nomad's buffer holds 100 of them);
 //   - create-relists, rollout-relists: full re-lists of Nomad for any
 //     reason (a lost stream, or the controller's request when a write was
 //     not seen in time or met a conflict).
@@ -73,6 +76,8 @@ func BenchmarkEventStreamAtScale(b *testing.B) {
 			b.ReportMetric(float64(r.rolloutCalls["GetJob"])/children, "rollout-getjob/child")
 			b.ReportMetric(float64(sumCalls(r.createCalls)-sets)/children, "create-calls/child")
 			b.ReportMetric(float64(sumCalls(r.rolloutCalls)-sets)/children, "rollout-calls/child")
+			b.ReportMetric(r.createIndexRate, "create-indexes/s")
+			b.ReportMetric(r.rolloutIndexRate, "rollout-indexes/s")
 			b.ReportMetric(float64(r.createRelists), "create-relists")
 			b.ReportMetric(float64(r.rolloutRelists), "rollout-relists")
 			b.Logf("children=%d: create %v, resets %v, calls %v; rollout %v, resets %v, calls %v",
@@ -88,6 +93,9 @@ type streamScaleResult struct {
 	createResets, rolloutResets   map[string]uint64
 	createCalls, rolloutCalls     map[string]int
 	createRelists, rolloutRelists int64
+	// createIndexRate and rolloutIndexRate are the simulator's Raft
+	// indexes per second in each phase.
+	createIndexRate, rolloutIndexRate float64
 }
 
 func runStreamScale(b *testing.B, sets int) streamScaleResult {
@@ -100,8 +108,8 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	// from is each set's update revision before a phase: a phase has
 	// ended once every set is rolled to another one.
 	from := map[string]string{}
-	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64) {
-		resets0, relists0 := c.watcher.Resets(), c.watcher.Relists()
+	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64, float64) {
+		resets0, relists0, index0 := c.watcher.Resets(), c.watcher.Relists(), sim.Index()
 		sim.ResetCalls()
 		t0 := time.Now()
 		for i := 0; i < sets; i++ {
@@ -126,10 +134,11 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 		for reason, n := range resets0 {
 			resets[reason] -= n
 		}
-		return took, resets, sim.Calls(), c.watcher.Relists() - relists0
+		rate := float64(sim.Index()-index0) / took.Seconds()
+		return took, resets, sim.Calls(), c.watcher.Relists() - relists0, rate
 	}
-	r.create, r.createResets, r.createCalls, r.createRelists = phase("v1")
-	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists = phase("v2")
+	r.create, r.createResets, r.createCalls, r.createRelists, r.createIndexRate = phase("v1")
+	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists, r.rolloutIndexRate = phase("v2")
 	return r
 }
 
