@@ -441,6 +441,36 @@ func (g *gatedGetJob) callsOf(id string) int {
 	return g.calls[id]
 }
 
+// watchReadySet starts a simulated Nomad holding set web with children
+// ready children at revision r1, and a watcher over it whose GetJob the
+// test can hold (gatedGetJob, not yet armed); it returns once the cache
+// sees every child ready.
+func watchReadySet(t *testing.T, ctx context.Context, children int) (*nomadsim.Nomad, *gatedGetJob, *nomad.Cache, *nomad.Watcher) {
+	t.Helper()
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
+	t.Cleanup(sim.Close)
+	jobs := []*api.Job{parentOf("web")}
+	for i := range children {
+		jobs = append(jobs, childOf("web", i, "r1"))
+	}
+	for _, j := range jobs {
+		if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sim.Settle()
+	gated := newGatedGetJob(sim)
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	go func() { _ = w.Run(ctx) }()
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	waitFor(t, "every child ready", func() bool {
+		obs := cache.Observe(key, nil, sim.Now())
+		return len(obs.Pods) == children && !slices.ContainsFunc(obs.Pods, func(p nomad.PodDetail) bool { return !p.Pod.Ready })
+	})
+	return sim, gated, cache, w
+}
+
 // TestDeregisterIsSettledOffTheEventLoop: whether a deregistered child was
 // stopped or purged is Nomad's to say (a GetJob), and that call must not
 // hold up the event stream: at a thousand children, one round trip per
@@ -478,24 +508,9 @@ func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
-			defer sim.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			for _, j := range []*api.Job{parentOf("web"), childOf("web", 0, "r1")} {
-				if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			sim.Settle()
-			gated := newGatedGetJob(sim)
-			cache := nomad.NewCache()
-			w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
-			go func() { _ = w.Run(ctx) }()
-			waitFor(t, "web-0 ready", func() bool {
-				obs := cache.Observe(key, nil, sim.Now())
-				return len(obs.Pods) == 1 && obs.Pods[0].Pod.Ready
-			})
+			sim, gated, cache, _ := watchReadySet(t, ctx, 1)
 
 			gated.armed.Store(true)
 			released := false
@@ -671,29 +686,10 @@ func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
 // flight by making them concurrently.
 func TestDeregistersAreSettledSeveralAtOnce(t *testing.T) {
 	const children = 4
-	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, JSONPayloads: true})
-	defer sim.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	jobs := []*api.Job{parentOf("web")}
-	for i := range children {
-		jobs = append(jobs, childOf("web", i, "r1"))
-	}
-	for _, j := range jobs {
-		if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sim.Settle()
-	gated := newGatedGetJob(sim)
-	cache := nomad.NewCache()
-	w := nomad.NewWatcher(gated, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
-	go func() { _ = w.Run(ctx) }()
+	sim, gated, cache, w := watchReadySet(t, ctx, children)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
-	waitFor(t, "every child ready", func() bool {
-		obs := cache.Observe(key, nil, sim.Now())
-		return len(obs.Pods) == children && !slices.ContainsFunc(obs.Pods, func(p nomad.PodDetail) bool { return !p.Pod.Ready })
-	})
 
 	gated.armed.Store(true)
 	for i := range children {
