@@ -22,17 +22,16 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 )
 
 // Options configure an Agent. cmd/ builds them from the config file.
 type Options struct {
 	Logger hclog.Logger
-	// Nomad is the Nomad API; a real client or the simulator.
-	Nomad nomad.API
+	// Nomad is the Nomad cluster: backend/nomad.Cluster over a real
+	// client or the simulator.
+	Nomad backend.Cluster
 	// Store keeps revisions and status.
 	Store backend.Store
 	// Elector decides whether this agent acts; backend.AlwaysLeader{} when
@@ -55,7 +54,7 @@ type Options struct {
 	// CallTrace, when set, is told of every Nomad call the agent makes,
 	// after the metrics count it. A call made for an action carries the
 	// action in its context (ActionOf).
-	CallTrace nomad.CallTrace
+	CallTrace backend.CallTrace
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failing set.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
@@ -64,8 +63,10 @@ type Options struct {
 	// The zero value is the default configuration's: the built-in
 	// nomad-host-volume provisioner with its defaults, and no hooks.
 	Plugins manager.Config
-	// PluginBuiltins are compiled-in plugins besides nomad-host-volume, by
-	// driver name (an embedding program's, or a test's).
+	// PluginBuiltins are the compiled-in plugins, by driver name: the
+	// built-in nomad-host-volume provisioner (the default configuration's),
+	// which command/ wires over the same Nomad client, and an embedding
+	// program's or a test's own.
 	PluginBuiltins map[string]plugin.Factory
 	// ExpectationTTL is how long a write may stay unseen in the event stream
 	// before the agent re-lists Nomad (default 2m).
@@ -86,7 +87,7 @@ type HookRunner interface {
 type Agent struct {
 	opts    Options
 	log     hclog.Logger
-	api     nomad.API
+	nomad   backend.Cluster
 	store   backend.Store
 	elector backend.Elector
 	metrics *metrics
@@ -133,14 +134,11 @@ func New(opts Options) (*Agent, error) {
 		Name: "nomad_statefulset_consul_health_queries_total",
 		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",
 	}, func() float64 { return float64(a.consulQueries.Load()) }))
-	a.api = opts.Nomad
+	a.nomad = opts.Nomad
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
-	// does (setupPlugins): the built-in provisioner works through the
-	// agent's Nomad API, and with the agent's context, so its calls show
-	// in /v1/metrics.
-	builtins := map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(a.api)}
-	maps.Copy(builtins, opts.PluginBuiltins)
-	a.plugins = manager.New(manager.Options{Logger: opts.Logger, Builtins: builtins})
+	// does (setupPlugins). The plugins run with the agent's context, so the
+	// built-in provisioner's Nomad calls show in /v1/metrics.
+	a.plugins = manager.New(manager.Options{Logger: opts.Logger, Builtins: maps.Clone(opts.PluginBuiltins)})
 	if a.opts.Plugins.VolumeProvisioner.Plugin == "" {
 		a.opts.Plugins = manager.ConfigOf(config.Default())
 	}
@@ -173,8 +171,8 @@ func (a *Agent) HTTPAddr() string {
 func (a *Agent) Run(ctx context.Context) error {
 	// Every Nomad call the agent makes derives its context from this one,
 	// and so is counted in /v1/metrics and /v1/health.
-	ctx = nomad.WithCallTrace(ctx, func(ctx context.Context, verb string, err error) {
-		a.metrics.observeNomadCall(ctx, verb, err)
+	ctx = backend.WithCallTrace(ctx, func(ctx context.Context, verb string, err error) {
+		a.metrics.observeNomadCall(ctx, verb, a.nomad.WriteVerb(verb), err)
 		if a.opts.CallTrace != nil {
 			a.opts.CallTrace(ctx, verb, err)
 		}
@@ -235,12 +233,9 @@ func (a *Agent) lead(ctx context.Context) error {
 		defer w.Wait()
 	}
 	// The Nomad-native leader checks need no Consul: Nomad keeps them.
-	native := nomad.NewNativeCheckWatcher(ctx, nomad.NativeCheckWatcherConfig{
-		API: a.api, Logger: a.log.Named("native_checks"),
-		OnChange: func(k backend.SetKey) {
-			q.Add(k.String())
-			a.depth.Store(int64(q.Len()))
-		},
+	native := a.nomad.NewLeaderChecks(ctx, a.log.Named("native_checks"), func(k backend.SetKey) {
+		q.Add(k.String())
+		a.depth.Store(int64(q.Len()))
 	})
 	c.native = native
 	defer native.Wait()
@@ -251,7 +246,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := c.watcher.Run(ctx); err != nil {
+		if err := c.term.Run(ctx); err != nil {
 			log.Error("watcher stopped", "error", err)
 		}
 	}()
@@ -274,26 +269,23 @@ func (a *Agent) lead(ctx context.Context) error {
 // watcher that fills it and queues the sets it touched, and the podControl
 // that carries out the decisions.
 func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
-	cache := nomad.NewCache()
+	term := a.nomad.NewTerm(backend.TermConfig{
+		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
+	}, a.log.Named("watcher"), func(k backend.SetKey) {
+		q.Add(k.String())
+		a.depth.Store(int64(q.Len()))
+	})
 	c := &controller{
-		log: log, store: a.store, cache: cache, queue: q, clock: a.opts.Clock,
+		log: log, store: a.store, term: term, queue: q, clock: a.opts.Clock, render: a.nomad.RenderedDigest,
 		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins, capabilities: a.plugins.Provisioner(),
 		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
 	}
-	control := &podControl{
-		log: log, api: a.api, store: a.store, cache: cache, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
-		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event, exec: nomadRunner{a.api},
+	c.effector = &podControl{
+		log: log, nomad: a.nomad, store: a.store, nodes: term, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
+		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event, exec: nomadRunner{a.nomad},
+		requestResync: term.RequestResync,
 	}
-	c.effector = control
-	c.watcher = nomad.NewWatcher(a.api, cache, nomad.WatcherConfig{
-		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
-	},
-		a.log.Named("watcher"), func(k backend.SetKey) {
-			q.Add(k.String())
-			a.depth.Store(int64(q.Len()))
-		})
-	c.requestResync = c.watcher.RequestResync
-	control.requestResync = c.watcher.RequestResync
+	c.requestResync = term.RequestResync
 	return c
 }
 

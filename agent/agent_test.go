@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -79,8 +81,11 @@ func startAgentWith(t *testing.T, cfg nomadsim.NomadConfig, opt func(*Options)) 
 		opt(&opts)
 	}
 	// Outermost, over whatever opt put between the agent and the simulator.
-	fenced := &fencedNomad{API: opts.Nomad, sim: sim}
-	opts.Nomad = fenced
+	var fenced *fencedNomad
+	wrapNomad(&opts, func(api nomad.API) nomad.API {
+		fenced = &fencedNomad{API: api, sim: sim}
+		return fenced
+	})
 	a, stop := runAgent(t, opts)
 	h := &harness{t: t, sim: sim, nomad: fenced, store: store, agent: a, stop: func() { stop(); sim.Close() }}
 	t.Cleanup(h.stop)
@@ -153,15 +158,15 @@ func (h *harness) settle() {
 		within = h.agent.opts.RetryMaxDelay
 	}
 	for {
-		idx, relists := h.sim.Index(), c.watcher.Relists()
-		if h.sim.Pending() == 0 && c.watcher.Settling() == 0 {
-			if err := h.nomad.caughtUp(ctx, c.cache); err != nil {
-				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache.Index(), err)
+		idx, relists := h.sim.Index(), c.watcher().Relists()
+		if h.sim.Pending() == 0 && c.watcher().Settling() == 0 {
+			if err := h.nomad.caughtUp(ctx, c.cache()); err != nil {
+				h.t.Fatalf("the watcher never caught up with Nomad (index %d, cache at %d): %v", h.sim.Index(), c.cache().Index(), err)
 			}
 			if err := q.WaitIdle(ctx, within); err != nil {
 				h.t.Fatalf("the work queue never went idle (a hot loop?): %v; %d reconciles so far", err, reconciles(h.agent))
 			}
-			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher.Relists() == relists && c.watcher.Settling() == 0 {
+			if h.sim.Index() == idx && h.sim.Pending() == 0 && c.watcher().Relists() == relists && c.watcher().Settling() == 0 {
 				return
 			}
 		}
@@ -400,10 +405,27 @@ func (c *fakeClock) Advance(d time.Duration) {
 func testOptions(t *testing.T, api nomad.API, store backend.Store) Options {
 	return Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
-		Nomad:  api, Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
+		Nomad:  nomad.NewCluster(api), PluginBuiltins: hostVolumeBuiltin(api),
+		Store: store, HTTPAddr: "127.0.0.1:0", Workers: 3,
 		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
 		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
 	}
+}
+
+// hostVolumeBuiltin is the built-in provisioner over api, as command/
+// wires it.
+func hostVolumeBuiltin(api nomad.API) map[string]plugin.Factory {
+	return map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(api)}
+}
+
+// wrapNomad puts wrap between the agent (its Cluster, and its built-in
+// provisioner) and the Nomad API they called.
+func wrapNomad(o *Options, wrap func(nomad.API) nomad.API) {
+	api := wrap(o.Nomad.(*nomad.Cluster).API())
+	o.Nomad = nomad.NewCluster(api)
+	builtins := maps.Clone(o.PluginBuiltins)
+	maps.Copy(builtins, hostVolumeBuiltin(api))
+	o.PluginBuiltins = builtins
 }
 
 // runAgent runs an agent until the returned function (also registered with
@@ -560,10 +582,10 @@ func TestAgentOrderedLifecycleOnSimulatedNomad(t *testing.T) {
 	h.settle() // the convergence's last writes are not the steady state's
 	h.sim.ResetCalls()
 	c := h.term()
-	relists, passes := c.watcher.Relists(), reconciles(h.agent)
-	c.watcher.RequestResync()
+	relists, passes := c.watcher().Relists(), reconciles(h.agent)
+	c.watcher().RequestResync()
 	h.waitFor("a resync", 5*time.Second, func() (bool, string) {
-		return c.watcher.Relists() > relists, fmt.Sprint(h.sim.Calls())
+		return c.watcher().Relists() > relists, fmt.Sprint(h.sim.Calls())
 	})
 	h.settle()
 	if reconciles(h.agent) == passes {
@@ -732,7 +754,7 @@ func startSyncedAgent(t *testing.T) *harness {
 	h := startAgent(t, fastSim())
 	h.waitFor("the agent to list Nomad and watch its events", 5*time.Second, func() (bool, string) {
 		c := h.agent.current.Load()
-		return c != nil && c.cache.Synced() && h.sim.Calls()[nomad.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
+		return c != nil && c.cache().Synced() && h.sim.Calls()[nomad.VerbEvents] > 0, fmt.Sprint(h.sim.Calls())
 	})
 	return h
 }
@@ -787,7 +809,7 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 	h := startAgent(t, fastSim())
 	h.register(parentJob("gap", map[string]string{"statefulset_replicas": "2"}, "v1"))
 	h.waitConverged("gap", 2, nil)
-	relists := h.agent.current.Load().watcher.Relists()
+	relists := h.agent.current.Load().watcher().Relists()
 	// Events are lost and then the stream breaks, as when Nomad drops a slow
 	// subscriber: the watcher must re-list rather than trust its cache.
 	h.sim.DropEvents(2)
@@ -796,7 +818,7 @@ func TestAgentRecoversFromEventStreamGap(t *testing.T) {
 	h.register(job)
 	h.sim.CloseEventStreams(fmt.Errorf("connection reset"))
 	h.waitConverged("gap", 4, nil)
-	if h.agent.current.Load().watcher.Relists() <= relists {
+	if h.agent.current.Load().watcher().Relists() <= relists {
 		t.Fatal("the watcher did not re-list after the stream broke")
 	}
 }
@@ -888,7 +910,7 @@ func withHooks(hooks plugin.LifecycleHook) func(*Options) {
 		cfg.Hooks = append(cfg.Hooks, &config.HookConfig{Name: "drain", Plugin: "fake",
 			Events: []plugin.Event{plugin.EventPreDelete, plugin.EventPreUpdate}, Timeout: 10 * time.Second, FailurePolicy: plugin.FailureBlock})
 		o.Plugins = manager.ConfigOf(cfg)
-		o.PluginBuiltins = map[string]plugin.Factory{"fake-hooks": func(hclog.Logger) plugin.Base { return hooks }}
+		o.PluginBuiltins["fake-hooks"] = func(hclog.Logger) plugin.Base { return hooks }
 	}
 }
 
@@ -1028,3 +1050,9 @@ func TestAgentMetricsCountItsOwnCallsOnly(t *testing.T) {
 		t.Errorf("metrics count %d volume creations by the built-in provisioner, want 3", got)
 	}
 }
+
+// watcher is the term's watcher, for tests that count its re-lists.
+func (c *controller) watcher() *nomad.Watcher { return c.term.(*nomad.Term).Watcher }
+
+// cache is the term's cache, for tests that read what it holds.
+func (c *controller) cache() *nomad.Cache { return c.term.(*nomad.Term).Cache }

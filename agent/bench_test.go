@@ -299,7 +299,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	}
 	sim.ResetCalls()
 	idx0 := sim.Index()
-	relists0 := c.watcher.Relists()
+	relists0 := c.watcher().Relists()
 	stopPeak := watchPeakHeap(b, os.Getenv("NSS_BENCH_PEAKHEAPPROFILE"))
 	cpu0, t0 := cpuTime(), time.Now()
 	for _, j := range parents {
@@ -315,7 +315,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	r.convergePeakRSS = procStatusMB("VmHWM")
 	r.convergeCalls = sim.Calls()
 	r.convergeWrites = sim.Writes()
-	r.convergeRelists = c.watcher.Relists() - relists0
+	r.convergeRelists = c.watcher().Relists() - relists0
 	// Raft indexes are a lower bound of the events the agent consumed.
 	r.convergeEventsPerSec = float64(sim.Index()-idx0) / r.converge.Seconds()
 	r.convergeReconcilesPerSet = float64(reconciles(a)) / float64(sets)
@@ -339,11 +339,11 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 	}
 
 	for i := 0; i < resyncs; i++ {
-		rec0, rel0 := reconciles(a), c.watcher.Relists()
+		rec0, rel0 := reconciles(a), c.watcher().Relists()
 		sim.ResetCalls()
 		cpu0, t0 := cpuTime(), time.Now()
-		c.watcher.RequestResync()
-		waitUntil(b, "the re-list", time.Minute, 100*time.Microsecond, func() bool { return c.watcher.Relists() > rel0 })
+		c.watcher().RequestResync()
+		waitUntil(b, "the re-list", time.Minute, 100*time.Microsecond, func() bool { return c.watcher().Relists() > rel0 })
 		list := time.Since(t0)
 		waitUntil(b, "every set to be reconciled again", 10*time.Minute, 100*time.Microsecond, func() bool {
 			return reconciles(a) >= rec0+uint64(sets) && c.queue.(*queue).Len() == 0
@@ -385,7 +385,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop func()) {
 	b.Helper()
 	a, err := New(Options{
-		Logger: benchLogger(), Nomad: api, Store: memory.NewStore(),
+		Logger: benchLogger(), Nomad: nomad.NewCluster(api), PluginBuiltins: hostVolumeBuiltin(api), Store: memory.NewStore(),
 		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
 	})
 	if err != nil {
@@ -401,7 +401,7 @@ func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop f
 	}()
 	waitUntil(b, "the agent to lead and list", 10*time.Second, time.Millisecond, func() bool {
 		c = a.current.Load()
-		return c != nil && c.cache.Synced()
+		return c != nil && c.cache().Synced()
 	})
 	return a, c, func() { cancel(); <-done }
 }

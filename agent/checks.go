@@ -5,8 +5,6 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -41,11 +39,11 @@ type leaderSource interface {
 // leader check cannot be read at all (a Consul check without Consul, or on
 // no service it watches), so that the reconciler waits rather than take
 // the leader down as if it were a follower.
-func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, deleted bool, leaderCheck string) (leaderKnown bool) {
+func (c *controller) gateChecks(key backend.SetKey, obs backend.Observation, deleted bool, leaderCheck string) (leaderKnown bool) {
 	var interval time.Duration
 	native := false
-	if !deleted {
-		interval, native = jobs.NativeLeaderCheck(obs.Parent, leaderCheck)
+	if !deleted && obs.Parent != nil {
+		interval, native = obs.Parent.NativeLeaderCheck(leaderCheck)
 	}
 	consulLeader := leaderCheck
 	if native {
@@ -54,8 +52,8 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 	leaderKnown = leaderCheck == ""
 	if c.checks != nil {
 		var services []string
-		if !deleted {
-			services = jobs.ConsulServices(obs.Parent)
+		if !deleted && obs.Parent != nil {
+			services = obs.Parent.ConsulServices()
 		}
 		c.checks.Watch(key, services, consulLeader)
 		synced := applyChecks(c.checks, key, obs.Pods, len(services) > 0)
@@ -78,7 +76,7 @@ func (c *controller) gateChecks(key backend.SetKey, obs nomad.Observation, delet
 
 // liveAllocs are the allocations of the live pods: the ones whose leader
 // check says who leads (see applyChecks).
-func liveAllocs(pods []nomad.PodDetail) []string {
+func liveAllocs(pods []backend.PodDetail) []string {
 	var ids []string
 	for i := range pods {
 		if d := &pods[i]; d.Facts.Alloc.Live && d.AllocID != "" {
@@ -92,7 +90,7 @@ func liveAllocs(pods []nomad.PodDetail) []string {
 // passes as the Leader, and reports whether every live pod's check has
 // been read (synced). It leaves readiness alone: the leader check never
 // counts against it.
-func applyNativeLeader(src leaderSource, key backend.SetKey, pods []nomad.PodDetail) (synced bool) {
+func applyNativeLeader(src leaderSource, key backend.SetKey, pods []backend.PodDetail) (synced bool) {
 	synced = true
 	for i := range pods {
 		d := &pods[i]
@@ -112,7 +110,7 @@ func applyNativeLeader(src leaderSource, key backend.SetKey, pods []nomad.PodDet
 // gate's. It also marks the pod where the set's leader check passes as the
 // Leader (DESIGN §3b). hasServices says whether the set has Consul services
 // at all; without, the checks have no say and no pod leads.
-func applyChecks(src checkSource, key backend.SetKey, pods []nomad.PodDetail, hasServices bool) (synced bool) {
+func applyChecks(src checkSource, key backend.SetKey, pods []backend.PodDetail, hasServices bool) (synced bool) {
 	synced = true
 	for i := range pods {
 		d := &pods[i]

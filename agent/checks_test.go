@@ -14,6 +14,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -139,7 +140,7 @@ func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
 	parent := &api.Job{TaskGroups: []*api.TaskGroup{{Services: []*api.Service{{Name: "pg"}, {Name: "pg-primary"}}}}}
 	live := reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: time.Unix(1_000_000, 0), TasksKnown: true}
 	observe := func() nomad.Observation {
-		obs := nomad.Observation{Parent: parent}
+		obs := nomad.Observation{Parent: jobs.ParentOf(parent)}
 		for i, id := range []string{"a0", "a1"} {
 			obs.Pods = append(obs.Pods, nomad.PodDetail{AllocID: id,
 				Pod:   reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning},
@@ -294,7 +295,7 @@ func TestGateChecksNativeLeader(t *testing.T) {
 		Checks: []api.ServiceCheck{{Name: "primary", Type: "script"}}}}}}}
 	live := reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: time.Unix(1_000_000, 0), TasksKnown: true}
 	observe := func(parent *api.Job) nomad.Observation {
-		obs := nomad.Observation{Parent: parent}
+		obs := nomad.Observation{Parent: jobs.ParentOf(parent)}
 		for i, id := range []string{"a0", "a1", "a2"} {
 			facts := reconciler.ReadinessFacts{Alloc: live}
 			if id == "a2" {

@@ -11,8 +11,6 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -38,10 +36,10 @@ const defaultExpectationTTL = 2 * time.Minute
 // Every write it makes is an action of the reconciler's output, or the
 // status it returned; waits are inputs to the reconciler (Input.Holds).
 type controller struct {
-	log     hclog.Logger
-	store   backend.Store
-	cache   *nomad.Cache
-	watcher *nomad.Watcher
+	log   hclog.Logger
+	store backend.Store
+	// term is this leadership term's cache of Nomad and its watcher.
+	term    backend.Term
 	queue   workQueue
 	clock   func() time.Time
 	metrics *metrics
@@ -50,6 +48,10 @@ type controller struct {
 	sets *setStates
 	// effector carries out actions: a podControl, but for tests.
 	effector effector
+	// render is the digest of a revision rendered for an ordinal, which
+	// drift detection compares with the child's (backend.Cluster's
+	// RenderedDigest).
+	render renderFunc
 	// requestResync asks the watcher for a full re-list (a fake in tests).
 	requestResync func()
 	// hooks runs the post_ready hooks; nil runs none.
@@ -77,15 +79,17 @@ type cachedRevisionData struct {
 	data           []byte
 }
 
-// revisionData returns jobs.RevisionData of the parent, computed once per
-// parent version.
-func (c *controller) revisionData(st *setState, obs nomad.Observation) ([]byte, error) {
-	parent := obs.Parent
-	_, idx := jobs.Version(parent)
+// revisionData returns the parent's RevisionData, computed once per parent
+// version.
+func (c *controller) revisionData(st *setState, obs backend.Observation) ([]byte, error) {
+	if obs.Parent == nil {
+		return nil, errors.New("the parent job is gone")
+	}
+	_, idx := obs.Parent.Version()
 	if idx != 0 && st.revData.jobModifyIndex == idx && st.revData.data != nil {
 		return st.revData.data, nil
 	}
-	data, err := jobs.RevisionData(parent)
+	data, err := obs.Parent.RevisionData()
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +103,7 @@ type pass struct {
 	key  backend.SetKey
 	st   *setState
 	spec reconciler.Spec
-	obs  nomad.Observation
+	obs  backend.Observation
 	revs []reconciler.Revision
 	// prev is the stored status (zero when none is stored: found false).
 	prev  reconciler.Status
@@ -180,7 +184,7 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	if st.spec != nil {
 		claims = st.spec.VolumeClaims
 	}
-	obs := c.cache.Observe(key, claims, now)
+	obs := c.term.Observe(key, claims, now)
 	spec, parseErr := c.specFor(st, key, obs)
 	if parseErr != nil {
 		return nil, c.recordInvalid(ctx, key, parseErr, now)
@@ -190,7 +194,7 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 		return nil, c.forgetOrphanState(ctx, key)
 	}
 	if !slices.Equal(spec.VolumeClaims, claims) {
-		obs.Volumes = c.cache.Observe(key, spec.VolumeClaims, now).Volumes
+		obs.Volumes = c.term.Observe(key, spec.VolumeClaims, now).Volumes
 	}
 	if waiting, expired := st.pendingWrites(obs, now); len(waiting) > 0 || expired {
 		if expired {
@@ -241,7 +245,9 @@ func (c *controller) readStore(ctx context.Context, p *pass) (bool, error) {
 func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	spec, obs, now := p.spec, p.obs, p.now
 	p.in = reconciler.Input{Spec: spec, Revisions: p.revs, Previous: p.prev, Now: now}
-	p.in.JobVersion, _ = jobs.Version(obs.Parent)
+	if obs.Parent != nil {
+		p.in.JobVersion, _ = obs.Parent.Version()
+	}
 	if !spec.Deleted {
 		data, err := c.revisionData(p.st, obs)
 		if err != nil {
@@ -282,9 +288,9 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 	for _, d := range p.obs.Pods {
 		pod := d.Pod
 		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating {
-			if !jobs.ChildMatches(p.spec, r, pod.Ordinal, d.Job) {
+			if d.Job == nil || !d.Job.Matches(p.spec, r, pod.Ordinal) {
 				pod.Drifted = true
-			} else if changed := rendered.changed(p.spec, r, d, p.st.isOwn(d)); len(changed) > 0 {
+			} else if changed := rendered.changed(c.render, p.spec, r, d, p.st.isOwn(d)); len(changed) > 0 {
 				pod.Drifted = true
 				c.noteEdit(p, d, r, changed)
 			}
@@ -292,13 +298,13 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 		if d.NodeID != "" && !pod.Terminating {
 			// A pod on a draining node is the daemon's to move, within the
 			// budget: its child's migrate block leaves it to us.
-			if n, ok := c.cache.NodeState(d.NodeID); ok && n.Draining {
+			if n, ok := c.term.NodeState(d.NodeID); ok && n.Draining {
 				pod.NodeDraining = true
 			}
 		}
 		pod.AllTerminal = d.AllTerminal
-		if !p.spec.Deleted {
-			pod.ScaledCount = jobs.ScaledChild(d.Job)
+		if !p.spec.Deleted && d.Job != nil {
+			pod.ScaledCount = d.Job.ScaledCount()
 		}
 		pod.NodeBack = c.nodeBack(p, d, volumeNodes[pod.Ordinal])
 		pods = append(pods, pod)
@@ -311,13 +317,13 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 // allocation, every node holding its volumes is fine, one of them became
 // fine after the child was registered, and Nomad was not asked for that
 // change yet. It reacts to node events (FineSince), not to a timer.
-func (c *controller) nodeBack(p *pass, d nomad.PodDetail, nodes []string) bool {
+func (c *controller) nodeBack(p *pass, d backend.PodDetail, nodes []string) bool {
 	if d.AllocID != "" || d.Pod.Terminating || len(nodes) == 0 {
 		return false
 	}
 	var since uint64
 	for _, id := range nodes {
-		n, ok := c.cache.NodeState(id)
+		n, ok := c.term.NodeState(id)
 		if !ok || !n.Fine() {
 			return false
 		}
@@ -457,7 +463,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 		if r, err := c.store.ListRevisions(ctx, key); err == nil {
 			finalRevs = r
 		}
-		finalObs = c.cache.Observe(key, p.spec.VolumeClaims, p.now)
+		finalObs = c.term.Observe(key, p.spec.VolumeClaims, p.now)
 		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck)
 		finalObs = c.postReadyView(p.st, finalObs)
 	}
@@ -489,9 +495,9 @@ func (c *controller) forget(key backend.SetKey) {
 
 // specFor parses the set's parent, or falls back to the last known spec when
 // the parent was purged. It returns nil, nil when the set is unknown.
-func (c *controller) specFor(st *setState, key backend.SetKey, obs nomad.Observation) (*reconciler.Spec, error) {
-	if obs.Parent != nil && !obs.ParentPurged && jobs.IsManaged(obs.Parent) {
-		spec, err := jobs.Parse(obs.Parent)
+func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Observation) (*reconciler.Spec, error) {
+	if obs.Parent != nil && !obs.ParentPurged && obs.Parent.Managed() {
+		spec, err := obs.Parent.Spec()
 		if err != nil {
 			return nil, err
 		}
@@ -502,8 +508,8 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs nomad.Observa
 	ok := st.spec != nil
 	if ok {
 		last = *st.spec
-	} else if obs.Parent != nil && jobs.IsManaged(obs.Parent) {
-		if s, err := jobs.Parse(obs.Parent); err == nil {
+	} else if obs.Parent != nil && obs.Parent.Managed() {
+		if s, err := obs.Parent.Spec(); err == nil {
 			last, ok = s, true
 		}
 	}

@@ -28,7 +28,7 @@ func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
 	t.Cleanup(sim.Close)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
-	control := &podControl{log: hclog.NewNullLogger(), api: sim, clock: func() time.Time { return now }, expectTTL: time.Minute}
+	control := &podControl{log: hclog.NewNullLogger(), nomad: nomad.NewCluster(sim), clock: func() time.Time { return now }, expectTTL: time.Minute}
 	st := &setState{}
 	failed := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseFailed, AllTerminal: true}
 	act := reconciler.Action{Type: reconciler.ActionDeletePod, Ordinal: 0, Pod: failed, Cause: reconciler.CauseEnded, Purge: true}

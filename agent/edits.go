@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -23,7 +23,7 @@ type renderedDigests struct {
 }
 
 type renderedDigest struct {
-	digest jobs.SpecDigest
+	digest specdigest.Digest
 	pass   uint64
 }
 
@@ -33,7 +33,7 @@ type renderKey struct {
 	revision string
 	ordinal  int
 	claims   string
-	// spread is the child's spread record (jobs.MetaSpreadAvoid), and
+	// spread is the child's spread record (ChildJob.SpreadRecord), and
 	// legacy says it has none: the "!=" rules its digest leaves out.
 	spread string
 	legacy bool
@@ -49,30 +49,20 @@ type renderKey struct {
 // later versions are compared with: should Nomad ever store a child in a
 // way the normal form does not model, that is learnt from the daemon's own
 // registration instead of being replaced, again and again, as an edit.
-func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision, d nomad.PodDetail, own bool) []string {
+func (r *renderedDigests) changed(render renderFunc, spec reconciler.Spec, rev reconciler.Revision, d backend.PodDetail, own bool) []string {
 	if !d.Digest.Known() {
 		return nil
 	}
 	spread, recorded := "", false
 	if d.Job != nil {
-		spread, recorded = d.Job.Meta[jobs.MetaSpreadAvoid]
+		spread, recorded = d.Job.SpreadRecord()
 	}
 	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: r.claims, spread: spread, legacy: !recorded}
 	e, ok := r.m[k]
 	if !ok {
 		// An error leaves the digest unknown, which matches: the
 		// revision's own rendering errors show when a pod is created.
-		if child, err := jobs.RenderChild(spec, rev, d.Pod.Ordinal); err == nil {
-			// The rendering leaves out the "!=" rules the child's digest
-			// leaves out: those its spread record names, or, for a child
-			// registered before the record existed, all of them.
-			if recorded {
-				child.Meta[jobs.MetaSpreadAvoid] = spread
-			} else {
-				delete(child.Meta, jobs.MetaSpreadAvoid)
-			}
-			e.digest, _ = jobs.DigestChild(child)
-		}
+		e.digest, _ = render(spec, rev, d.Pod.Ordinal, spread, recorded)
 	}
 	if own && !e.digest.Equal(d.Digest) {
 		e.digest, ok = d.Digest, false
@@ -86,6 +76,10 @@ func (r *renderedDigests) changed(spec reconciler.Spec, rev reconciler.Revision,
 	}
 	return e.digest.Changed(d.Digest)
 }
+
+// renderFunc is the digest of rev rendered for ordinal, with a child's
+// spread record (backend.Cluster's RenderedDigest).
+type renderFunc func(spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread string, recorded bool) (specdigest.Digest, error)
 
 // begin starts a pass over the set's pods: entries not used by this pass
 // are dropped at its end (trim).
@@ -118,7 +112,7 @@ func (r *renderedDigests) trim(pods int) {
 
 // isOwn reports whether the child Nomad holds is at the index of the
 // daemon's own last registration of it.
-func (st *setState) isOwn(d nomad.PodDetail) bool {
+func (st *setState) isOwn(d backend.PodDetail) bool {
 	m, ok := st.children[d.JobID]
 	return ok && m.own == d.JobModifyIndex
 }
@@ -127,7 +121,7 @@ func (st *setState) isOwn(d nomad.PodDetail) bool {
 // child was changed by hand and which fields, before the reconciler
 // replaces it from its revision (a budgeted, ordered repair): the parent
 // job is the one source of truth.
-func (c *controller) noteEdit(p *pass, d nomad.PodDetail, rev reconciler.Revision, changed []string) {
+func (c *controller) noteEdit(p *pass, d backend.PodDetail, rev reconciler.Revision, changed []string) {
 	m := p.st.child(d.JobID)
 	if m.edited == d.JobModifyIndex {
 		return

@@ -10,9 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/bytesize"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -31,9 +29,11 @@ func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // to back off from) goes to the set's state it is given.
 type podControl struct {
 	log   hclog.Logger
-	api   nomad.API
+	nomad backend.Cluster
 	store backend.Store
-	cache *nomad.Cache
+	// nodes is the term's cache, asked whether a node is free for a
+	// required spread.
+	nodes fineNodes
 	// provisioner makes and removes the per-ordinal volumes.
 	provisioner plugin.VolumeProvisioner
 	// hooks runs lifecycle hooks; nil runs none.
@@ -102,8 +102,8 @@ func childID(key backend.SetKey, ordinal int) string {
 
 // podDetail returns the observed pod an action on ord acts on: the child
 // named for it, or one adopted under another ID by its meta.
-func podDetail(obs nomad.Observation, key backend.SetKey, ord int) (nomad.PodDetail, bool) {
-	var found nomad.PodDetail
+func podDetail(obs backend.Observation, key backend.SetKey, ord int) (backend.PodDetail, bool) {
+	var found backend.PodDetail
 	ok := false
 	for _, d := range obs.Pods {
 		if d.Pod.Ordinal == ord && (!ok || d.JobID != childID(key, ord)) {
@@ -117,7 +117,7 @@ func podDetail(obs nomad.Observation, key backend.SetKey, ord int) (nomad.PodDet
 // JobModifyIndex want or later.
 func (e *podControl) expectChild(st *setState, id, what string, want uint64) {
 	st.child(id).own = want
-	st.expectWrite("child "+id+" "+what, e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+	st.expectWrite("child "+id+" "+what, e.clock(), e.expectTTL, func(o backend.Observation) bool {
 		for _, p := range o.Pods {
 			if p.JobID == id && p.JobModifyIndex >= want {
 				return true
@@ -129,10 +129,6 @@ func (e *podControl) expectChild(st *setState, id, what string, want uint64) {
 
 func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Action) error {
 	key, spec := p.key, p.spec
-	child, err := jobs.RenderChild(spec, act.Revision, act.Ordinal)
-	if err != nil {
-		return fmt.Errorf("rendering child %s: %w", childID(key, act.Ordinal), err)
-	}
 	id := childID(key, act.Ordinal)
 	// A stopped child keeps its job in Nomad; re-registering it must name
 	// the index we saw, and a new one must not exist at all (index 0). Either
@@ -143,28 +139,28 @@ func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Acti
 			index = s.JobModifyIndex
 		}
 	}
-	if slices.ContainsFunc(p.obs.Pods, func(d nomad.PodDetail) bool { return d.JobID == id }) {
+	if slices.ContainsFunc(p.obs.Pods, func(d backend.PodDetail) bool { return d.JobID == id }) {
 		return fmt.Errorf("refusing to create %s: it still has a pod", id)
 	}
+	var spread *backend.Spread
 	if len(spec.VolumeClaims) == 0 && !act.Unspread {
 		used, err := e.usedSpreadValues(ctx, spec, p.obs, nil, act.Ordinal)
 		if err != nil {
 			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
-		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !e.cache.HasFineNodeOutside(used) {
+		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !e.nodes.HasFineNodeOutside(used) {
 			return spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
 		}
-		jobs.SpreadChild(child, spec.Spread, spec.SpreadRequired, used)
+		spread = &backend.Spread{Attr: spec.Spread, Required: spec.SpreadRequired, Used: used}
 	}
-	resp, err := e.api.RegisterJob(ctx, child, true, index)
+	index, err := e.nomad.RegisterChild(ctx, spec, act.Revision, act.Ordinal, spread, index)
 	if err != nil {
-		if nomad.IsConflict(err) {
+		if backend.IsConflict(err) {
 			e.requestResync()
-			return fmt.Errorf("%s changed since it was observed: %w", id, backend.ErrConflict)
 		}
 		return err
 	}
-	e.expectChild(p.st, id, "registered", resp.JobModifyIndex)
+	e.expectChild(p.st, id, "registered", index)
 	return nil
 }
 
@@ -178,12 +174,9 @@ func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Acti
 	if d, ok := podDetail(p.obs, p.key, act.Ordinal); ok {
 		id = d.JobID
 	}
-	err := e.api.DeregisterJob(ctx, p.key.Namespace, id, act.Purge)
-	if errors.Is(err, nomad.ErrNotFound) {
-		// Already gone: the goal of the action is met (Kubernetes #136812).
-		return nil
-	}
-	if err != nil {
+	// A child already gone is not an error: the goal of the action is met
+	// (Kubernetes #136812).
+	if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, id, act.Purge); err != nil {
 		return err
 	}
 	if act.Purge && act.Pod.Phase == reconciler.PhaseFailed {
@@ -191,7 +184,7 @@ func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Acti
 		// a deregistration that failed does not count it again.
 		p.st.crashed(act.Ordinal, p.now)
 	}
-	p.st.expectWrite("child "+id+" stopping", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
+	p.st.expectWrite("child "+id+" stopping", e.clock(), e.expectTTL, func(o backend.Observation) bool {
 		for _, q := range o.Pods {
 			if q.JobID == id && !q.Pod.Terminating {
 				return false
@@ -211,22 +204,18 @@ func (e *podControl) restoreCount(ctx context.Context, p *pass, act reconciler.A
 	if !ok {
 		return nil
 	}
-	job, err := e.api.GetJob(ctx, p.key.Namespace, d.JobID)
+	index, err := e.nomad.RestoreCount(ctx, p.key.Namespace, d.JobID, d.JobModifyIndex)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", d.JobID, err)
+		if backend.IsConflict(err) {
+			e.requestResync()
+		}
+		return err
 	}
-	if _, idx := jobs.Version(job); idx != d.JobModifyIndex || !jobs.RestoreCount(job) {
+	if index == 0 {
 		// The cache is behind Nomad: the event that says so is on its way.
 		return nil
 	}
-	resp, err := e.api.RegisterJob(ctx, job, true, d.JobModifyIndex)
-	if err != nil {
-		if nomad.IsConflict(err) {
-			e.requestResync()
-		}
-		return fmt.Errorf("re-registering %s at count 1: %w", d.JobID, err)
-	}
-	e.expectChild(p.st, d.JobID, "back to count 1", resp.JobModifyIndex)
+	e.expectChild(p.st, d.JobID, "back to count 1", index)
 	return nil
 }
 
@@ -237,8 +226,8 @@ func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Ac
 	if !ok {
 		return nil
 	}
-	if err := e.api.EvaluateJob(ctx, p.key.Namespace, d.JobID); err != nil && !errors.Is(err, nomad.ErrNotFound) {
-		return fmt.Errorf("asking Nomad to place %s again: %w", d.JobID, err)
+	if err := e.nomad.EvaluateChild(ctx, p.key.Namespace, d.JobID); err != nil {
+		return err
 	}
 	p.st.child(d.JobID).evaluated = p.nodeBackSince[act.Ordinal]
 	return nil
@@ -248,7 +237,7 @@ func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Ac
 // left in Nomad, then deletes its stored state.
 func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) {
 	for _, s := range p.obs.Stopped {
-		if err := e.api.DeregisterJob(ctx, p.key.Namespace, s.JobID, true); err != nil && !errors.Is(err, nomad.ErrNotFound) {
+		if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, s.JobID, true); err != nil {
 			return false, err
 		}
 	}
@@ -331,7 +320,7 @@ func ordinalNode(p *pass, ord int) string {
 }
 
 // volumeRequest describes a claim's volume for a provisioner plugin.
-func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs nomad.Observation, act reconciler.Action) *plugin.VolumeRequest {
+func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs backend.Observation, act reconciler.Action) *plugin.VolumeRequest {
 	req := &plugin.VolumeRequest{Namespace: key.Namespace, Set: key.Name, Claim: act.Volume.Claim, Ordinal: act.Volume.Ordinal, Name: act.Volume.Name,
 		Class: act.Volume.Class}
 	for _, t := range spec.ClaimTemplates {
@@ -344,7 +333,10 @@ func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs nomad.Observati
 		req.CapacityMin = act.Volume.Capacity
 		req.CapacityMax = max(req.CapacityMax, req.CapacityMin)
 	}
-	pl := jobs.PlacementOf(obs.Parent, act.Volume.Claim)
+	var pl backend.ClaimPlacement
+	if obs.Parent != nil {
+		pl = obs.Parent.Placement(act.Volume.Claim)
+	}
 	req.NodePool, req.AccessMode, req.AttachmentMode = pl.NodePool, pl.AccessMode, pl.AttachmentMode
 	for _, c := range pl.Constraints {
 		req.Constraints = append(req.Constraints, plugin.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
@@ -383,8 +375,8 @@ func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.A
 	e.event(p.key, p.now, "VolumeExpanded", fmt.Sprintf("%s: %s → %s in %s", act.Volume.Name, bytesize.Format(before),
 		bytesize.Format(act.Volume.Capacity), e.clock().Sub(started).Round(time.Millisecond)))
 	name, want := act.Volume.Name, act.Volume.Capacity
-	p.st.expectWrite("volume "+name+" expanded", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
-		return slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name && v.Volume.Capacity >= want })
+	p.st.expectWrite("volume "+name+" expanded", e.clock(), e.expectTTL, func(o backend.Observation) bool {
+		return slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name && v.Volume.Capacity >= want })
 	})
 	return nil
 }
@@ -403,6 +395,17 @@ func appendUnique(list []string, s string) []string {
 		return list
 	}
 	return append(list, s)
+}
+
+// claimClassKey is the annotation that names a claim's storage class
+// (DESIGN §1), for messages that name the culprit.
+func claimClassKey(claim string) string { return "statefulset_claim_" + claim + "_class" }
+
+// fineNodes is what spreading asks of the term's cache.
+type fineNodes interface {
+	// HasFineNodeOutside reports whether a ready, eligible node that is
+	// not draining exists whose ID is not in ids.
+	HasFineNodeOutside(ids []string) bool
 }
 
 // pluginDown turns a plugin outage into a hold on the ordinal's creation:
@@ -441,7 +444,7 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 	}
 	if errors.Is(err, plugin.ErrUnknownClass) {
 		return &holdError{step: reconciler.StepCreate, reason: "UnknownClass", wait: time.Minute,
-			msg: fmt.Sprintf("%s: %v", jobs.ClaimClassKey(act.Volume.Claim), err)}
+			msg: fmt.Sprintf("%s: %v", claimClassKey(act.Volume.Claim), err)}
 	}
 	if err != nil {
 		return pluginDown(err)
@@ -461,8 +464,8 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 	// The watcher sees the volume on the HostVolume topic; until it does,
 	// the set waits rather than act on a cache without it.
 	name := vol.Name
-	p.st.expectWrite("volume "+name+" created", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
-		return slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name })
+	p.st.expectWrite("volume "+name+" created", e.clock(), e.expectTTL, func(o backend.Observation) bool {
+		return slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
 	})
 	return nil
 }
@@ -472,8 +475,8 @@ func (e *podControl) deleteVolume(ctx context.Context, p *pass, act reconciler.A
 		return pluginDown(err)
 	}
 	name := act.Volume.Name
-	p.st.expectWrite("volume "+name+" deleted", e.clock(), e.expectTTL, func(o nomad.Observation) bool {
-		return !slices.ContainsFunc(o.Volumes, func(v nomad.VolumeDetail) bool { return v.Volume.Name == name })
+	p.st.expectWrite("volume "+name+" deleted", e.clock(), e.expectTTL, func(o backend.Observation) bool {
+		return !slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
 	})
 	return nil
 }

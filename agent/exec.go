@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -21,10 +21,11 @@ type commandRunner interface {
 
 // nomadRunner runs the commands through Nomad's alloc exec API, under
 // /bin/sh -c as DESIGN §3b says.
-type nomadRunner struct{ api nomad.API }
+type nomadRunner struct{ nomad backend.Cluster }
 
+// RunCommand implements commandRunner.
 func (r nomadRunner) RunCommand(ctx context.Context, namespace, nodeID, allocID, task, command string, env map[string]string) (int, string, error) {
-	res, err := r.api.ExecAlloc(ctx, namespace, nodeID, allocID, task, []string{shell, "-c", command}, env)
+	res, err := r.nomad.Exec(ctx, namespace, nodeID, allocID, task, []string{shell, "-c", command}, env)
 	return res.ExitCode, res.Output, err
 }
 

@@ -3,7 +3,7 @@ package agent
 import (
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // expectation is one write the set waits to see in the cache, as the
@@ -12,20 +12,20 @@ import (
 // could repeat it (a second child for one ordinal).
 type expectation struct {
 	what     string
-	met      func(nomad.Observation) bool
+	met      func(backend.Observation) bool
 	deadline time.Time
 }
 
 // expectWrite records that the set waits until met holds of its
 // observation, for at most ttl.
-func (st *setState) expectWrite(what string, now time.Time, ttl time.Duration, met func(nomad.Observation) bool) {
+func (st *setState) expectWrite(what string, now time.Time, ttl time.Duration, met func(backend.Observation) bool) {
 	st.expect = append(st.expect, expectation{what: what, met: met, deadline: now.Add(ttl)})
 }
 
 // pendingWrites drops the expectations obs meets, and returns the others;
 // expired reports one past its deadline: the cache missed a write and must
 // be re-listed.
-func (st *setState) pendingWrites(obs nomad.Observation, now time.Time) (waiting []string, expired bool) {
+func (st *setState) pendingWrites(obs backend.Observation, now time.Time) (waiting []string, expired bool) {
 	keep := st.expect[:0]
 	for _, x := range st.expect {
 		switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 )
 
@@ -50,7 +51,7 @@ func TestHealthShowsLeaderElection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 			t.Cleanup(sim.Close)
-			a, err := New(Options{Logger: hclog.NewNullLogger(), Nomad: sim, Store: memory.NewStore(), Elector: tc.el})
+			a, err := New(Options{Logger: hclog.NewNullLogger(), Nomad: nomad.NewCluster(sim), Store: memory.NewStore(), Elector: tc.el})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +67,7 @@ func TestHealthShowsLeaderElection(t *testing.T) {
 	// Without an election (AlwaysLeader) there is nothing to report.
 	sim := nomadsim.NewNomad(nomadsim.NomadConfig{})
 	t.Cleanup(sim.Close)
-	a, err := New(Options{Nomad: sim, Store: memory.NewStore()})
+	a, err := New(Options{Nomad: nomad.NewCluster(sim), Store: memory.NewStore()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func (a *Agent) health(ctx context.Context) client.Health {
 		}
 	}
 	if c := a.current.Load(); c != nil {
-		ok, msg := c.watcher.Healthy()
+		ok, msg := c.term.Healthy()
 		if calls := a.metrics.calls.problem(time.Now()); calls != "" {
 			if ok {
 				msg = calls
@@ -128,8 +128,8 @@ func (a *Agent) health(ctx context.Context) client.Health {
 			}
 			ok = false
 		}
-		h.EventStream = &client.EventStreamHealth{Resets: c.watcher.Resets()}
-		if last, lost := c.watcher.LastReset(); lost {
+		h.EventStream = &client.EventStreamHealth{Resets: c.term.Resets()}
+		if last, lost := c.term.LastReset(); lost {
 			h.EventStream.LastReset = &client.EventStreamReset{Reason: last.Reason, Message: last.Message, At: last.At}
 		}
 		if ok {

@@ -4,13 +4,14 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // maxFuncLines is the longest a function of the agent may be: the agent
@@ -25,25 +26,6 @@ const nomadAPI = "github.com/hashicorp/nomad/api"
 
 // module is this repository's module path.
 const module = "github.com/nomad-statefulset/nomad-statefulset/"
-
-// nomadAPIVia are the packages the agent imports that still bring in
-// nomadAPI, and why. Issue 24 asks that `go list -deps ./agent` have none;
-// that needs jobs/ and backend/nomad to expose their values without
-// Nomad's types, which is not done yet. Until then this list may only
-// shrink: a new import that brings Nomad's API into the agent fails
-// TestAgentStaysThin.
-var nomadAPIVia = map[string]string{
-	// Parse reads the parent *api.Job and RenderChild, RestoreCount and
-	// ApplyRevision produce *api.Job values, which the agent hands from the
-	// cache to the API without looking inside.
-	"jobs": "parses and renders *api.Job",
-	// The API interface, Cache, Snapshot and Observation (Parent,
-	// PodDetail.Job) are declared with Nomad's types.
-	"backend/nomad": "API, Cache and Observation are declared with Nomad's types",
-	// The built-in provisioner's factory takes the agent's nomad.API, and
-	// the agent registers it (the autoscaler's setupPlugins).
-	"plugin/builtin/hostvolume": "creates host volumes through nomad.API",
-}
 
 // TestAgentStaysThin keeps the agent's own code and its configuration
 // package (tests aside) within the layering DESIGN §5 sets: no function
@@ -87,9 +69,11 @@ func checkThin(t *testing.T, name string) {
 	}
 }
 
-// TestNomadAPIStaysOut checks what the agent's dependency graph holds of
-// nomadAPI: agent/config none at all (its clients are built in command/),
-// and the agent only through the packages in nomadAPIVia.
+// TestNomadAPIStaysOut checks that nothing the agent or agent/config
+// depends on (`go list -deps`) is nomadAPI: the agent sees Nomad through
+// backend.Cluster, which command/ wires to backend/nomad, and reads jobs
+// only through backend.ParentJob and backend.ChildJob. A failure names the
+// agent's imports that bring nomadAPI in.
 func TestNomadAPIStaysOut(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`, ".", "./config").Output()
 	if err != nil {
@@ -100,27 +84,43 @@ func TestNomadAPIStaysOut(t *testing.T) {
 		f := strings.Fields(line)
 		imports[f[0]] = f[1:]
 	}
-	reaches := map[string]bool{}
-	var reach func(pkg string) bool
-	reach = func(pkg string) bool {
-		if r, ok := reaches[pkg]; ok {
-			return r
+	if _, ok := imports[nomadAPI]; ok {
+		var via []string
+		for _, pkg := range []string{module + "agent", module + "agent/config"} {
+			for _, imp := range imports[pkg] {
+				if reaches(imports, imp, nomadAPI) {
+					via = append(via, strings.TrimPrefix(pkg, module)+" → "+strings.TrimPrefix(imp, module))
+				}
+			}
 		}
-		reaches[pkg] = false // the graph is acyclic; this ends the walk
-		r := pkg == nomadAPI || slices.ContainsFunc(imports[pkg], reach)
-		reaches[pkg] = r
-		return r
+		t.Errorf("go list -deps ./agent ./agent/config holds %s, through %q: the agent must see Nomad only through backend's interfaces", nomadAPI, via)
 	}
-	if reach(module + "agent/config") {
-		t.Errorf("agent/config depends on %s: build API clients in command/", nomadAPI)
-	}
-	var via []string
-	for _, imp := range imports[module+"agent"] {
-		if reach(imp) {
-			via = append(via, strings.TrimPrefix(imp, module))
+}
+
+// reaches reports whether pkg depends on target in the import graph.
+func reaches(imports map[string][]string, pkg, target string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(p string) bool {
+		if p == target {
+			return true
 		}
+		if seen[p] {
+			return false
+		}
+		seen[p] = true
+		return slices.ContainsFunc(imports[p], walk)
 	}
-	if want := slices.Sorted(maps.Keys(nomadAPIVia)); !slices.Equal(via, want) {
-		t.Errorf("the agent reaches %s through %q, want only %q (nomadAPIVia may only shrink)", nomadAPI, via, want)
+	return walk(pkg)
+}
+
+// TestClaimClassKeyIsTheAnnotation: the agent names a claim's class
+// annotation in its messages without importing jobs/ (which reads Nomad's
+// jobs); it must be the key jobs/ parses.
+func TestClaimClassKeyIsTheAnnotation(t *testing.T) {
+	for _, claim := range []string{"data", "wal"} {
+		if got, want := claimClassKey(claim), jobs.ClaimClassKey(claim); got != want {
+			t.Errorf("claimClassKey(%q) = %q, jobs parses %q", claim, got, want)
+		}
 	}
 }

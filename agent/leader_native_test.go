@@ -93,8 +93,10 @@ func startNativeLeaderSet(t *testing.T) (*harness, *takedowns) {
 	t.Helper()
 	var rec *takedowns
 	h := startAgentWith(t, fastSim(), func(o *Options) {
-		rec = &takedowns{API: o.Nomad}
-		o.Nomad = rec
+		wrapNomad(o, func(api nomad.API) nomad.API {
+			rec = &takedowns{API: api}
+			return rec
+		})
 	})
 	h.register(nativeLeaderJob("pg", nil, "v1"))
 	h.waitConverged("pg", 3, nil)

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 )
 
 // metrics are the agent's Prometheus series, all prefixed nomad_statefulset_.
@@ -78,13 +77,13 @@ func (m *metrics) setPods(key backend.SetKey, prev map[string]bool, counts map[s
 }
 
 // observeNomadCall counts one Nomad call made on the agent's behalf, by
-// verb, and remembers its outcome for /v1/health. It is the nomad.CallTrace
+// verb, and remembers its outcome for /v1/health. It is the backend.CallTrace
 // of the agent's context: the implementations of nomad.API report their
 // calls, so a verb added to the API is counted with no change here.
-func (m *metrics) observeNomadCall(_ context.Context, verb string, err error) {
-	m.apiCalls.WithLabelValues(verb, strconv.FormatBool(nomad.Verbs[verb].Write)).Inc()
+func (m *metrics) observeNomadCall(_ context.Context, verb string, write bool, err error) {
+	m.apiCalls.WithLabelValues(verb, strconv.FormatBool(write)).Inc()
 	m.calls.observe(verb, err, time.Now())
-	if err != nil && !nomad.IsNotFound(err) {
+	if err != nil && !backend.IsNotFound(err) {
 		m.apiErrors.WithLabelValues(verb).Inc()
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // callFailureMemory is how long a failed Nomad call keeps /v1/health
@@ -37,7 +37,7 @@ type callFailure struct {
 func (h *callHealth) observe(verb string, err error, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err == nil || nomad.IsNotFound(err) || nomad.IsConflict(err) {
+	if err == nil || backend.IsNotFound(err) || backend.IsConflict(err) {
 		delete(h.failed, verb)
 		return
 	}

@@ -58,8 +58,10 @@ func getHealth(t *testing.T, a *Agent) (client.Health, int) {
 func TestAgentHealthReportsFailingNomadWritesAndRecovers(t *testing.T) {
 	refusing := &refusingNomad{}
 	h := startAgentWith(t, fastSim(), func(o *Options) {
-		refusing.Nomad = o.Nomad.(*nomadsim.Nomad)
-		o.Nomad = refusing
+		wrapNomad(o, func(api nomad.API) nomad.API {
+			refusing.Nomad = api.(*nomadsim.Nomad)
+			return refusing
+		})
 	})
 	refusing.refuse.Store(true)
 	h.register(parentJob("refused", map[string]string{"statefulset_replicas": "2"}, "v1"))
@@ -146,14 +148,14 @@ func TestLostStreamIsCountedAndShown(t *testing.T) {
 	t.Cleanup(stop)
 	waitUntilT(t, "the agent to lead and list", func() bool {
 		ct := a.current.Load()
-		return ct != nil && ct.cache.Synced()
+		return ct != nil && ct.cache().Synced()
 	})
 	if hl, _ := getHealth(t, a); hl.EventStream == nil || hl.EventStream.LastReset != nil || len(hl.EventStream.Resets) != 0 {
 		t.Fatalf("before any loss, /v1/health's event_stream is %+v, want no resets", hl.EventStream)
 	}
-	relists := a.current.Load().watcher.Relists()
+	relists := a.current.Load().watcher().Relists()
 	sim.CloseEventStreams(nomadsim.ErrEventDropped)
-	waitUntilT(t, "the re-list after the lost stream", func() bool { return a.current.Load().watcher.Relists() > relists })
+	waitUntilT(t, "the re-list after the lost stream", func() bool { return a.current.Load().watcher().Relists() > relists })
 
 	hl, code := getHealth(t, a)
 	es := hl.EventStream

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -83,8 +84,10 @@ func TestDisruptionCheckWithoutShellHolds(t *testing.T) {
 	fc := newFakeClock()
 	var rec *takedowns
 	h := startAgentOnClock(t, fastSim(), fc, func(o *Options) {
-		rec = &takedowns{API: o.Nomad}
-		o.Nomad = rec
+		wrapNomad(o, func(api nomad.API) nomad.API {
+			rec = &takedowns{API: api}
+			return rec
+		})
 	})
 	sh := newShellSwitch(t)
 	h.sim.SetExec(sh.exec())
@@ -131,8 +134,10 @@ func TestDisruptionCheckWithoutShellHolds(t *testing.T) {
 func TestSwitchoverWithoutShellHolds(t *testing.T) {
 	var rec *takedowns
 	h := startAgentWith(t, fastSim(), func(o *Options) {
-		rec = &takedowns{API: o.Nomad}
-		o.Nomad = rec
+		wrapNomad(o, func(api nomad.API) nomad.API {
+			rec = &takedowns{API: api}
+			return rec
+		})
 	})
 	sh := newShellSwitch(t)
 	h.sim.SetExec(sh.exec())

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -37,7 +36,7 @@ type readyHold struct {
 
 // gated reports whether p is a pod whose readiness the hooks decide: ready
 // by Nomad, running, not on its way out, and with an allocation to key on.
-func gated(d nomad.PodDetail) bool {
+func gated(d backend.PodDetail) bool {
 	p := d.Pod
 	return p.Ready && p.Phase == reconciler.PhaseRunning && !p.Terminating && d.AllocID != ""
 }
@@ -47,7 +46,7 @@ func gated(d nomad.PodDetail) bool {
 // a held pod's retry time has not come), then marks every pod still held as
 // not Ready in obs.Pods, in place. It returns how soon the set should be
 // looked at again for a held pod, 0 when none is held.
-func (c *controller) gatePostReady(ctx context.Context, st *setState, key backend.SetKey, obs nomad.Observation, now time.Time) time.Duration {
+func (c *controller) gatePostReady(ctx context.Context, st *setState, key backend.SetKey, obs backend.Observation, now time.Time) time.Duration {
 	if c.hooks == nil {
 		return 0
 	}
@@ -108,14 +107,14 @@ func (c *controller) recordPostReady(st *setState, key backend.SetKey, pod plugi
 
 // due returns the pods whose hooks should be asked now, and forgets the
 // answers about allocations the set no longer has.
-func (st *setState) postReadyDue(pods []nomad.PodDetail, now time.Time) []nomad.PodDetail {
+func (st *setState) postReadyDue(pods []backend.PodDetail, now time.Time) []backend.PodDetail {
 	holds := st.readyHolds
 	if len(pods) == 0 {
 		st.readyHolds = nil
 		return nil
 	}
 	live := make(map[string]bool, len(pods))
-	var out []nomad.PodDetail
+	var out []backend.PodDetail
 	for _, d := range pods {
 		live[d.AllocID] = true
 		if !gated(d) {
@@ -166,7 +165,7 @@ func (st *setState) recordPostReady(allocID string, res plugin.HookResult, now, 
 // judges it again: reconciler.JudgeReadiness holds a pod they have not
 // cleared, and counts one they cleared late as ready from when they did. It
 // returns how soon a held pod is due to be asked again, 0 if none is held.
-func (st *setState) applyPostReady(pods []nomad.PodDetail, now time.Time) time.Duration {
+func (st *setState) applyPostReady(pods []backend.PodDetail, now time.Time) time.Duration {
 	holds := st.readyHolds
 	var next time.Duration
 	for i := range pods {
@@ -192,7 +191,7 @@ func (st *setState) applyPostReady(pods []nomad.PodDetail, now time.Time) time.D
 
 // postReadyView returns obs with the pods the hooks still hold shown as not
 // ready, for the set's view, without asking any hook.
-func (c *controller) postReadyView(st *setState, obs nomad.Observation) nomad.Observation {
+func (c *controller) postReadyView(st *setState, obs backend.Observation) backend.Observation {
 	if c.hooks != nil {
 		st.applyPostReady(obs.Pods, c.clock())
 	}

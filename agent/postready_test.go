@@ -91,7 +91,7 @@ func startWithReadyHook(t *testing.T, hook *readyHook, policy plugin.FailurePoli
 	})
 	return startAgentWith(t, fastSim(), func(o *Options) {
 		o.Plugins = manager.ConfigOf(cfg)
-		o.PluginBuiltins = map[string]plugin.Factory{"ready-hook": func(hclog.Logger) plugin.Base { return hook }}
+		o.PluginBuiltins["ready-hook"] = func(hclog.Logger) plugin.Base { return hook }
 	})
 }
 

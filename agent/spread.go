@@ -2,12 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -25,7 +24,7 @@ import (
 // nodes that hold its other ordinals: their live allocations and their
 // volumes, observed or created in this pass (placed). Reading a node other than by ID costs a GetNode, made only when a
 // pod or volume is created.
-func (e *podControl) usedSpreadValues(ctx context.Context, spec reconciler.Spec, obs nomad.Observation, placed map[int][]string, ord int) ([]string, error) {
+func (e *podControl) usedSpreadValues(ctx context.Context, spec reconciler.Spec, obs backend.Observation, placed map[int][]string, ord int) ([]string, error) {
 	nodes := map[string]bool{}
 	for _, d := range obs.Pods {
 		if d.Pod.Ordinal != ord && d.NodeID != "" && !d.AllTerminal {
@@ -48,14 +47,14 @@ func (e *podControl) usedSpreadValues(ctx context.Context, spec reconciler.Spec,
 	for id := range nodes {
 		val := id
 		if spec.Spread != "${node.unique.id}" {
-			n, err := e.api.GetNode(ctx, id)
-			if errors.Is(err, nomad.ErrNotFound) {
+			var err error
+			val, err = e.nomad.NodeValue(ctx, id, spec.Spread)
+			if backend.IsNotFound(err) {
 				continue // a node gone for good constrains nothing
 			}
 			if err != nil {
 				return nil, err
 			}
-			val = nomad.NodeValue(n, spec.Spread)
 		}
 		if val != "" && !slices.Contains(out, val) {
 			out = append(out, val)

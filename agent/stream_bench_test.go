@@ -109,7 +109,7 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	// ended once every set is rolled to another one.
 	from := map[string]string{}
 	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64, float64) {
-		resets0, relists0, index0 := c.watcher.Resets(), c.watcher.Relists(), sim.Index()
+		resets0, relists0, index0 := c.watcher().Resets(), c.watcher().Relists(), sim.Index()
 		sim.ResetCalls()
 		t0 := time.Now()
 		for i := 0; i < sets; i++ {
@@ -130,12 +130,12 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 			d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
 			from[d.Name] = d.Status.UpdateRevision
 		}
-		resets := c.watcher.Resets()
+		resets := c.watcher().Resets()
 		for reason, n := range resets0 {
 			resets[reason] -= n
 		}
 		rate := float64(sim.Index()-index0) / took.Seconds()
-		return took, resets, sim.Calls(), c.watcher.Relists() - relists0, rate
+		return took, resets, sim.Calls(), c.watcher().Relists() - relists0, rate
 	}
 	r.create, r.createResets, r.createCalls, r.createRelists, r.createIndexRate = phase("v1")
 	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists, r.rolloutIndexRate = phase("v2")

@@ -93,7 +93,7 @@ func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
 	store := memory.NewStore()
 	r.eff = &fakeEffector{store: store, hold: map[string]*holdError{}}
 	r.c = &controller{
-		log: hclog.NewNullLogger(), store: store, cache: r.cache, queue: r.queue,
+		log: hclog.NewNullLogger(), store: store, term: &nomad.Term{Cache: r.cache}, render: jobs.RenderedDigest, queue: r.queue,
 		expectTTL: time.Minute, clock: func() time.Time { return r.now },
 		metrics: newMetrics(func() float64 { return 0 }), sets: newSetStates(nil), effector: r.eff,
 		requestResync: func() { r.resyncs++ },
@@ -104,7 +104,7 @@ func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
 // useNomad makes the rig's actions really happen against api (with no
 // volume provisioner), as the agent's podControl carries them out.
 func (r *syncRig) useNomad(api nomad.API) {
-	r.eff.next = &podControl{log: hclog.NewNullLogger(), api: api, store: r.c.store, cache: r.cache,
+	r.eff.next = &podControl{log: hclog.NewNullLogger(), nomad: nomad.NewCluster(api), store: r.c.store, nodes: r.cache,
 		clock: r.c.clock, expectTTL: r.c.expectTTL, event: r.c.sets.event, requestResync: r.c.requestResync}
 }
 

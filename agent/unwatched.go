@@ -3,8 +3,7 @@ package agent
 import (
 	"time"
 
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
-	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -44,7 +43,7 @@ func (c *controller) unwatchedGone(p *pass) []reconciler.Hold {
 				r.Ordinal < p.spec.OrdinalsStart || r.Ordinal >= p.spec.OrdinalsStart+p.spec.Replicas {
 				continue
 			}
-			st.vanished[r.Ordinal] = c.termStart.Add(c.lastKillGrace(p, r) + nomad.PurgeMargin)
+			st.vanished[r.Ordinal] = c.termStart.Add(c.lastKillGrace(p, r) + backend.PurgeMargin)
 		}
 	}
 	var out []reconciler.Hold
@@ -63,13 +62,16 @@ func (c *controller) unwatchedGone(p *pass) []reconciler.Hold {
 // stop: the larger of the template's kill grace now and at the revision
 // the ordinal last ran, which may have had a longer kill_timeout.
 func (c *controller) lastKillGrace(p *pass, r reconciler.OrdinalRecord) time.Duration {
-	grace := jobs.KillGrace(p.obs.Parent)
+	if p.obs.Parent == nil {
+		return backend.DefaultKillTimeout
+	}
+	grace := p.obs.Parent.KillGrace()
 	for _, rev := range p.revs {
-		if rev.Name != r.Revision || p.obs.Parent == nil {
+		if rev.Name != r.Revision {
 			continue
 		}
-		if old, err := jobs.ApplyRevision(p.obs.Parent, rev.Data); err == nil {
-			grace = max(grace, jobs.KillGrace(old))
+		if old, err := p.obs.Parent.KillGraceOf(rev.Data); err == nil {
+			grace = max(grace, old)
 		}
 	}
 	return grace

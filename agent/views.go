@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
-	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -47,7 +46,7 @@ func (s *setStates) setStatus(key backend.SetKey, st reconciler.Status) {
 // update replaces the set's view with the outcome of a reconcile, which
 // also clears an error an earlier pass showed (an invalid spec, a corrupt
 // stored value).
-func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs nomad.Observation, revs []reconciler.Revision, now time.Time) {
+func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs backend.Observation, revs []reconciler.Revision, now time.Time) {
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	claimsByOrd := claimViews(spec, obs.Volumes)
@@ -131,7 +130,7 @@ func readinessEvents(before, after []client.Pod) [][2]string {
 		switch {
 		case isReadyState(was.State) && is.State == "Running":
 			out = append(out, [2]string{EventPodNotReady, fmt.Sprintf("%s is no longer ready: %s", p.Name, orUnknown(is.NotReady))})
-		case was.State == "Running" && isReadyState(is.State) && was.NotReady != "" && was.NotReady != nomad.WaitingForHealth && was.NotReady != notReadyHookHeld:
+		case was.State == "Running" && isReadyState(is.State) && was.NotReady != "" && was.NotReady != backend.WaitingForHealth && was.NotReady != notReadyHookHeld:
 			out = append(out, [2]string{EventPodReady, fmt.Sprintf("%s is ready again (it was not: %s)", p.Name, was.NotReady)})
 		}
 	}
@@ -152,7 +151,7 @@ func orUnknown(s string) string {
 // or disconnected), NodeDraining (its node is being drained; the daemon
 // moves it within the budget), WaitingForNode (not placed, and its volume's
 // node takes no new allocations). "" when its nodes are fine.
-func nodeReason(p nomad.PodDetail, nodes map[string]nomad.NodeState, volumeNodes []string) string {
+func nodeReason(p backend.PodDetail, nodes map[string]backend.NodeState, volumeNodes []string) string {
 	if n, ok := nodes[p.NodeID]; ok && p.NodeID != "" && p.Pod.Phase != reconciler.PhasePending {
 		switch {
 		case n.Down():
@@ -248,7 +247,7 @@ func statusView(s reconciler.Status) client.Status {
 
 // claimViews shows each ordinal's volumes with their class and sizes, and
 // what their claim template asks of them.
-func claimViews(spec reconciler.Spec, vols []nomad.VolumeDetail) map[int][]client.ClaimVolume {
+func claimViews(spec reconciler.Spec, vols []backend.VolumeDetail) map[int][]client.ClaimVolume {
 	out := map[int][]client.ClaimVolume{}
 	for _, v := range vols {
 		cv := client.ClaimVolume{Claim: v.Volume.Claim, Name: v.Volume.Name, Class: v.Volume.Class, Capacity: v.Volume.Capacity}

@@ -20,6 +20,8 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/bolt"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 )
 
@@ -138,9 +140,14 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 	if err != nil {
 		return err
 	}
+	// The agent sees Nomad only through the Cluster; the built-in host
+	// volume provisioner calls the same client (the autoscaler's
+	// setupPlugins wires its built-ins the same way).
+	api := nomad.NewAPI(nc)
 	a, err := agent.New(agent.Options{
 		Logger:         logger,
-		Nomad:          nomad.NewAPI(nc),
+		Nomad:          nomad.NewCluster(api),
+		PluginBuiltins: map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(api)},
 		Store:          store,
 		Elector:        elector,
 		Workers:        cfg.Workers,

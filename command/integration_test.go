@@ -16,8 +16,11 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin"
+	"github.com/nomad-statefulset/nomad-statefulset/plugin/builtin/hostvolume"
 )
 
 // stack is the real agent, its real HTTP API, and the simulated Nomad
@@ -40,7 +43,8 @@ func startStack(t *testing.T) *stack {
 	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: 5 * time.Millisecond, HealthyDelay: 10 * time.Millisecond, StopDelay: 5 * time.Millisecond})
 	a, err := agent.New(agent.Options{
 		Logger: hclog.NewNullLogger(),
-		Nomad:  sim, Store: memory.NewStore(), HTTPAddr: "127.0.0.1:0", Workers: 2,
+		Nomad:  nomad.NewCluster(sim), PluginBuiltins: map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(sim)},
+		Store: memory.NewStore(), HTTPAddr: "127.0.0.1:0", Workers: 2,
 		RetryBaseDelay: 5 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
 		ResyncInterval: time.Hour, ExpectationTTL: 2 * time.Second,
 	})

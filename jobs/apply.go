@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // ApplyRevision returns a copy of parent whose revisioned fields are those of
@@ -91,18 +93,12 @@ func ClaimModes(parent *api.Job, claim string) (access, attachment string) {
 
 // Constraint is one placement constraint of the parent job, as a volume
 // provisioner receives it.
-type Constraint struct {
-	LTarget, RTarget, Operand string
-}
+type Constraint = backend.Constraint
 
 // ClaimPlacement is what a claim's volume must honour of the parent job:
 // its node pool and job-level constraints, and the claim's access and
 // attachment modes (ClaimModes).
-type ClaimPlacement struct {
-	NodePool                   string
-	Constraints                []Constraint
-	AccessMode, AttachmentMode string
-}
+type ClaimPlacement = backend.ClaimPlacement
 
 // PlacementOf returns the placement a claim's volume must honour; a nil
 // parent (purged) asks for nothing.

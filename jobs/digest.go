@@ -4,81 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
 )
 
-// SpecDigest is a child job's spec reduced to one checksum per field, in
-// the normal form of RevisionData: Nomad's defaults filled in and what the
-// server adds on its own (implicit constraints, the default workload
-// identity) left out, so that a child as rendered and the same child read
-// back from Nomad give equal digests. Comparing the digest of the child
-// Nomad has with that of its revision rendered for its ordinal finds any
-// hand edit (`nomad job run` of a changed child, `nomad job revert`), and
-// names the fields it changed, while the cache keeps a few hundred bytes
-// per child rather than the job. The zero SpecDigest is unknown: it matches
-// everything, so a child whose spec could not be read is never replaced for
-// it.
-type SpecDigest struct {
-	fields []fieldSum
-	// all sums every field's path and checksum: equal digests have equal
-	// sums, so a steady comparison is one test.
-	all uint64
-}
-
-// fieldSum is the checksum of one field of the normal form. path is
-// interned: children share a handful of paths.
-type fieldSum struct {
-	path string
-	sum  uint64
-}
-
-// Known reports whether the digest was computed.
-func (d SpecDigest) Known() bool { return d.fields != nil }
-
-// Equal reports whether d and other are known and equal.
-func (d SpecDigest) Equal(other SpecDigest) bool {
-	if !d.Known() || !other.Known() || d.all != other.all || len(d.fields) != len(other.fields) {
-		return false
-	}
-	for i := range d.fields {
-		if d.fields[i] != other.fields[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// Changed returns the fields whose values differ between d and other,
-// sorted ("Group.Tasks[app].Env", "Meta", …); nil when either is unknown
-// or they are equal.
-func (d SpecDigest) Changed(other SpecDigest) []string {
-	if !d.Known() || !other.Known() {
-		return nil
-	}
-	var out []string
-	i, j := 0, 0
-	for i < len(d.fields) || j < len(other.fields) {
-		switch {
-		case j == len(other.fields) || (i < len(d.fields) && d.fields[i].path < other.fields[j].path):
-			out = append(out, d.fields[i].path)
-			i++
-		case i == len(d.fields) || other.fields[j].path < d.fields[i].path:
-			out = append(out, other.fields[j].path)
-			j++
-		default:
-			if d.fields[i].sum != other.fields[j].sum {
-				out = append(out, d.fields[i].path)
-			}
-			i++
-			j++
-		}
-	}
-	return out
-}
+// SpecDigest is a child job's spec reduced to one checksum per field; see
+// specdigest.Digest, where the type lives so that the agent can compare
+// digests without importing Nomad's types.
+type SpecDigest = specdigest.Digest
 
 // operandNotEqual is the operand of the constraints and affinities the
 // daemon adds to a child without volumes to spread it (SpreadChild).
@@ -125,7 +62,7 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
 		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
 	})
-	var d SpecDigest
+	var fields []specdigest.Field
 	add := func(path string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -136,7 +73,7 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 		}
 		h := fnv.New64a()
 		h.Write(b)
-		d.fields = append(d.fields, fieldSum{path: internPath(path), sum: h.Sum64()})
+		fields = append(fields, specdigest.Field{Path: internPath(path), Sum: h.Sum64()})
 		return nil
 	}
 	var top map[string]json.RawMessage
@@ -178,21 +115,7 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 			}
 		}
 	}
-	if d.fields == nil {
-		d.fields = []fieldSum{}
-	}
-	sort.Slice(d.fields, func(i, j int) bool { return d.fields[i].path < d.fields[j].path })
-	h := fnv.New64a()
-	for _, f := range d.fields {
-		h.Write([]byte(f.path))
-		var b [8]byte
-		for i := range b {
-			b[i] = byte(f.sum >> (8 * i))
-		}
-		h.Write(b[:])
-	}
-	d.all = h.Sum64()
-	return d, nil
+	return specdigest.New(fields), nil
 }
 
 func without[T any](in []T, drop func(T) bool) []T {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
 )
 
 // TestDigestOfRegisteredChildMatches: a child rendered here and the same
@@ -110,7 +112,7 @@ func TestDigestNamesHandEdits(t *testing.T) {
 		})
 	}
 	var unknown SpecDigest
-	if got := unknown.Changed(SpecDigest{fields: []fieldSum{{"Meta", 1}}}); got != nil {
+	if got := unknown.Changed(specdigest.New([]specdigest.Field{{Path: "Meta", Sum: 1}})); got != nil {
 		t.Fatalf("an unknown digest reads as edits of %v", got)
 	}
 }

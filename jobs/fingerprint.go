@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // CompactChild returns a copy of a child job read from Nomad that keeps only
@@ -112,12 +114,18 @@ type pairs struct {
 }
 
 func (p pairs) get(k string) string {
+	v, _ := p.lookup(k)
+	return v
+}
+
+// lookup returns k's value and whether k is there at all.
+func (p pairs) lookup(k string) (string, bool) {
 	for i := 0; i+1 < len(p.kv); i += 2 {
 		if p.kv[i] == k {
-			return p.kv[i+1]
+			return p.kv[i+1], true
 		}
 	}
-	return ""
+	return "", false
 }
 
 func (p pairs) toMap() map[string]string {
@@ -238,7 +246,7 @@ func newChildRecord(j *api.Job) *ChildRecord {
 }
 
 // defaultKillTimeout is Nomad's kill_timeout when a task sets none.
-const defaultKillTimeout = 5 * time.Second
+const defaultKillTimeout = backend.DefaultKillTimeout
 
 // KillGrace is the longest a task of job may still run after Nomad was told
 // to stop it: its group's and its own shutdown_delay, then its kill_timeout.

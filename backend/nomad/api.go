@@ -5,13 +5,14 @@ package nomad
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // ErrNotFound is returned by API getters when the object does not exist.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = backend.ErrNotFound
 
 // API is the slice of the Nomad HTTP API that nomad-statefulset uses. NewAPI
 // wraps a real *api.Client; internal/nomadsim.Nomad simulates it for fast tests,
@@ -87,20 +88,9 @@ type API interface {
 	Events(ctx context.Context, index uint64) (<-chan *api.Events, error)
 }
 
-// ExecResult is how a command run by ExecAlloc ended.
-type ExecResult struct {
-	// ExitCode is the command's exit status; -1 when the call failed
-	// before the command exited.
-	ExitCode int
-	// Output is the end of what the command wrote to stdout and stderr, in
-	// the order Nomad streamed it (which keeps the order within each, not
-	// between them): at most ExecOutputLimit bytes, cut at a UTF-8
-	// boundary. It is set on failure too, with what arrived before it, so
-	// that an event can say how far a command got.
-	Output string
-	// Truncated is set when Output lost the start of the output.
-	Truncated bool
-}
+// ExecResult is how a command run by ExecAlloc ended; see
+// backend.ExecResult. Its Output holds at most ExecOutputLimit bytes.
+type ExecResult = backend.ExecResult
 
 // CheckStatus is the latest result of one Nomad-native service check.
 type CheckStatus struct {
@@ -172,21 +162,13 @@ var Verbs = map[string]Verb{
 }
 
 // CallTrace is told the outcome of every API call made with a context that
-// carries it, the way net/http/httptrace hooks the requests of a context.
-// The agent counts its own calls with it: a trace in the context, rather
-// than a wrapper around API, sees only the calls made on the agent's behalf
-// (not a test's calls to a shared simulator), and needs no change when a
-// verb is added.
-// It is given the call's context, so that a caller can tell its calls apart
-// by what it put there (the agent tags each action's calls with the action).
-type CallTrace func(ctx context.Context, verb string, err error)
+// carries it; see backend.CallTrace.
+type CallTrace = backend.CallTrace
 
-type callTraceKey struct{}
-
-// WithCallTrace returns a copy of ctx that carries trace. A trace already in
-// ctx is replaced.
+// WithCallTrace returns a copy of ctx that carries trace; see
+// backend.WithCallTrace.
 func WithCallTrace(ctx context.Context, trace CallTrace) context.Context {
-	return context.WithValue(ctx, callTraceKey{}, trace)
+	return backend.WithCallTrace(ctx, trace)
 }
 
 // TraceCall reports one call of verb to ctx's CallTrace, if it has one,
@@ -195,7 +177,5 @@ func WithCallTrace(ctx context.Context, trace CallTrace) context.Context {
 //
 //	defer nomad.TraceCall(ctx, nomad.VerbGetJob, &err)
 func TraceCall(ctx context.Context, verb string, errp *error) {
-	if trace, ok := ctx.Value(callTraceKey{}).(CallTrace); ok && trace != nil {
-		trace(ctx, verb, *errp)
-	}
+	backend.TraceCall(ctx, verb, errp)
 }

@@ -599,11 +599,9 @@ func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildR
 	return nil, ch.job
 }
 
-// PurgeMargin is added to a purged child's kill grace (kill_timeout and
-// shutdown_delay) before its ordinal is placed again: the client may still
-// be killing the old task when the server has already forgotten it, and a
-// new child is a new job, whose allocation does not wait for the old one.
-const PurgeMargin = 5 * time.Second
+// PurgeMargin is added to a purged child's kill grace before its ordinal
+// is placed again; see backend.PurgeMargin.
+const PurgeMargin = backend.PurgeMargin
 
 // RemoveJob forgets a job that Nomad purged, at now.
 func (c *Cache) RemoveJob(namespace, id string, index uint64, now time.Time) (backend.SetKey, bool) {

@@ -13,6 +13,8 @@ import (
 	"unicode"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
 // Client implements API over a real Nomad agent.
@@ -31,19 +33,8 @@ func write(ctx context.Context, namespace string) *api.WriteOptions {
 	return (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)
 }
 
-// IsNotFound reports whether err is Nomad's 404.
-func IsNotFound(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, ErrNotFound) {
-		return true
-	}
-	// Only Nomad's own answer counts: matching "404" in the text would take
-	// a dial error to a port like 14046 for "not found".
-	var ue api.UnexpectedResponseError
-	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
-}
+// IsNotFound reports whether err is Nomad's 404; see backend.IsNotFound.
+func IsNotFound(err error) bool { return backend.IsNotFound(err) }
 
 // PermissionError is Nomad refusing a call for lack of an ACL capability.
 type PermissionError struct {
@@ -75,12 +66,8 @@ func denied(verb, namespace string, err error) error {
 }
 
 // IsConflict reports whether err is Nomad refusing a register because the
-// job's modify index is not the one enforced: someone else wrote the job
-// since we observed it. Nomad answers this with HTTP 500 and the text
-// "Enforcing job modify index …", so the text is what identifies it.
-func IsConflict(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Enforcing job modify index")
-}
+// job's modify index is not the one enforced; see backend.IsConflict.
+func IsConflict(err error) bool { return backend.IsConflict(err) }
 
 // jobStub is the part of Nomad's job list stub that the watcher reads. A
 // re-list lists every job of the cluster; decoding each stub's job summary,

@@ -9,34 +9,9 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
-// NodeState is what the daemon needs to know of a client node: whether pods
-// on it must leave (a drain), whether pods may be placed on it, and whether
-// it is up.
-type NodeState struct {
-	// Draining is set while a drain is in progress on the node.
-	Draining bool
-	// Eligible is false while the node takes no new allocations (a drain,
-	// or an operator marking it ineligible).
-	Eligible bool
-	// Status is Nomad's node status: ready, down, disconnected, initializing.
-	Status string
-	// FineSince is the Nomad index at which the node last became ready,
-	// eligible and not draining (from a listing: its modify index). A child
-	// whose placement was blocked before then is evaluated again.
-	FineSince uint64
-}
-
-// Fine reports whether pods may run and be placed on the node.
-func (n NodeState) Fine() bool {
-	return n.Status == api.NodeStatusReady && n.Eligible && !n.Draining
-}
-
-// nodeStateOfStub reads a node list stub.
-// Down reports whether the node is down or disconnected: its allocations
-// are not running, or not known to be.
-func (n NodeState) Down() bool {
-	return n.Status == api.NodeStatusDown || n.Status == api.NodeStatusDisconnected
-}
+// NodeState is what the daemon needs to know of a client node; see
+// backend.NodeState.
+type NodeState = backend.NodeState
 
 // NodeValue is the value on node of a Nomad attribute interpolation that
 // statefulset_spread may name ("${node.unique.id}", "${meta.rack}", …); ""

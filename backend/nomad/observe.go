@@ -23,51 +23,12 @@ const lostAllocMargin = 30 * time.Second
 // held as Terminating for this long after it was marked lost.
 const defaultLostWait = 5 * time.Minute
 
-// PodDetail is one observed pod plus the Nomad facts behind it.
-type PodDetail struct {
-	Pod reconciler.Pod
-	// JobID is the child job's ID.
-	JobID string
-	// JobModifyIndex is the child's modify index, for check-and-set writes.
-	JobModifyIndex uint64
-	// AllocID and NodeID are those of the newest allocation, if any.
-	AllocID string
-	NodeID  string
-	// ClientStatus is the newest allocation's client status.
-	ClientStatus string
-	// Job is the child job as Nomad has it, in its compact form
-	// (jobs.CompactChild): what drift detection (jobs.ChildMatches) and
-	// ParseChild read, not the whole job.
-	Job *api.Job
-	// Digest is the digest of the child's whole spec, which drift
-	// detection compares with its revision rendered for its ordinal to find
-	// a hand edit of any field (unknown when the cache could not read it).
-	Digest jobs.SpecDigest
-	// AllTerminal is true when no allocation of the child can still run.
-	AllTerminal bool
-	// NotReady says why a pod whose allocation runs is not Ready, as a
-	// user reads it ("task app is restarting (3 restarts)"); empty when it
-	// is Ready or not running. Judge sets it with Pod.Ready and
-	// Pod.ReadySince.
-	NotReady string
-	// Facts are what the pod's readiness is judged from. Observe records
-	// the allocation's; the agent adds the Consul checks' and the
-	// post_ready hooks' and judges again, so that every source is heard by
-	// the one judge (reconciler.JudgeReadiness) and none overrules
-	// another's verdict.
-	Facts reconciler.ReadinessFacts
-	// Blocked is Nomad's placement failure for a pod whose child has no
-	// allocation since Nomad last failed to place it; empty otherwise.
-	Blocked string
-}
+// PodDetail is one observed pod plus the Nomad facts behind it; see
+// backend.PodDetail. Its Job is the child's *jobs.ChildRecord.
+type PodDetail = backend.PodDetail
 
-// StoppedChild is a child job that is stopped and fully terminal: its
-// ordinal has no pod, but re-registering must name its modify index.
-type StoppedChild struct {
-	Ordinal        int
-	JobID          string
-	JobModifyIndex uint64
-}
+// StoppedChild is a child job that is stopped and fully terminal.
+type StoppedChild = backend.StoppedChild
 
 // ClassParameter is the host volume parameter that records a volume's
 // storage class: the name of the agent's volume_provisioner block that made
@@ -81,31 +42,11 @@ const ClassParameter = "nomad_statefulset_class"
 // VolumeDetail is one observed per-ordinal volume. Its Volume's Capacity
 // is Nomad's CapacityBytes (what the host volume plugin reported; Nomad's
 // mkdir plugin reports 0), and its Class the volume's ClassParameter.
-type VolumeDetail struct {
-	Volume reconciler.Volume
-	ID     string
-	NodeID string
-}
+type VolumeDetail = backend.VolumeDetail
 
-// Observation is everything the cache knows about one set.
-type Observation struct {
-	// Parent is the parent job; nil if Nomad no longer has it.
-	Parent *api.Job
-	// ParentPurged is true when the parent was purged; Parent then holds
-	// its last known version so the cascading delete can follow its policy.
-	ParentPurged bool
-	Pods         []PodDetail
-	Stopped      []StoppedChild
-	Volumes      []VolumeDetail
-	// RecheckAfter is how soon the observation changes by the clock alone
-	// (a purged child's kill grace, or a lost allocation's wait, running
-	// out); zero when it does not.
-	RecheckAfter time.Duration
-	// Nodes holds the state of the nodes of the set's allocations and
-	// volumes that are not plainly fine (draining, ineligible or not
-	// ready), so that status can say why a pod is down; nil when all are.
-	Nodes map[string]NodeState
-}
+// Observation is everything the cache knows about one set. Its Parent is
+// a jobs.Parent.
+type Observation = backend.Observation
 
 // Observe returns the set's observed state at time now. claims are the set's
 // volume claim names, used to find its volumes.
@@ -114,9 +55,9 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 	defer c.mu.RUnlock()
 	var obs Observation
 	if p, ok := c.parents[key]; ok {
-		obs.Parent = p
+		obs.Parent = jobs.ParentOf(p)
 	} else if p, ok := c.purged[key]; ok {
-		obs.Parent, obs.ParentPurged = p, true
+		obs.Parent, obs.ParentPurged = jobs.ParentOf(p), true
 	}
 	ids := make([]string, 0, len(c.children[key]))
 	for id := range c.children[key] {
@@ -162,7 +103,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 			// purged child must not be registered again over its old index
 			// (a conflict), nor a stopped one created anew, so until the
 			// answer it is a pod still going.
-			obs.Pods = append(obs.Pods, PodDetail{AllTerminal: true, JobID: id, JobModifyIndex: ch.job.JobModifyIndex(), Job: ch.job.Job(),
+			obs.Pods = append(obs.Pods, PodDetail{AllTerminal: true, JobID: id, JobModifyIndex: ch.job.JobModifyIndex(), Job: ch.job,
 				Digest: ch.job.Digest(), Pod: reconciler.Pod{Ordinal: ord, Revision: ch.job.Meta(jobs.MetaRevision),
 					Phase: reconciler.PhasePending, Terminating: true, AllTerminal: true}})
 		} else {
@@ -281,15 +222,7 @@ func lostWaitLeft(a *allocState, job *jobs.ChildRecord, now time.Time) time.Dura
 
 // WaitingForHealth is the NotReady of a running pod whose allocation Nomad
 // has not judged healthy yet: every new pod's first wait.
-const WaitingForHealth = reconciler.NotReadyWaitingForHealth
-
-// Judge sets the pod's Ready, ReadySince and NotReady from its Facts, as
-// reconciler.JudgeReadiness finds them. It is the only place they are set,
-// so they are always the verdict on every fact recorded so far.
-func (d *PodDetail) Judge() {
-	r := reconciler.JudgeReadiness(d.Facts)
-	d.Pod.Ready, d.Pod.ReadySince, d.NotReady = r.Ready, r.Since, r.Why
-}
+const WaitingForHealth = backend.WaitingForHealth
 
 // allocFacts returns what readiness reads of the newest allocation of a
 // pod, which runs and is not being replaced (DESIGN §2): Nomad's one-shot
@@ -354,7 +287,7 @@ func podFromChild(ch *child, ord int, now time.Time) (PodDetail, bool) {
 		AllTerminal:    !anyLive,
 		JobID:          job.ID(),
 		JobModifyIndex: job.JobModifyIndex(),
-		Job:            job.Job(),
+		Job:            job,
 		Digest:         job.Digest(),
 		Pod: reconciler.Pod{
 			Ordinal:  ord,

@@ -754,7 +754,7 @@ func TestCacheParentDeregisterSettles(t *testing.T) {
 		t.Fatalf("a known parent's deregister: held %v, asks %v", held, settle)
 	}
 	obs := c.Observe(key, nil, time.Now())
-	if obs.Parent == nil || obs.Parent.Stop == nil || !*obs.Parent.Stop || obs.ParentPurged {
+	if obs.Parent == nil || obs.Parent.(jobs.Parent).Job().Stop == nil || !*obs.Parent.(jobs.Parent).Job().Stop || obs.ParentPurged {
 		t.Fatalf("an unsettled parent must show stopped: %+v purged %v", obs.Parent, obs.ParentPurged)
 	}
 	if parent.Stop != nil {

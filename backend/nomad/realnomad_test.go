@@ -18,6 +18,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // counting wraps an API and counts the list and read calls the watcher
@@ -140,7 +141,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 		}
 		return nil
 	})
-	g := cache.Observe(sets[1], nil, time.Now()).Pods[0].Job.TaskGroups[0]
+	g := cache.Observe(sets[1], nil, time.Now()).Pods[0].Job.(*jobs.ChildRecord).Job().TaskGroups[0]
 	if g.Update == nil || g.Update.MaxParallel == nil || *g.Update.MaxParallel != 1 ||
 		g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil || *g.Disconnect.StopOnClientAfter != time.Minute ||
 		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {

@@ -89,17 +89,8 @@ type Watcher struct {
 	lastReset StreamReset
 }
 
-// StreamReset is one loss of the event stream, as an operator reads it.
-type StreamReset struct {
-	// Reason is one of the Reset* constants.
-	Reason string
-	// Message says what happened and what to do, e.g. "Nomad dropped
-	// events the daemon had not read yet (raise event_buffer_size on the
-	// servers); re-listing".
-	Message string
-	// At is when the watcher saw it, by the watcher's clock.
-	At time.Time
-}
+// StreamReset is one loss of the event stream; see backend.StreamReset.
+type StreamReset = backend.StreamReset
 
 // NewWatcher returns a watcher that fills cache from a and calls onChange for
 // every set an event or a listing touches. onChange is called from two

@@ -21,6 +21,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -75,7 +76,7 @@ func TestWatcherFollowsAChildThroughStopAndReRegister(t *testing.T) {
 	// Event payloads are JSON with Go field names: decoded with the api's
 	// mapstructure helpers these settings came out nil, so every child
 	// looked hand-edited and was recreated forever on a real cluster.
-	g := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now()).Pods[0].Job.TaskGroups[0]
+	g := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now()).Pods[0].Job.(*jobs.ChildRecord).Job().TaskGroups[0]
 	if g.Update == nil || g.Update.MaxParallel == nil || *g.Update.MaxParallel != 1 ||
 		g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil || *g.Disconnect.StopOnClientAfter != time.Minute ||
 		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
@@ -294,7 +295,7 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 		t.Fatalf("revisions after the re-list: %v, want ordinal 1 at r2", revs)
 	}
 	// Drift detection still sees the whole of what it compares.
-	g := obs.Pods[1].Job.TaskGroups[0]
+	g := obs.Pods[1].Job.(*jobs.ChildRecord).Job().TaskGroups[0]
 	if g.Update == nil || g.Update.MaxParallel == nil || g.Disconnect == nil || g.Disconnect.StopOnClientAfter == nil ||
 		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
 		t.Fatalf("the re-read child lost fields: %+v", g)
@@ -325,11 +326,11 @@ func TestJobEventsKeepParentsWhole(t *testing.T) {
 		t.Fatalf("%d lists: the jobs must have come from events", w.Relists())
 	}
 	obs := cache.Observe(backend.SetKey{Namespace: "default", Name: "web"}, nil, time.Now())
-	pt := obs.Parent.TaskGroups[0].Tasks[0]
-	if pt.Driver != "exec" || pt.Config["command"] != "p" || obs.Parent.Meta["user_key"] != "kept" || obs.Parent.Datacenters == nil {
-		t.Fatalf("the parent was not kept whole: task %+v meta %v", pt, obs.Parent.Meta)
+	pt := obs.Parent.(jobs.Parent).Job().TaskGroups[0].Tasks[0]
+	if pt.Driver != "exec" || pt.Config["command"] != "p" || obs.Parent.(jobs.Parent).Job().Meta["user_key"] != "kept" || obs.Parent.(jobs.Parent).Job().Datacenters == nil {
+		t.Fatalf("the parent was not kept whole: task %+v meta %v", pt, obs.Parent.(jobs.Parent).Job().Meta)
 	}
-	ct := obs.Pods[0].Job.TaskGroups[0].Tasks[0]
+	ct := obs.Pods[0].Job.(*jobs.ChildRecord).Job().TaskGroups[0].Tasks[0]
 	if ct.Driver != "" || ct.Config != nil {
 		t.Fatalf("the child is kept whole, not compact: task %+v", ct)
 	}

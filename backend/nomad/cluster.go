@@ -1,0 +1,128 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// Cluster is backend.Cluster over an API: the agent's view of Nomad. It
+// renders and edits jobs with jobs/ and calls Nomad through the API, so the
+// agent handles none of Nomad's types. It holds no state of its own; a
+// term's state is in the Term it returns.
+type Cluster struct {
+	api API
+}
+
+var _ backend.Cluster = (*Cluster)(nil)
+
+// NewCluster returns the agent's view of the Nomad behind a.
+func NewCluster(a API) *Cluster { return &Cluster{api: a} }
+
+// API returns the API the cluster calls, for what is wired beside the
+// agent (the built-in host volume provisioner).
+func (c *Cluster) API() API { return c.api }
+
+// RegisterChild implements backend.Children.
+func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (uint64, error) {
+	child, err := jobs.RenderChild(spec, rev, ordinal)
+	if err != nil {
+		return 0, fmt.Errorf("rendering child %s: %w", reconciler.PodName(spec.Name, ordinal), err)
+	}
+	if spread != nil {
+		jobs.SpreadChild(child, spread.Attr, spread.Required, spread.Used)
+	}
+	resp, err := c.api.RegisterJob(ctx, child, true, index)
+	if err != nil {
+		if IsConflict(err) {
+			return 0, fmt.Errorf("%s changed since it was observed: %w", *child.ID, backend.ErrConflict)
+		}
+		return 0, err
+	}
+	return resp.JobModifyIndex, nil
+}
+
+// DeregisterChild implements backend.Children.
+func (c *Cluster) DeregisterChild(ctx context.Context, namespace, id string, purge bool) error {
+	if err := c.api.DeregisterJob(ctx, namespace, id, purge); err != nil && !IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// RestoreCount implements backend.Children. It reads the child whole
+// (the cache keeps only its compact record) and registers it again with
+// only the count changed, so Nomad stops only the extra allocations.
+func (c *Cluster) RestoreCount(ctx context.Context, namespace, id string, observed uint64) (uint64, error) {
+	job, err := c.api.GetJob(ctx, namespace, id)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", id, err)
+	}
+	if _, idx := jobs.Version(job); idx != observed || !jobs.RestoreCount(job) {
+		// The cache is behind Nomad: the event that says so is on its way.
+		return 0, nil
+	}
+	resp, err := c.api.RegisterJob(ctx, job, true, observed)
+	if err != nil {
+		return 0, fmt.Errorf("re-registering %s at count 1: %w", id, err)
+	}
+	return resp.JobModifyIndex, nil
+}
+
+// EvaluateChild implements backend.Children.
+func (c *Cluster) EvaluateChild(ctx context.Context, namespace, id string) error {
+	if err := c.api.EvaluateJob(ctx, namespace, id); err != nil && !IsNotFound(err) {
+		return fmt.Errorf("asking Nomad to place %s again: %w", id, err)
+	}
+	return nil
+}
+
+// NodeValue implements backend.Cluster with one GetNode.
+func (c *Cluster) NodeValue(ctx context.Context, nodeID, attr string) (string, error) {
+	n, err := c.api.GetNode(ctx, nodeID)
+	if err != nil {
+		return "", err
+	}
+	return NodeValue(n, attr), nil
+}
+
+// Exec implements backend.Cluster with ExecAlloc.
+func (c *Cluster) Exec(ctx context.Context, namespace, nodeID, allocID, task string, command []string, env map[string]string) (backend.ExecResult, error) {
+	return c.api.ExecAlloc(ctx, namespace, nodeID, allocID, task, command, env)
+}
+
+// RenderedDigest implements backend.Cluster (jobs.RenderedDigest).
+func (c *Cluster) RenderedDigest(spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread string, recorded bool) (specdigest.Digest, error) {
+	return jobs.RenderedDigest(spec, rev, ordinal, spread, recorded)
+}
+
+// WriteVerb implements backend.Cluster from Verbs.
+func (c *Cluster) WriteVerb(verb string) bool { return Verbs[verb].Write }
+
+// NewTerm implements backend.Cluster: a fresh Cache and the Watcher that
+// fills it.
+func (c *Cluster) NewTerm(cfg backend.TermConfig, log hclog.Logger, onChange func(backend.SetKey)) backend.Term {
+	cache := NewCache()
+	w := NewWatcher(c.api, cache, WatcherConfig{ResyncInterval: cfg.ResyncInterval, Clock: cfg.Clock, OnReset: cfg.OnReset}, log, onChange)
+	return &Term{Cache: cache, Watcher: w}
+}
+
+// NewLeaderChecks implements backend.Cluster with a NativeCheckWatcher.
+func (c *Cluster) NewLeaderChecks(ctx context.Context, log hclog.Logger, onChange func(backend.SetKey)) backend.LeaderChecks {
+	return NewNativeCheckWatcher(ctx, NativeCheckWatcherConfig{API: c.api, Logger: log, OnChange: onChange})
+}
+
+// Term is backend.Term: one leadership term's Cache and the Watcher that
+// keeps it.
+type Term struct {
+	*Cache
+	*Watcher
+}
+
+var _ backend.Term = (*Term)(nil)
