@@ -67,12 +67,16 @@ func (r *ChildRecord) Matches(spec reconciler.Spec, rev reconciler.Revision, ord
 	return ChildMatches(spec, rev, ordinal, r.Job())
 }
 
-// ScaledCount implements backend.ChildJob (ScaledChild).
+// ScaledCount implements backend.ChildJob: ScaledChild, read from the
+// record without rebuilding the job (a steady pass asks it of every pod).
 func (r *ChildRecord) ScaledCount() int {
-	if len(r.groups) != 1 {
+	if len(r.groups) != 1 || r.groups[0] == nil {
 		return 0
 	}
-	return ScaledChild(r.Job())
+	if n := r.groups[0].count.v; r.groups[0].count.ok && n > 1 {
+		return n
+	}
+	return 0
 }
 
 // SpreadRecord implements backend.ChildJob: the child's MetaSpreadAvoid.
