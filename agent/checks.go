@@ -28,7 +28,7 @@ type leaderSource interface {
 // leadership of the pods of obs; see applyChecks. Without Consul (-dev) the
 // Consul part does nothing: the task states alone decide readiness.
 //
-// A leader check on a provider = "nomad" service (jobs.NativeLeaderCheck)
+// A leader check on a provider = "nomad" service (backend.ParentJob.NativeLeaderCheck)
 // is read from Nomad instead, by the native watcher, Consul or not: Nomad's
 // client keeps those results. It still has no say in readiness, which for
 // a native service is Nomad's deployment health and the task states, as

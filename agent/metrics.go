@@ -77,9 +77,10 @@ func (m *metrics) setPods(key backend.SetKey, prev map[string]bool, counts map[s
 }
 
 // observeNomadCall counts one Nomad call made on the agent's behalf, by
-// verb, and remembers its outcome for /v1/health. It is the backend.CallTrace
-// of the agent's context: the implementations of nomad.API report their
-// calls, so a verb added to the API is counted with no change here.
+// verb and whether it writes (backend.Cluster's WriteVerb), and remembers
+// its outcome for /v1/health. It is the backend.CallTrace of the agent's
+// context: the implementations of backend/nomad.API report their calls,
+// so a verb added to the API is counted with no change here.
 func (m *metrics) observeNomadCall(_ context.Context, verb string, write bool, err error) {
 	m.apiCalls.WithLabelValues(verb, strconv.FormatBool(write)).Inc()
 	m.calls.observe(verb, err, time.Now())

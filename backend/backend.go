@@ -1,6 +1,8 @@
 // Package backend holds the small interfaces through which nomad-statefulset
-// reaches the outside world: the state store for revisions and status, and
-// leader election. The implementations live in the sub-packages:
+// reaches the outside world: the state store for revisions and status,
+// leader election, and the Nomad cluster as the agent sees it (Cluster,
+// Observation; cluster.go), declared without Nomad's own types. The
+// implementations live in the sub-packages:
 // backend/consul (Consul KV and locks), backend/memory (the in-memory
 // store), backend/bolt (the embedded store) and backend/nomad (the real
 // Nomad). The simulated Nomad of the tests and benchmarks is test tooling,
