@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -96,8 +97,23 @@ var (
 	portsTaken = map[int]bool{}
 )
 
-// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free when
-// asked (and, for UDP users such as DNS and Serf, free for UDP too).
+// The agents' ports are picked in [portRangeLow, portRangeHigh): below
+// Linux's ephemeral range (32768–60999), where every outgoing connection
+// of every process takes its local port, and below Nomad's dynamic ports
+// (20000–32000), which the allocations of the examples bind. A port picked
+// from the ephemeral range can be taken by a connection in the moment
+// between the pick and the agent's bind: a Consul that failed with
+// "bind: address already in use" on its DNS port in an e2e run did so.
+const (
+	portRangeLow  = 10000
+	portRangeHigh = 20000
+)
+
+// FreePorts returns n distinct ports on 127.0.0.1 in [portRangeLow,
+// portRangeHigh) that were free for both TCP and UDP (DNS and Serf use
+// both) when asked, and that this test binary has not handed out before.
+// Test binaries that run at once pick at random, so they seldom try the
+// same port, and never hand out one the other holds.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	portMu.Lock()
@@ -109,19 +125,20 @@ func FreePorts(t testing.TB, n int) []int {
 			_ = c.Close()
 		}
 	}()
+	span := portRangeHigh - portRangeLow
 	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			t.Fatalf("testagent: cannot find %d free ports", n)
+		if tries > span {
+			t.Fatalf("testagent: cannot find %d free ports in [%d, %d)", n, portRangeLow, portRangeHigh)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("testagent: listen: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		hold = append(hold, l)
+		port := portRangeLow + rand.IntN(span)
 		if portsTaken[port] {
 			continue
 		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		hold = append(hold, l)
 		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			continue

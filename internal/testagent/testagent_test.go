@@ -226,6 +226,9 @@ func waitHealthy(t *testing.T, n *NomadAgent, jobID string) {
 	})
 }
 
+// TestFreePortsDistinct: no port is handed out twice, and none is in
+// Linux's ephemeral range (where an outgoing connection can take it before
+// the agent binds it) or Nomad's dynamic port range.
 func TestFreePortsDistinct(t *testing.T) {
 	seen := map[int]bool{}
 	for i := 0; i < 5; i++ {
@@ -234,6 +237,9 @@ func TestFreePortsDistinct(t *testing.T) {
 				t.Fatalf("port %d handed out twice", p)
 			}
 			seen[p] = true
+			if p >= 20000 {
+				t.Fatalf("port %d is in Nomad's dynamic ports (20000-32000) or the ephemeral range (32768-60999)", p)
+			}
 		}
 	}
 }
