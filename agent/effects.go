@@ -174,9 +174,12 @@ func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Acti
 	if d, ok := podDetail(p.obs, p.key, act.Ordinal); ok {
 		id = d.JobID
 	}
-	// A child already gone is not an error: the goal of the action is met
-	// (Kubernetes #136812).
-	if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, id, act.Purge); err != nil {
+	err := e.nomad.DeregisterChild(ctx, p.key.Namespace, id, act.Purge)
+	if errors.Is(err, backend.ErrNotFound) {
+		// Already gone: the goal of the action is met (Kubernetes #136812).
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	if act.Purge && act.Pod.Phase == reconciler.PhaseFailed {
@@ -237,7 +240,7 @@ func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Ac
 // left in Nomad, then deletes its stored state.
 func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) {
 	for _, s := range p.obs.Stopped {
-		if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, s.JobID, true); err != nil {
+		if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, s.JobID, true); err != nil && !errors.Is(err, backend.ErrNotFound) {
 			return false, err
 		}
 	}

@@ -330,8 +330,10 @@ type Children interface {
 	// JobModifyIndex, or an error that IsConflict when the child changed
 	// since it was observed.
 	RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *Spread, index uint64) (uint64, error)
-	// DeregisterChild stops a child, and purges it when purge is set. A
-	// child that is gone already is not an error.
+	// DeregisterChild stops a child, and purges it when purge is set.
+	// Nomad 1.10 answers a deregister of a job it does not have with
+	// success (nomad/job_endpoint.go, Deregister); an error that wraps
+	// ErrNotFound (a 404) says the same, and nothing was written.
 	DeregisterChild(ctx context.Context, namespace, id string, purge bool) error
 	// RestoreCount registers a child scaled up by hand again as Nomad has
 	// it, with its count back at 1, fenced on observed, its
@@ -340,7 +342,7 @@ type Children interface {
 	// scaled, or Nomad has a newer version than observed).
 	RestoreCount(ctx context.Context, namespace, id string, observed uint64) (uint64, error)
 	// EvaluateChild asks Nomad to place a child again. A child that is
-	// gone already is not an error.
+	// gone already (ErrNotFound) is not an error: there is nothing to place.
 	EvaluateChild(ctx context.Context, namespace, id string) error
 }
 

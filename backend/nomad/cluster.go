@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/go-hclog"
@@ -50,10 +51,7 @@ func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev r
 
 // DeregisterChild implements backend.Children.
 func (c *Cluster) DeregisterChild(ctx context.Context, namespace, id string, purge bool) error {
-	if err := c.api.DeregisterJob(ctx, namespace, id, purge); err != nil && !IsNotFound(err) {
-		return err
-	}
-	return nil
+	return c.api.DeregisterJob(ctx, namespace, id, purge)
 }
 
 // RestoreCount implements backend.Children. It reads the child whole
@@ -77,7 +75,7 @@ func (c *Cluster) RestoreCount(ctx context.Context, namespace, id string, observ
 
 // EvaluateChild implements backend.Children.
 func (c *Cluster) EvaluateChild(ctx context.Context, namespace, id string) error {
-	if err := c.api.EvaluateJob(ctx, namespace, id); err != nil && !IsNotFound(err) {
+	if err := c.api.EvaluateJob(ctx, namespace, id); err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("asking Nomad to place %s again: %w", id, err)
 	}
 	return nil
