@@ -20,6 +20,7 @@ package e2e
 // each other are the noise of the comparison.
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -306,6 +307,117 @@ func resetDelta(before, after map[string]uint64) (map[string]uint64, uint64) {
 	return out, total
 }
 
+// cpuUser is a process whose CPU time a phase reports; spent is its share
+// of the phase, set by cpuSpent.
+type cpuUser struct {
+	name  string
+	proc  interface{ CPUTime() (time.Duration, error) }
+	spent time.Duration
+}
+
+// cpuTimes reads each process's CPU time so far.
+func cpuTimes(b *testing.B, procs []cpuUser) []time.Duration {
+	b.Helper()
+	out := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		d, err := p.proc.CPUTime()
+		if err != nil {
+			b.Fatalf("the CPU time of %s: %v", p.name, err)
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// cpuSpent returns procs with spent set to each one's CPU time since before.
+func cpuSpent(b *testing.B, procs []cpuUser, before []time.Duration) []cpuUser {
+	b.Helper()
+	now := cpuTimes(b, procs)
+	out := make([]cpuUser, len(procs))
+	for i, p := range procs {
+		out[i] = cpuUser{name: p.name, proc: p.proc, spent: now[i] - before[i]}
+	}
+	return out
+}
+
+func fmtCPU(procs []cpuUser) string {
+	parts := make([]string, len(procs))
+	for i, p := range procs {
+		parts[i] = fmt.Sprintf("%s %.1f s", p.name, p.spent.Seconds())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// nomadCalls reads the daemon's nomad_statefulset_nomad_api_calls_total
+// from /v1/metrics, by verb.
+func nomadCalls(b *testing.B, d *Daemon) map[string]float64 {
+	b.Helper()
+	resp, err := http.Get(d.Addr + "/v1/metrics")
+	if err != nil {
+		b.Fatalf("GET /v1/metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("GET /v1/metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	const name = "nomad_statefulset_nomad_api_calls_total{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		labels, value, ok := strings.Cut(line[len(name):], "} ")
+		if !ok {
+			b.Fatalf("/v1/metrics: cannot read %q", line)
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			b.Fatalf("/v1/metrics: %q: %v", line, err)
+		}
+		verb := labels
+		for _, l := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(l, `verb="`); ok {
+				verb = strings.TrimSuffix(v, `"`)
+			}
+		}
+		out[verb] += n
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatalf("reading /v1/metrics: %v", err)
+	}
+	return out
+}
+
+// callDelta is after − before by verb, without the verbs not called.
+func callDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func fmtCalls(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%.0f", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
 func fmtResets(m map[string]uint64) string {
 	if len(m) == 0 {
 		return "none"
@@ -327,6 +439,7 @@ func fmtResets(m map[string]uint64) string {
 type scaleNative struct {
 	name   string
 	nomad  *testagent.NomadAgent
+	consul *testagent.ConsulAgent
 	prefix string
 	ids    []string
 	idSet  map[string]bool
@@ -372,8 +485,8 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	d := StartDaemon(b, setNomad, setConsul)
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
 	for k, n := range natives {
-		consul := testagent.Consul(b)
-		n.nomad = testagent.Nomad(b, testagent.WithConsul(consul))
+		n.consul = testagent.Consul(b)
+		n.nomad = testagent.Nomad(b, testagent.WithConsul(n.consul))
 		n.prefix = fmt.Sprintf("nat%c%d-", 'a'+k, run)
 		n.idSet = map[string]bool{}
 		for s := 0; s < sets; s++ {
@@ -443,16 +556,28 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			}
 			for _, side := range order {
 				var dur time.Duration
+				var procs []cpuUser
+				var calls map[string]float64
 				switch side {
 				case 1:
+					procs = []cpuUser{{name: "daemon", proc: d.Proc}, {name: "nomad", proc: setNomad}, {name: "consul", proc: setConsul}}
+					before := cpuTimes(b, procs)
+					callsBefore := nomadCalls(b, d)
 					dur, phaseResets[v] = setPhase(v, what)
-				case 0:
-					dur = natives[0].phase(b, nativeTmpl[v], what)
-				case 2:
-					dur = natives[1].phase(b, nativeTmpl[v], what)
+					procs = cpuSpent(b, procs, before)
+					calls = callDelta(callsBefore, nomadCalls(b, d))
+				default:
+					n := natives[side/2]
+					procs = []cpuUser{{name: "nomad", proc: n.nomad}, {name: "consul", proc: n.consul}}
+					before := cpuTimes(b, procs)
+					dur = n.phase(b, nativeTmpl[v], what)
+					procs = cpuSpent(b, procs, before)
 				}
 				phaseSecs[v][side] = dur.Seconds()
-				progress("%s of %d pods (%d sets of %d): %s %.2f s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds())
+				progress("%s of %d pods (%d sets of %d): %s %.2f s; CPU %s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds(), fmtCPU(procs))
+				if calls != nil {
+					progress("%s: the daemon's Nomad calls: %s", what, fmtCalls(calls))
+				}
 				time.Sleep(benchSettle)
 			}
 			// The child the daemon registered and a native job, as Nomad

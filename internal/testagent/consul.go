@@ -246,5 +246,8 @@ func (a *ConsulAgent) Restart() {
 // Running reports whether the agent process is alive.
 func (a *ConsulAgent) Running() bool { return a.proc.running() }
 
+// CPUTime is the CPU time the agent's process has used (see Process.CPUTime).
+func (a *ConsulAgent) CPUTime() (time.Duration, error) { return a.proc.cpuTime() }
+
 // LogTail returns the last n lines of the agent's log.
 func (a *ConsulAgent) LogTail(n int) string { return a.proc.tail(n) }

@@ -359,6 +359,9 @@ func (a *NomadAgent) nodeReady() error {
 // kept for Restart.
 func (a *NomadAgent) Stop() { a.proc.stop(30 * time.Second) }
 
+// CPUTime is the CPU time the agent's process has used (see Process.CPUTime).
+func (a *NomadAgent) CPUTime() (time.Duration, error) { return a.proc.cpuTime() }
+
 // Kill kills the agent process group with SIGKILL. Tasks that run outside the
 // group keep running until Start or teardown.
 func (a *NomadAgent) Kill() { a.proc.kill() }

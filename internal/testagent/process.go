@@ -716,3 +716,60 @@ func (p *Process) SetArgs(args ...string) {
 	p.p.args = args
 	p.p.mu.Unlock()
 }
+
+// CPUTime is the CPU time (user and system) the running process has used,
+// read from /proc/<pid>/stat. It counts the process itself and the children
+// it has waited for, not children still running, so it fits an agent that
+// does its work in its own process (Nomad with mock_driver, Consul, the
+// daemon).
+func (p *Process) CPUTime() (time.Duration, error) { return p.p.cpuTime() }
+
+// clockTicks is the unit of the times in /proc/<pid>/stat (USER_HZ), which
+// Linux fixes at 100 on every architecture it exposes to user space.
+const clockTicks = 100
+
+func (p *process) cpuTime() (time.Duration, error) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !p.running() {
+		return 0, fmt.Errorf("%s is not running", p.name)
+	}
+	return procCPUTime(cmd.Process.Pid)
+}
+
+// procCPUTime reads the CPU time of pid from /proc/pid/stat.
+func procCPUTime(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the CPU time of pid %d: %w", pid, err)
+	}
+	d, err := parseProcStatCPU(string(raw))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return d, nil
+}
+
+// parseProcStatCPU sums utime, stime, cutime and cstime (fields 14–17) of
+// a /proc/pid/stat line. The command name (field 2) may hold spaces and
+// parentheses, so the fields are counted from its last closing one.
+func parseProcStatCPU(s string) (time.Duration, error) {
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("no command name in %q", s)
+	}
+	fields := strings.Fields(s[end+1:]) // fields[0] is field 3, the state
+	if len(fields) < 15 {
+		return 0, fmt.Errorf("%d fields after the command name, want ≥ 15", len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:15] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %q is not a number: %w", f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
