@@ -643,9 +643,84 @@ func (c *Cache) removeJobLocked(namespace, id string, now time.Time) (backend.Se
 	return k, true
 }
 
-// noteDeregister folds a JobDeregistered event into the cache in constant
-// time, without asking Nomad whether it was a stop or a purge: the event
-// cannot tell (a purge's payload is the job as it was before). A job the
+// deregisterKind is what a JobDeregistered event did to its job.
+type deregisterKind int
+
+const (
+	// deregisterUnknown: the event alone cannot tell; Nomad must be asked.
+	deregisterUnknown deregisterKind = iota
+	// deregisterStopped: the job is stopped, and the payload is it as Nomad
+	// now holds it.
+	deregisterStopped
+	// deregisterPurged: the job is gone.
+	deregisterPurged
+)
+
+// String names the kind for logs and tests.
+func (k deregisterKind) String() string {
+	switch k {
+	case deregisterStopped:
+		return "stopped"
+	case deregisterPurged:
+		return "purged"
+	}
+	return "unknown"
+}
+
+// deregisterKindOf reads a JobDeregistered event at index as a stop or a
+// purge from its payload alone. Nomad's FSM (nomad/fsm.go,
+// handleJobDeregister, 1.10.5) stops a job by writing a stopped copy at the
+// event's raft index, so a stop's payload was modified at exactly that
+// index; a purge deletes the job, and the event carries the job as it was
+// before (nomad/state/events.go, eventFromChange), last modified earlier.
+// Anything else (an index of 0, a payload modified later, a job modified at
+// the index yet not stopped) is left to Nomad's answer.
+func deregisterKindOf(job *api.Job, index uint64) deregisterKind {
+	if index == 0 || job == nil || job.ModifyIndex == nil {
+		return deregisterUnknown
+	}
+	switch modify := *job.ModifyIndex; {
+	case modify == index && job.Stop != nil && *job.Stop:
+		return deregisterStopped
+	case modify < index:
+		return deregisterPurged
+	}
+	return deregisterUnknown
+}
+
+// notePurge folds a JobDeregistered event at index that purged job, as
+// deregisterKindOf read it, into the cache at now: a known job is removed
+// as RemoveJob does, a child whose allocations are still stopping held as
+// stopping. Nothing changes when the cache knows better already: a re-list
+// at or after index, a newer version of the job, the purge itself, or a job
+// it never held.
+func (c *Cache) notePurge(job *api.Job, index uint64, now time.Time) (backend.SetKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.advanceLocked(index)
+	if job == nil || job.ID == nil || index <= c.listIndex {
+		return backend.SetKey{}, false
+	}
+	ns, id := jobNamespace(job), *job.ID
+	modify := u64(job.ModifyIndex)
+	pk := backend.SetKey{Namespace: ns, Name: id}
+	if p, ok := c.parents[pk]; ok {
+		if u64(p.ModifyIndex) > modify {
+			return backend.SetKey{}, false // an older event
+		}
+		return c.removeJobLocked(ns, id, now)
+	}
+	sk, known := c.owner[ns+"/"+id]
+	ch := c.children[sk][id]
+	if !known || ch == nil || ch.job == nil || ch.purged || ch.job.ModifyIndex() > modify {
+		return backend.SetKey{}, false
+	}
+	return c.removeJobLocked(ns, id, now)
+}
+
+// noteDeregister folds a JobDeregistered event that deregisterKindOf could
+// not read into the cache in constant time, without asking Nomad whether it
+// was a stop or a purge. A job the
 // cache knows is shown stopped, so that its pod is stopping, never gone,
 // and marked unsettled at index until settleDeregister applies Nomad's
 // answer. job is the payload's job, rec its child record when the watcher

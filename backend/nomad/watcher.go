@@ -465,12 +465,23 @@ func (w *Watcher) apply(evs *api.Events) {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
 			}
-			if e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered" {
-				// A deregister is a stop or a purge; only Nomad knows which,
-				// and asking it here would hold up the stream (one round
-				// trip per event, at a thousand children, overflowed
-				// Nomad's event buffer). The cache holds the job as
-				// stopping until settle has Nomad's answer.
+			deregister := e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered"
+			kind := deregisterUnknown
+			if deregister {
+				kind = deregisterKindOf(job, e.Index)
+			}
+			if kind == deregisterPurged {
+				if k, ok := w.cache.notePurge(job, e.Index, w.cfg.Clock()); ok {
+					touched[k] = struct{}{}
+				}
+				continue
+			}
+			if deregister && kind == deregisterUnknown {
+				// Only Nomad can tell this one, and asking it here would
+				// hold up the stream (one round trip per event, at a
+				// thousand children, overflowed Nomad's event buffer). The
+				// cache holds the job as stopping until settle has Nomad's
+				// answer.
 				k, held, ask := w.cache.noteDeregister(job, rec, e.Index)
 				if held {
 					touched[k] = struct{}{}

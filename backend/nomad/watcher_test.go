@@ -406,14 +406,55 @@ func TestWatcherRecordsTimesFromItsClock(t *testing.T) {
 }
 
 // gatedGetJob is a simulated Nomad whose GetJob calls, once armed, wait
-// until released, and which counts them by job.
+// until released, and which counts them by job. Once untold is set, its
+// deregister events no longer say whether they stopped or purged their job
+// (see untell).
 type gatedGetJob struct {
 	*nomadsim.Nomad
 	armed   atomic.Bool
+	untold  atomic.Bool
 	entered chan string
 	release chan struct{}
 	mu      sync.Mutex
 	calls   map[string]int
+}
+
+// Events implements nomad.API, passing each batch through untell.
+func (g *gatedGetJob) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	in, err := g.Nomad.Events(ctx, index)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *api.Events)
+	go func() {
+		defer close(out)
+		for evs := range in {
+			if g.untold.Load() {
+				evs = untell(evs)
+			}
+			select {
+			case out <- evs:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// untell returns evs with the index of each deregister event cleared, so
+// that the event alone cannot say whether its job was stopped or purged
+// (deregisterKindOf reads "unknown"), as from a Nomad that did not write
+// a stopped job at the event's index.
+func untell(evs *api.Events) *api.Events {
+	out := *evs
+	out.Events = slices.Clone(evs.Events)
+	for i := range out.Events {
+		if e := &out.Events[i]; e.Topic == api.TopicJob && (e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered") {
+			e.Index = 0
+		}
+	}
+	return &out
 }
 
 func newGatedGetJob(sim *nomadsim.Nomad) *gatedGetJob {
@@ -472,29 +513,21 @@ func watchReadySet(t *testing.T, ctx context.Context, children int) (*nomadsim.N
 	return sim, gated, cache, w
 }
 
-// TestDeregisterIsSettledOffTheEventLoop: whether a deregistered child was
-// stopped or purged is Nomad's to say (a GetJob), and that call must not
-// hold up the event stream: at a thousand children, one round trip per
-// event let Nomad's event buffer overflow. With GetJob held, the events
-// after a deregister are applied all the same (web-1 appears), while the
+// TestDeregisterIsReadWithoutHoldingUpTheStream: whether a deregistered
+// child was stopped or purged must not hold up the event stream: at a
+// thousand children, one GetJob per deregister event inside the loop let
+// Nomad's event buffer overflow. Nomad's own events tell (deregisterKindOf):
+// read from them, a stop leaves a stopped child and a purge none, with no
+// GetJob at all. An event that does not tell (untold) is settled by asking
+// Nomad, off the event loop: with GetJob held, the events after the
+// deregister are applied all the same (web-1 appears), while the
 // deregistered child shows as stopping, never as gone (its ordinal is not
-// free: it may still run). Once Nomad answers, a stop leaves a stopped
-// child and a purge none, with one GetJob per child; and an answer that a
-// newer event made stale (a purge after the stop, a new child under the
-// purged one's ID) does not undo that event.
-func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
-	key := backend.SetKey{Namespace: "default", Name: "web"}
-	for _, tc := range []struct {
-		name string
-		// writes run with GetJob held, after the deregister of web-0.
-		purge  bool
-		writes func(t *testing.T, sim *nomadsim.Nomad)
-		// want is web-0's end state once settled and at rest: "stopped",
-		// "gone", or "r2" (a new child at that revision, with no
-		// allocation of the purged one).
-		want    string
-		getJobs int
-	}{
+// free: it may still run), and once Nomad answers there is one GetJob per
+// child. Either way, a newer event (a purge after the stop, a new child
+// under the purged one's ID) is not undone by an older one or a stale
+// answer.
+func TestDeregisterIsReadWithoutHoldingUpTheStream(t *testing.T) {
+	for _, tc := range []deregisterCase{
 		{name: "stop", want: "stopped", getJobs: 1},
 		{name: "purge", purge: true, want: "gone", getJobs: 1},
 		{name: "stop, then purge", want: "gone", getJobs: 2, writes: func(t *testing.T, sim *nomadsim.Nomad) {
@@ -508,82 +541,118 @@ func TestDeregisterIsSettledOffTheEventLoop(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sim, gated, cache, _ := watchReadySet(t, ctx, 1)
+		for _, untold := range []bool{false, true} {
+			name := tc.name + ", read from the event"
+			if untold {
+				name = tc.name + ", settled by Nomad"
+			}
+			t.Run(name, func(t *testing.T) { deregisterOf(t, tc, untold) })
+		}
+	}
+}
 
-			gated.armed.Store(true)
-			released := false
-			release := func() {
-				if !released {
-					released = true
-					close(gated.release)
-				}
-			}
-			defer release()
-			// The allocation of web-0 still runs: the simulation is not
-			// stepped until GetJob is released.
-			if err := sim.DeregisterJob(ctx, "default", "web-0", tc.purge); err != nil {
-				t.Fatal(err)
-			}
-			if tc.writes != nil {
-				tc.writes(t, sim)
-			}
-			if _, err := sim.RegisterJob(ctx, childOf("web", 1, "r1"), false, 0); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case id := <-gated.entered:
-				if id != "web-0" {
-					t.Fatalf("GetJob of %s, want web-0", id)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("nobody asked Nomad whether web-0 was stopped or purged")
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				obs := cache.Observe(key, nil, sim.Now())
-				ords := map[int]nomad.PodDetail{}
-				for _, p := range obs.Pods {
-					ords[p.Pod.Ordinal] = p
-				}
-				if _, ok := ords[1]; ok {
-					if p, ok := ords[0]; !ok || (tc.want != "r2" && !p.Pod.Terminating) {
-						t.Fatalf("while unsettled, web-0 must be stopping, not gone: %+v", p.Pod)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the events after the deregister were not applied while GetJob was held: pods at ordinals %v", slices.Collect(maps.Keys(ords)))
-				}
-				time.Sleep(time.Millisecond)
-			}
+// deregisterCase is one case of TestDeregisterIsReadWithoutHoldingUpTheStream.
+type deregisterCase struct {
+	name string
+	// purge purges web-0 rather than stopping it.
+	purge bool
+	// writes run with GetJob held, after the deregister of web-0.
+	writes func(t *testing.T, sim *nomadsim.Nomad)
+	// want is web-0's end state once settled and at rest: "stopped",
+	// "gone", or "r2" (a new child at that revision, with no allocation of
+	// the purged one).
+	want string
+	// getJobs bounds the GetJob calls of a deregister settled by Nomad;
+	// one read from the event makes none.
+	getJobs int
+}
 
-			release()
-			sim.Settle()
-			waitFor(t, "web-0 settled as "+tc.want, func() bool {
-				obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
-				var web0 *nomad.PodDetail
-				for i := range obs.Pods {
-					if obs.Pods[i].Pod.Ordinal == 0 {
-						web0 = &obs.Pods[i]
-					}
-				}
-				switch tc.want {
-				case "stopped":
-					job, err := sim.GetJob(ctx, "default", "web-0")
-					return err == nil && web0 == nil && len(obs.Stopped) == 1 && obs.Stopped[0].JobModifyIndex == *job.JobModifyIndex
-				case "gone":
-					return web0 == nil && len(obs.Stopped) == 0
-				default:
-					return web0 != nil && web0.Pod.Revision == tc.want && web0.Pod.Ready && len(obs.Stopped) == 0
-				}
-			})
-			if n := gated.callsOf("web-0"); n < 1 || n > tc.getJobs {
-				t.Fatalf("%d GetJob calls for web-0, want 1 to %d", n, tc.getJobs)
+// deregisterOf runs tc with deregister events that tell what they did, or
+// (untold) that do not.
+func deregisterOf(t *testing.T, tc deregisterCase, untold bool) {
+	t.Helper()
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	purge, writes, want, getJobs := tc.purge, tc.writes, tc.want, tc.getJobs
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sim, gated, cache, _ := watchReadySet(t, ctx, 1)
+
+	gated.untold.Store(untold)
+	gated.armed.Store(true)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gated.release)
+		}
+	}
+	defer release()
+	// The allocation of web-0 still runs: the simulation is not
+	// stepped until GetJob is released.
+	if err := sim.DeregisterJob(ctx, "default", "web-0", purge); err != nil {
+		t.Fatal(err)
+	}
+	if writes != nil {
+		writes(t, sim)
+	}
+	if _, err := sim.RegisterJob(ctx, childOf("web", 1, "r1"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if untold {
+		select {
+		case id := <-gated.entered:
+			if id != "web-0" {
+				t.Fatalf("GetJob of %s, want web-0", id)
 			}
-		})
+		case <-time.After(10 * time.Second):
+			t.Fatal("nobody asked Nomad whether web-0 was stopped or purged")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		obs := cache.Observe(key, nil, sim.Now())
+		ords := map[int]nomad.PodDetail{}
+		for _, p := range obs.Pods {
+			ords[p.Pod.Ordinal] = p
+		}
+		if _, ok := ords[1]; ok {
+			if p, ok := ords[0]; !ok || (want != "r2" && !p.Pod.Terminating) {
+				t.Fatalf("while its allocation runs, web-0 must be stopping, not gone: %+v", p.Pod)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the events after the deregister were not applied while GetJob was held: pods at ordinals %v", slices.Collect(maps.Keys(ords)))
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	release()
+	sim.Settle()
+	waitFor(t, "web-0 settled as "+want, func() bool {
+		obs := cache.Observe(key, nil, sim.Now().Add(time.Hour))
+		var web0 *nomad.PodDetail
+		for i := range obs.Pods {
+			if obs.Pods[i].Pod.Ordinal == 0 {
+				web0 = &obs.Pods[i]
+			}
+		}
+		switch want {
+		case "stopped":
+			job, err := sim.GetJob(ctx, "default", "web-0")
+			return err == nil && web0 == nil && len(obs.Stopped) == 1 && obs.Stopped[0].JobModifyIndex == *job.JobModifyIndex
+		case "gone":
+			return web0 == nil && len(obs.Stopped) == 0
+		default:
+			return web0 != nil && web0.Pod.Revision == want && web0.Pod.Ready && len(obs.Stopped) == 0
+		}
+	})
+	n := gated.callsOf("web-0")
+	if !untold && n != 0 {
+		t.Fatalf("%d GetJob calls for web-0, want none: Nomad's events say whether it was stopped or purged", n)
+	}
+	if untold && (n < 1 || n > getJobs) {
+		t.Fatalf("%d GetJob calls for web-0, want 1 to %d", n, getJobs)
 	}
 }
 
@@ -682,7 +751,8 @@ func TestWatcherReportsALostStreamAsWhatItIs(t *testing.T) {
 // TestDeregistersAreSettledSeveralAtOnce: the watcher asks Nomad about
 // several deregistered children at once. Asked one at a time, a rollout of
 // 5,000 children kept them stopping for minutes: the controller's
-// expectations expired and it asked for five extra re-lists. Here GetJob
+// expectations expired and it asked for five extra re-lists. Here the
+// deregister events do not tell a stop from a purge (untold), and GetJob
 // is held until released, so the watcher can only reach four calls in
 // flight by making them concurrently.
 func TestDeregistersAreSettledSeveralAtOnce(t *testing.T) {
@@ -692,6 +762,7 @@ func TestDeregistersAreSettledSeveralAtOnce(t *testing.T) {
 	sim, gated, cache, w := watchReadySet(t, ctx, children)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
 
+	gated.untold.Store(true)
 	gated.armed.Store(true)
 	for i := range children {
 		if err := sim.DeregisterJob(ctx, "default", fmt.Sprintf("web-%d", i), false); err != nil {

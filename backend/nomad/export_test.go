@@ -1,0 +1,9 @@
+package nomad
+
+import "github.com/hashicorp/nomad/api"
+
+// DeregisterKindOf exposes deregisterKindOf to the package's external
+// tests, by name: "stopped", "purged" or "unknown".
+func DeregisterKindOf(job *api.Job, index uint64) string {
+	return deregisterKindOf(job, index).String()
+}
