@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -418,6 +419,23 @@ func fmtCalls(m map[string]float64) string {
 	return strings.Join(parts, " ")
 }
 
+// keepLog copies the log at from to to, for NSS_BENCH_SCALE_LOGS: the
+// agents' directories go with the benchmark.
+func keepLog(b *testing.B, from, to string) {
+	b.Helper()
+	raw, err := os.ReadFile(from)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(to), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(to, raw, 0o644)
+	}
+	if err != nil {
+		b.Fatalf("keeping the log %s: %v", from, err)
+	}
+	progress("kept %s as %s", from, to)
+}
+
 func fmtResets(m map[string]uint64) string {
 	if len(m) == 0 {
 		return "none"
@@ -457,6 +475,7 @@ func (n *scaleNative) phase(b *testing.B, tmpl *nomadapi.Job, what string) time.
 	registerAll(b, c, all)
 	start, _ := firstSubmit(b, c, n.prefix, n.idSet)
 	last := waitScaleHealthy(b, c, n.name+" "+what, n.idSet, index)
+	progress("%s %s, where the time went:%s", n.name, what, phaseTimeline(b, c, n.idSet, index, start))
 	return last.Sub(start)
 }
 
@@ -482,7 +501,11 @@ func BenchmarkScaleVsNative(b *testing.B) {
 
 	setConsul := testagent.Consul(b)
 	setNomad := testagent.Nomad(b, testagent.WithConsul(setConsul))
-	d := StartDaemon(b, setNomad, setConsul)
+	var daemonHCL []string
+	if w := os.Getenv("NSS_BENCH_SCALE_WORKERS"); w != "" {
+		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", envInt(b, "NSS_BENCH_SCALE_WORKERS", 0)))
+	}
+	d := StartDaemon(b, setNomad, setConsul, daemonHCL...)
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
 	for k, n := range natives {
 		n.consul = testagent.Consul(b)
@@ -532,6 +555,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		if _, again := firstSubmit(b, setClient, setPrefix, parentIDs); !reflect.DeepEqual(again, modify) {
 			b.Fatalf("set %s: a parent was registered again during the phase, so its SubmitTime is not the phase's start", what)
 		}
+		progress("set %s, where the time went:%s", what, phaseTimeline(b, setClient, children, index, start))
 		after, lastReset := streamResets(b, d)
 		delta, total := resetDelta(before, after)
 		if total > 0 && lastReset != nil {
@@ -610,6 +634,10 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	if dir := os.Getenv("NSS_BENCH_SCALE_LOGS"); dir != "" {
+		keepLog(b, d.Proc.LogPath(), filepath.Join(dir, "daemon.log"))
+		keepLog(b, setNomad.LogPath, filepath.Join(dir, "nomad-set.log"))
+	}
 	b.ReportMetric(median(createRatios), "create-ratio")
 	b.ReportMetric(median(rolloutRatios), "rollout-ratio")
 	b.ReportMetric(median(setCreate), "set-create-s")
