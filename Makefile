@@ -124,7 +124,10 @@ bench:
 # two fresh agents (native, set, native), with the daemon's lost event
 # streams; three Nomad agents at once, several minutes a run on a quiet
 # machine. NSS_BENCH_SCALE_SETS (default 200) and NSS_BENCH_SCALE_REPLICAS
-# (default 5) change its size; BENCH_SCALE_COUNT its runs.
+# (default 5) change its size; BENCH_SCALE_COUNT its runs. On stderr, each
+# phase also says where the time went (Nomad's evaluation and allocation
+# times) and the CPU each side's agents used; NSS_BENCH_SCALE_WORKERS=N runs
+# the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs.
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build
