@@ -465,6 +465,9 @@ func (w *Watcher) apply(evs *api.Events) {
 				w.log.Warn("ignoring a job event that does not decode", "type", e.Type, "key", e.Key, "error", err)
 				continue
 			}
+			// A deregister the event itself tells: a purge removes the
+			// job; a stop's payload is the stopped job as Nomad now holds
+			// it, applied below like any registration.
 			deregister := e.Type == "JobDeregistered" || e.Type == "JobBatchDeregistered"
 			kind := deregisterUnknown
 			if deregister {
