@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -180,27 +181,50 @@ func readMetric(t *testing.T, addr, name, match string) (total float64, found bo
 // whether the metric has any sample at all, whatever its labels: a counter
 // vector shows only the label values it has counted.
 func metricSum(r io.Reader, name, match string) (total float64, found bool, err error) {
+	err = eachSample(r, name, func(line string, v float64) {
+		found = true
+		if strings.Contains(line, match) {
+			total += v
+		}
+	})
+	return total, found, err
+}
+
+// metricByLabel sums, from a Prometheus text exposition, the samples of
+// metric name by the value of their label (a sample without it counts
+// under "").
+func metricByLabel(r io.Reader, name, label string) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := eachSample(r, name, func(line string, v float64) {
+		value := ""
+		if _, rest, ok := strings.Cut(line, label+`="`); ok {
+			value, _, _ = strings.Cut(rest, `"`)
+		}
+		out[value] += v
+	})
+	return out, err
+}
+
+// eachSample calls fn with each sample line of metric name (with or
+// without labels) and its value.
+func eachSample(r io.Reader, name string, fn func(line string, v float64)) error {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
-		found = true
-		if !strings.Contains(line, match) {
-			continue
-		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			return 0, found, fmt.Errorf("metric line %q: %w", line, err)
+			return fmt.Errorf("metric line %q: %w", line, err)
 		}
-		total += v
+		fn(line, v)
 	}
 	if err := sc.Err(); err != nil {
-		return 0, found, fmt.Errorf("reading the metrics: %w", err)
+		return fmt.Errorf("reading the metrics: %w", err)
 	}
-	return total, found, nil
+	return nil
 }
 
 func TestMetricSum(t *testing.T) {
@@ -229,6 +253,13 @@ reconciles_count 12
 				t.Fatalf("metricSum(%s, %s) = %v, %v, %v; want %v, %v", tc.metric, tc.match, got, found, err, tc.want, tc.found)
 			}
 		})
+	}
+	byOp, err := metricByLabel(strings.NewReader(body+`calls_total{op="list",write="true"} 3`+"\n"), "calls_total", "op")
+	if want := map[string]float64{"list": 10, "register": 2, "deregister": 1}; err != nil || !reflect.DeepEqual(byOp, want) {
+		t.Fatalf("metricByLabel(calls_total, op) = %v, %v; want %v", byOp, err, want)
+	}
+	if _, _, err := metricSum(strings.NewReader("calls_total{op=\"list\"} seven\n"), "calls_total", ""); err == nil {
+		t.Fatal("metricSum read a sample whose value is not a number")
 	}
 }
 

@@ -20,13 +20,14 @@ package e2e
 // each other are the noise of the comparison.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -295,8 +296,9 @@ func streamResets(b *testing.B, d *Daemon) (map[string]uint64, *client.EventStre
 	return h.EventStream.Resets, h.EventStream.LastReset
 }
 
-// resetDelta is after − before by reason, and the total.
-func resetDelta(before, after map[string]uint64) (map[string]uint64, uint64) {
+// countDelta is after − before by key, without the keys that did not
+// grow, and the total.
+func countDelta(before, after map[string]uint64) (map[string]uint64, uint64) {
 	out := map[string]uint64{}
 	var total uint64
 	for k, v := range after {
@@ -351,72 +353,22 @@ func fmtCPU(procs []cpuUser) string {
 
 // nomadCalls reads the daemon's nomad_statefulset_nomad_api_calls_total
 // from /v1/metrics, by verb.
-func nomadCalls(b *testing.B, d *Daemon) map[string]float64 {
+func nomadCalls(b *testing.B, d *Daemon) map[string]uint64 {
 	b.Helper()
 	resp, err := http.Get(d.Addr + "/v1/metrics")
 	if err != nil {
 		b.Fatalf("GET /v1/metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b.Fatalf("GET /v1/metrics: %s", resp.Status)
+	byVerb, err := metricByLabel(resp.Body, "nomad_statefulset_nomad_api_calls_total", "verb")
+	if err != nil {
+		b.Fatalf("reading %s/v1/metrics: %v", d.Addr, err)
 	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	const name = "nomad_statefulset_nomad_api_calls_total{"
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		labels, value, ok := strings.Cut(line[len(name):], "} ")
-		if !ok {
-			b.Fatalf("/v1/metrics: cannot read %q", line)
-		}
-		n, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			b.Fatalf("/v1/metrics: %q: %v", line, err)
-		}
-		verb := labels
-		for _, l := range strings.Split(labels, ",") {
-			if v, ok := strings.CutPrefix(l, `verb="`); ok {
-				verb = strings.TrimSuffix(v, `"`)
-			}
-		}
-		out[verb] += n
-	}
-	if err := sc.Err(); err != nil {
-		b.Fatalf("reading /v1/metrics: %v", err)
+	out := make(map[string]uint64, len(byVerb))
+	for verb, n := range byVerb {
+		out[verb] = uint64(n)
 	}
 	return out
-}
-
-// callDelta is after − before by verb, without the verbs not called.
-func callDelta(before, after map[string]float64) map[string]float64 {
-	out := map[string]float64{}
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
-
-func fmtCalls(m map[string]float64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%.0f", k, m[k])
-	}
-	return strings.Join(parts, " ")
 }
 
 // keepLog copies the log at from to to, for NSS_BENCH_SCALE_LOGS: the
@@ -436,18 +388,14 @@ func keepLog(b *testing.B, from, to string) {
 	progress("kept %s as %s", from, to)
 }
 
-func fmtResets(m map[string]uint64) string {
+// fmtCounts writes counts by key as "a=1 b=2", in key order.
+func fmtCounts(m map[string]uint64) string {
 	if len(m) == 0 {
 		return "none"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -502,8 +450,8 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	setConsul := testagent.Consul(b)
 	setNomad := testagent.Nomad(b, testagent.WithConsul(setConsul))
 	var daemonHCL []string
-	if w := os.Getenv("NSS_BENCH_SCALE_WORKERS"); w != "" {
-		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", envInt(b, "NSS_BENCH_SCALE_WORKERS", 0)))
+	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {
+		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", w))
 	}
 	d := StartDaemon(b, setNomad, setConsul, daemonHCL...)
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
@@ -557,7 +505,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		}
 		progress("set %s, where the time went:%s", what, phaseTimeline(b, setClient, children, index, start))
 		after, lastReset := streamResets(b, d)
-		delta, total := resetDelta(before, after)
+		delta, total := countDelta(before, after)
 		if total > 0 && lastReset != nil {
 			b.Logf("set %s: the daemon's last lost stream: %s at %s: %s", what, lastReset.Reason, lastReset.At.Format(time.RFC3339Nano), lastReset.Message)
 		}
@@ -581,7 +529,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			for _, side := range order {
 				var dur time.Duration
 				var procs []cpuUser
-				var calls map[string]float64
+				var calls map[string]uint64
 				switch side {
 				case 1:
 					procs = []cpuUser{{name: "daemon", proc: d.Proc}, {name: "nomad", proc: setNomad}, {name: "consul", proc: setConsul}}
@@ -589,7 +537,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 					callsBefore := nomadCalls(b, d)
 					dur, phaseResets[v] = setPhase(v, what)
 					procs = cpuSpent(b, procs, before)
-					calls = callDelta(callsBefore, nomadCalls(b, d))
+					calls, _ = countDelta(callsBefore, nomadCalls(b, d))
 				default:
 					n := natives[side/2]
 					procs = []cpuUser{{name: "nomad", proc: n.nomad}, {name: "consul", proc: n.consul}}
@@ -600,7 +548,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				phaseSecs[v][side] = dur.Seconds()
 				progress("%s of %d pods (%d sets of %d): %s %.2f s; CPU %s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds(), fmtCPU(procs))
 				if calls != nil {
-					progress("%s: the daemon's Nomad calls: %s", what, fmtCalls(calls))
+					progress("%s: the daemon's Nomad calls: %s", what, fmtCounts(calls))
 				}
 				time.Sleep(benchSettle)
 			}
@@ -617,10 +565,10 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		for v, what := range []string{"create", "rollout"} {
 			a, s, bb := phaseSecs[v][0], phaseSecs[v][1], phaseSecs[v][2]
 			mean := (a + bb) / 2
-			_, total := resetDelta(nil, phaseResets[v])
+			_, total := countDelta(nil, phaseResets[v])
 			resetsTotal += total
 			b.Logf("%s: set %.2f s; native A %.2f s, native B %.2f s (mean %.2f); set/native = %.3f (%.3f against A, %.3f against B); native B/A = %.3f; the daemon lost Nomad's event stream %d times (%s)",
-				what, s, a, bb, mean, s/mean, s/a, s/bb, bb/a, total, fmtResets(phaseResets[v]))
+				what, s, a, bb, mean, s/mean, s/a, s/bb, bb/a, total, fmtCounts(phaseResets[v]))
 			n := bb / a
 			if n < 1 {
 				n = 1 / n

@@ -27,7 +27,7 @@ type timelineStage struct {
 // after the phase, so in no figure.
 func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index uint64, start time.Time) string {
 	b.Helper()
-	evals, _, err := c.Evaluations().List(&nomadapi.QueryOptions{PerPage: 0})
+	evals, _, err := c.Evaluations().List(nil)
 	if err != nil {
 		b.Fatalf("listing evaluations: %v", err)
 	}
@@ -46,7 +46,7 @@ func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index 
 		}
 		return traces[id]
 	}
-	triggers := map[string]int{}
+	triggers := map[string]uint64{}
 	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
 	for _, e := range evals {
 		if !ids[e.JobID] || e.CreateIndex <= index {
@@ -129,16 +129,7 @@ func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index 
 		q := func(p float64) float64 { return s.times[int(p*float64(len(s.times)-1))].Seconds() }
 		fmt.Fprintf(&out, "\n    %s: p10 %.1f s, p50 %.1f s, p90 %.1f s, max %.1f s (%d jobs)", s.name, q(0.1), q(0.5), q(0.9), q(1), len(s.times))
 	}
-	keys := make([]string, 0, len(triggers))
-	for k := range triggers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, triggers[k])
-	}
-	fmt.Fprintf(&out, "\n    evaluations: %s", strings.Join(parts, " "))
+	fmt.Fprintf(&out, "\n    evaluations: %s", fmtCounts(triggers))
 	return out.String()
 }
 

@@ -669,8 +669,8 @@ func (k deregisterKind) String() string {
 
 // deregisterKindOf reads a JobDeregistered event at index as a stop or a
 // purge from its payload alone. Nomad's FSM (nomad/fsm.go,
-// handleJobDeregister, 1.10.5) stops a job by writing a stopped copy at the
-// event's raft index, so a stop's payload was modified at exactly that
+// handleJobDeregister, 1.10.5, which applyBatchDeregisterJob calls too)
+// stops a job by writing a stopped copy at the event's raft index, so a stop's payload was modified at exactly that
 // index; a purge deletes the job, and the event carries the job as it was
 // before (nomad/state/events.go, eventFromChange), last modified earlier.
 // Anything else (an index of 0, a payload modified later, a job modified at
