@@ -127,7 +127,9 @@ bench:
 # (default 5) change its size; BENCH_SCALE_COUNT its runs. On stderr, each
 # phase also says where the time went (Nomad's evaluation and allocation
 # times) and the CPU each side's agents used; NSS_BENCH_SCALE_WORKERS=N runs
-# the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs.
+# the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs,
+# NSS_BENCH_SCALE_PROFILE=dir keeps a 25 s CPU profile of each side's Nomad
+# from the start of each phase.
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build

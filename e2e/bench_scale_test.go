@@ -447,8 +447,15 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	pods := sets * replicas
 	run := nextRun(b.Name())
 
+	profileDir := os.Getenv("NSS_BENCH_SCALE_PROFILE")
+	withDebug := func(opts ...testagent.NomadOption) []testagent.NomadOption {
+		if profileDir != "" {
+			opts = append(opts, testagent.WithConfig("enable_debug = true"))
+		}
+		return opts
+	}
 	setConsul := testagent.Consul(b)
-	setNomad := testagent.Nomad(b, testagent.WithConsul(setConsul))
+	setNomad := testagent.Nomad(b, withDebug(testagent.WithConsul(setConsul))...)
 	var daemonHCL []string
 	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {
 		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", w))
@@ -457,7 +464,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
 	for k, n := range natives {
 		n.consul = testagent.Consul(b)
-		n.nomad = testagent.Nomad(b, testagent.WithConsul(n.consul))
+		n.nomad = testagent.Nomad(b, withDebug(testagent.WithConsul(n.consul))...)
 		n.prefix = fmt.Sprintf("nat%c%d-", 'a'+k, run)
 		n.idSet = map[string]bool{}
 		for s := 0; s < sets; s++ {
@@ -467,6 +474,12 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				n.idSet[id] = true
 			}
 		}
+	}
+
+	everyone := []cpuUser{
+		{name: "daemon", proc: d.Proc}, {name: "set nomad", proc: setNomad}, {name: "set consul", proc: setConsul},
+		{name: "A nomad", proc: natives[0].nomad}, {name: "A consul", proc: natives[0].consul},
+		{name: "B nomad", proc: natives[1].nomad}, {name: "B consul", proc: natives[1].consul},
 	}
 
 	setPrefix := fmt.Sprintf("sc%d-", run)
@@ -528,27 +541,30 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			}
 			for _, side := range order {
 				var dur time.Duration
-				var procs []cpuUser
 				var calls map[string]uint64
+				profiled := []*testagent.NomadAgent{natives[0].nomad, setNomad, natives[1].nomad}[side]
+				waitProfile := func() {}
+				if profileDir != "" {
+					waitProfile = profileNomad(b, profiled.Addr, profileDir, fmt.Sprintf("%s-%s", what, []string{"nativeA", "set", "nativeB"}[side]))
+				}
+				// Every agent's CPU, not only the phase's side: the others'
+				// idle pods cost the machine too, and more as the run goes on.
+				cpuBefore, machineBefore, writesBefore := cpuTimes(b, everyone), machineCPU(b), consulWrites(b, setConsul)
 				switch side {
 				case 1:
-					procs = []cpuUser{{name: "daemon", proc: d.Proc}, {name: "nomad", proc: setNomad}, {name: "consul", proc: setConsul}}
-					before := cpuTimes(b, procs)
 					callsBefore := nomadCalls(b, d)
 					dur, phaseResets[v] = setPhase(v, what)
-					procs = cpuSpent(b, procs, before)
 					calls, _ = countDelta(callsBefore, nomadCalls(b, d))
 				default:
-					n := natives[side/2]
-					procs = []cpuUser{{name: "nomad", proc: n.nomad}, {name: "consul", proc: n.consul}}
-					before := cpuTimes(b, procs)
-					dur = n.phase(b, nativeTmpl[v], what)
-					procs = cpuSpent(b, procs, before)
+					dur = natives[side/2].phase(b, nativeTmpl[v], what)
 				}
+				procs, machine := cpuSpent(b, everyone, cpuBefore), machineCPU(b).Sub(machineBefore)
+				writes := consulWrites(b, setConsul) - writesBefore
+				waitProfile()
 				phaseSecs[v][side] = dur.Seconds()
-				progress("%s of %d pods (%d sets of %d): %s %.2f s; CPU %s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds(), fmtCPU(procs))
+				progress("%s of %d pods (%d sets of %d): %s %.2f s; CPU %s; the machine: %s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds(), fmtCPU(procs), machine)
 				if calls != nil {
-					progress("%s: the daemon's Nomad calls: %s", what, fmtCounts(calls))
+					progress("%s: the daemon's Nomad calls: %s; its Consul's writes: %d", what, fmtCounts(calls), writes)
 				}
 				time.Sleep(benchSettle)
 			}
