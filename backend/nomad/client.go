@@ -29,8 +29,20 @@ func query(ctx context.Context, namespace string) *api.QueryOptions {
 	return (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 }
 
+// uncompressed asks Nomad not to gzip its answer. The api package asks for
+// gzip on every call, adding its Accept-Encoding after any the caller sets,
+// and Nomad's HTTP server reads only the first. Gzip costs Nomad's servers
+// CPU the daemon's calls should not: a new compressor (about a megabyte of
+// state) for every answer, however small, and on the event stream a
+// flush of it after every batch. Profiled on Nomad 1.10.5 with 1,000
+// children, gzip was 9% of the server's CPU in the first 25 s of a
+// rollout, spent on the answers to the daemon's register and deregister
+// calls and on its event stream. Lists, the daemon's only large answers,
+// stay compressed.
+func uncompressed() map[string]string { return map[string]string{"Accept-Encoding": "identity"} }
+
 func write(ctx context.Context, namespace string) *api.WriteOptions {
-	return (&api.WriteOptions{Namespace: namespace}).WithContext(ctx)
+	return (&api.WriteOptions{Namespace: namespace, Headers: uncompressed()}).WithContext(ctx)
 }
 
 // IsNotFound reports whether err is Nomad's 404; see backend.IsNotFound.
@@ -462,7 +474,9 @@ func (n *Client) Events(ctx context.Context, index uint64) (_ <-chan *api.Events
 		params.Add("topic", string(t)+":*")
 	}
 	params.Set("index", strconv.FormatUint(index, 10))
-	body, err := n.c.Raw().Response("/v1/event/stream?"+params.Encode(), query(ctx, "*"))
+	q := query(ctx, "*")
+	q.Headers = uncompressed()
+	body, err := n.c.Raw().Response("/v1/event/stream?"+params.Encode(), q)
 	if err != nil {
 		var ue api.UnexpectedResponseError
 		if errors.As(err, &ue) && ue.StatusCode() >= http.StatusInternalServerError && ue.HasBody() {

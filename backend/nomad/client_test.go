@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -333,5 +334,64 @@ func TestClientExecAllocEndsAtTheDeadline(t *testing.T) {
 	res, err := nomad.NewAPI(c).ExecAlloc(ctx, "default", "node-1", "a1", "main", []string{"true"}, nil)
 	if took := time.Since(start); took > 5*time.Second || !errors.Is(err, context.DeadlineExceeded) || res.ExitCode != -1 {
 		t.Fatalf("got %+v, %v after %s; want a deadline error at 200ms", res, err, took)
+	}
+}
+
+// TestClientAsksForUncompressedWritesAndStream: the daemon's writes and its
+// event stream ask Nomad for no gzip, first in Accept-Encoding (Nomad reads
+// only the first value; the api package adds "gzip" after it), and reads
+// keep the api package's gzip. TestRealNomadAnswersWritesAndTheStreamUncompressed
+// checks Nomad's answers.
+func TestClientAsksForUncompressedWritesAndStream(t *testing.T) {
+	var mu sync.Mutex
+	first := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first[r.Method+" "+r.URL.Path] = r.Header.Get("Accept-Encoding")
+		mu.Unlock()
+		switch {
+		case r.URL.Path == "/v1/event/stream":
+			_, _ = w.Write([]byte(`{"Index":3,"Events":[{"Topic":"Node","Type":"NodeRegistration","Key":"n1","Index":3,"Payload":{"Node":{"ID":"n1"}}}]}` + "\n"))
+		case r.URL.Path == "/v1/jobs" && r.Method == http.MethodGet:
+			w.Header().Set("X-Nomad-Index", "3")
+			_, _ = w.Write([]byte("[]"))
+		case r.URL.Path == "/v1/jobs":
+			_, _ = w.Write([]byte(`{"EvalID":"e1","JobModifyIndex":3}`))
+		default:
+			_, _ = w.Write([]byte(`{"EvalID":"e2"}`))
+		}
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := nomad.NewAPI(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := client.RegisterJob(ctx, child("r1"), false, 0); err != nil {
+		t.Fatalf("RegisterJob: %v", err)
+	}
+	if err := client.DeregisterJob(ctx, "default", "web-0", false); err != nil {
+		t.Fatalf("DeregisterJob: %v", err)
+	}
+	if _, _, err := client.ListJobs(ctx, "default"); err != nil {
+		t.Fatalf("ListJobs: %v", err)
+	}
+	ch, err := client.Events(ctx, 1)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	<-ch
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]string{
+		"PUT /v1/jobs":         "identity",
+		"DELETE /v1/job/web-0": "identity",
+		"GET /v1/event/stream": "identity",
+		"GET /v1/jobs":         "gzip",
+	}
+	if !reflect.DeepEqual(first, want) {
+		t.Errorf("the first Accept-Encoding of each call = %v, want %v", first, want)
 	}
 }
