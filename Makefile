@@ -122,11 +122,13 @@ bench:
 # Then BenchmarkScaleVsNative (issue 28): 200 Parallel sets of 5 mock_driver
 # pods (1,000 children) created and rolled at once against Nomad alone on
 # two fresh agents (native, set, native), with the daemon's lost event
-# streams; three Nomad agents at once, several minutes a run on a quiet
-# machine. NSS_BENCH_SCALE_SETS (default 200) and NSS_BENCH_SCALE_REPLICAS
+# streams; three Nomad agents at once, each polling its tasks' stats once a
+# minute, and each phase started once the side before it is quiet: about
+# 12 minutes a run on a quiet machine. NSS_BENCH_SCALE_SETS (default 200) and NSS_BENCH_SCALE_REPLICAS
 # (default 5) change its size; BENCH_SCALE_COUNT its runs. On stderr, each
 # phase also says where the time went (Nomad's evaluation and allocation
-# times) and the CPU each side's agents used; NSS_BENCH_SCALE_WORKERS=N runs
+# times), the CPU every agent and the machine used, and the daemon's
+# passes, Nomad calls and Consul writes; NSS_BENCH_SCALE_WORKERS=N runs
 # the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs,
 # NSS_BENCH_SCALE_PROFILE=dir keeps a 25 s CPU profile of each side's Nomad
 # from the start of each phase.

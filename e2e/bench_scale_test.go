@@ -20,8 +20,10 @@ package e2e
 // each other are the noise of the comparison.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -351,24 +353,33 @@ func fmtCPU(procs []cpuUser) string {
 	return strings.Join(parts, ", ")
 }
 
-// nomadCalls reads the daemon's nomad_statefulset_nomad_api_calls_total
-// from /v1/metrics, by verb.
-func nomadCalls(b *testing.B, d *Daemon) map[string]uint64 {
+// daemonWork reads from the daemon's /v1/metrics its Nomad calls by verb
+// (nomad_statefulset_nomad_api_calls_total) and its reconcile passes, all
+// sets together.
+func daemonWork(b *testing.B, d *Daemon) (calls map[string]uint64, passes uint64) {
 	b.Helper()
 	resp, err := http.Get(d.Addr + "/v1/metrics")
 	if err != nil {
 		b.Fatalf("GET /v1/metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	byVerb, err := metricByLabel(resp.Body, "nomad_statefulset_nomad_api_calls_total", "verb")
+	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		b.Fatalf("reading %s/v1/metrics: %v", d.Addr, err)
 	}
-	out := make(map[string]uint64, len(byVerb))
-	for verb, n := range byVerb {
-		out[verb] = uint64(n)
+	byVerb, err := metricByLabel(bytes.NewReader(raw), "nomad_statefulset_nomad_api_calls_total", "verb")
+	if err != nil {
+		b.Fatalf("reading %s/v1/metrics: %v", d.Addr, err)
 	}
-	return out
+	calls = make(map[string]uint64, len(byVerb))
+	for verb, n := range byVerb {
+		calls[verb] = uint64(n)
+	}
+	n, found, err := metricSum(bytes.NewReader(raw), "nomad_statefulset_reconcile_duration_seconds_count", "")
+	if err != nil || !found {
+		b.Fatalf("reading the reconcile passes from %s/v1/metrics: found %v, %v", d.Addr, found, err)
+	}
+	return calls, uint64(n)
 }
 
 // keepLog copies the log at from to to, for NSS_BENCH_SCALE_LOGS: the
@@ -427,6 +438,54 @@ func (n *scaleNative) phase(b *testing.B, tmpl *nomadapi.Job, what string) time.
 	return last.Sub(start)
 }
 
+// scaleTelemetry has every Nomad of the scale benchmark collect its tasks'
+// resource usage once a minute instead of every second (the client's
+// StatsCollectionInterval, telemetry.collection_interval). At 1,000
+// running tasks per agent, three agents on two cores, the per-second
+// polling of each task kept about a fifth of a core busy per agent
+// between phases, whichever side was measured. The setting is the same on
+// every side, and no phase waits on the stats.
+const scaleTelemetry = `telemetry {
+  collection_interval = "1m"
+}`
+
+// quietCores, quietWindow and quietMax define when a side that just ran
+// is quiet: its agents together use less than quietCores over quietWindow.
+// A side's idle agents, 1,000 running tasks polled once a minute, use about
+// 0.05 cores.
+const (
+	quietCores  = 0.1
+	quietWindow = 10 * time.Second
+	quietMax    = 3 * time.Minute
+)
+
+// waitQuiet waits, after a phase, until the side that ran it is quiet, at
+// most quietMax, and says how long it took. A side's Nomad keeps working
+// after its phase's last pod is healthy (deployments finishing, stopped
+// allocations torn down): in one run native B's Nomad used 110 CPU-seconds
+// during the set's rollout after its own, on the same two cores, and with
+// a fixed pause, and then with a threshold on all seven agents together,
+// that tail landed on whichever side ran next.
+func waitQuiet(b *testing.B, side []cpuUser) {
+	b.Helper()
+	start := time.Now()
+	var cores float64
+	for time.Since(start) < quietMax {
+		before := cpuTimes(b, side)
+		time.Sleep(quietWindow)
+		var spent time.Duration
+		for _, p := range cpuSpent(b, side, before) {
+			spent += p.spent
+		}
+		cores = spent.Seconds() / quietWindow.Seconds()
+		if cores < quietCores {
+			progress("the side that ran is quiet (%.2f cores) after %.0f s", cores, time.Since(start).Seconds())
+			return
+		}
+	}
+	progress("the side that ran still uses %.2f cores after %.0f s; going on", cores, time.Since(start).Seconds())
+}
+
 // BenchmarkScaleVsNative creates NSS_BENCH_SCALE_SETS (default 200)
 // Parallel sets of NSS_BENCH_SCALE_REPLICAS (default 5) mock_driver pods,
 // statefulset_max_unavailable = 100%, and then rolls them all to a new
@@ -435,7 +494,9 @@ func (n *scaleNative) phase(b *testing.B, tmpl *nomadapi.Job, what string) time.
 // on its own fresh Nomad agent. A phase runs from the first register call
 // (its SubmitTime) to the last allocation's health (its deployment status
 // timestamp): for the set side, the parents registered by the benchmark and
-// the children by the daemon. create-ratio and rollout-ratio are the set's
+// the children by the daemon. Each phase starts once the side that ran
+// before it is quiet (waitQuiet), and every Nomad polls its tasks' stats once a minute
+// (scaleTelemetry). create-ratio and rollout-ratio are the set's
 // time over the mean of the two native sides' (goal ≤ 1.2 for both);
 // native-noise is the larger of the two phases' native B over native A,
 // inverted when below 1; stream-resets counts the daemon's lost event
@@ -448,14 +509,16 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	run := nextRun(b.Name())
 
 	profileDir := os.Getenv("NSS_BENCH_SCALE_PROFILE")
-	withDebug := func(opts ...testagent.NomadOption) []testagent.NomadOption {
+	// Every side's Nomad has the same configuration.
+	scaleNomadOpts := func(opts ...testagent.NomadOption) []testagent.NomadOption {
+		opts = append(opts, testagent.WithConfig(scaleTelemetry))
 		if profileDir != "" {
 			opts = append(opts, testagent.WithConfig("enable_debug = true"))
 		}
 		return opts
 	}
 	setConsul := testagent.Consul(b)
-	setNomad := testagent.Nomad(b, withDebug(testagent.WithConsul(setConsul))...)
+	setNomad := testagent.Nomad(b, scaleNomadOpts(testagent.WithConsul(setConsul))...)
 	var daemonHCL []string
 	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {
 		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", w))
@@ -464,7 +527,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
 	for k, n := range natives {
 		n.consul = testagent.Consul(b)
-		n.nomad = testagent.Nomad(b, withDebug(testagent.WithConsul(n.consul))...)
+		n.nomad = testagent.Nomad(b, scaleNomadOpts(testagent.WithConsul(n.consul))...)
 		n.prefix = fmt.Sprintf("nat%c%d-", 'a'+k, run)
 		n.idSet = map[string]bool{}
 		for s := 0; s < sets; s++ {
@@ -481,6 +544,8 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		{name: "A nomad", proc: natives[0].nomad}, {name: "A consul", proc: natives[0].consul},
 		{name: "B nomad", proc: natives[1].nomad}, {name: "B consul", proc: natives[1].consul},
 	}
+
+	sides := [][]cpuUser{everyone[3:5], everyone[0:3], everyone[5:7]} // native A, set, native B
 
 	setPrefix := fmt.Sprintf("sc%d-", run)
 	setClient := setNomad.Client
@@ -542,6 +607,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			for _, side := range order {
 				var dur time.Duration
 				var calls map[string]uint64
+				var passes uint64
 				profiled := []*testagent.NomadAgent{natives[0].nomad, setNomad, natives[1].nomad}[side]
 				waitProfile := func() {}
 				if profileDir != "" {
@@ -552,9 +618,11 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				cpuBefore, machineBefore, writesBefore := cpuTimes(b, everyone), machineCPU(b), consulWrites(b, setConsul)
 				switch side {
 				case 1:
-					callsBefore := nomadCalls(b, d)
+					callsBefore, passesBefore := daemonWork(b, d)
 					dur, phaseResets[v] = setPhase(v, what)
-					calls, _ = countDelta(callsBefore, nomadCalls(b, d))
+					callsAfter, passesAfter := daemonWork(b, d)
+					calls, _ = countDelta(callsBefore, callsAfter)
+					passes = passesAfter - passesBefore
 				default:
 					dur = natives[side/2].phase(b, nativeTmpl[v], what)
 				}
@@ -564,9 +632,9 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				phaseSecs[v][side] = dur.Seconds()
 				progress("%s of %d pods (%d sets of %d): %s %.2f s; CPU %s; the machine: %s", what, pods, sets, replicas, []string{"native A", "set", "native B"}[side], dur.Seconds(), fmtCPU(procs), machine)
 				if calls != nil {
-					progress("%s: the daemon's Nomad calls: %s; its Consul's writes: %d", what, fmtCounts(calls), writes)
+					progress("%s: the daemon's reconcile passes: %d; its Nomad calls: %s; its Consul's writes: %d", what, passes, fmtCounts(calls), writes)
 				}
-				time.Sleep(benchSettle)
+				waitQuiet(b, sides[side])
 			}
 			// The child the daemon registered and a native job, as Nomad
 			// stored them, must not differ in anything that decides how
