@@ -124,8 +124,9 @@ bench:
 # two fresh agents (native, set, native), with the daemon's lost event
 # streams; three Nomad agents at once, each polling its tasks' stats once a
 # minute, and each phase started once the side before it is quiet: about
-# 12 minutes a run on a quiet machine. NSS_BENCH_SCALE_SETS (default 200) and NSS_BENCH_SCALE_REPLICAS
-# (default 5) change its size; BENCH_SCALE_COUNT its runs. On stderr, each
+# 12 minutes a run on a quiet machine. NSS_BENCH_SCALE_SETS (default 200)
+# and NSS_BENCH_SCALE_REPLICAS (default 5) change its size;
+# BENCH_SCALE_COUNT its runs. On stderr, each
 # phase also says where the time went (Nomad's evaluation and allocation
 # times), the CPU every agent and the machine used, and the daemon's
 # passes, Nomad calls and Consul writes; NSS_BENCH_SCALE_WORKERS=N runs
