@@ -539,13 +539,14 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		}
 	}
 
-	everyone := []cpuUser{
-		{name: "daemon", proc: d.Proc}, {name: "set nomad", proc: setNomad}, {name: "set consul", proc: setConsul},
-		{name: "A nomad", proc: natives[0].nomad}, {name: "A consul", proc: natives[0].consul},
-		{name: "B nomad", proc: natives[1].nomad}, {name: "B consul", proc: natives[1].consul},
+	// Each side's processes, by side (native A, set, native B), and all
+	// seven: a phase reports everyone's CPU, and waits for its own side.
+	sides := [][]cpuUser{
+		{{name: "A nomad", proc: natives[0].nomad}, {name: "A consul", proc: natives[0].consul}},
+		{{name: "daemon", proc: d.Proc}, {name: "set nomad", proc: setNomad}, {name: "set consul", proc: setConsul}},
+		{{name: "B nomad", proc: natives[1].nomad}, {name: "B consul", proc: natives[1].consul}},
 	}
-
-	sides := [][]cpuUser{everyone[3:5], everyone[0:3], everyone[5:7]} // native A, set, native B
+	everyone := slices.Concat(sides[1], sides[0], sides[2])
 
 	setPrefix := fmt.Sprintf("sc%d-", run)
 	setClient := setNomad.Client

@@ -670,9 +670,10 @@ func (k deregisterKind) String() string {
 // deregisterKindOf reads a JobDeregistered event at index as a stop or a
 // purge from its payload alone. Nomad's FSM (nomad/fsm.go,
 // handleJobDeregister, 1.10.5, which applyBatchDeregisterJob calls too)
-// stops a job by writing a stopped copy at the event's raft index, so a stop's payload was modified at exactly that
-// index; a purge deletes the job, and the event carries the job as it was
-// before (nomad/state/events.go, eventFromChange), last modified earlier.
+// stops a job by writing a stopped copy at the event's raft index, so a
+// stop's payload was modified at exactly that index; a purge deletes the
+// job, and the event carries the job as it was before
+// (nomad/state/events.go, eventFromChange), last modified earlier.
 // Anything else (an index of 0, a payload modified later, a job modified at
 // the index yet not stopped) is left to Nomad's answer.
 func deregisterKindOf(job *api.Job, index uint64) deregisterKind {

@@ -366,23 +366,7 @@ func TestClientAsksForUncompressedWritesAndStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := nomad.NewAPI(c)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := client.RegisterJob(ctx, child("r1"), false, 0); err != nil {
-		t.Fatalf("RegisterJob: %v", err)
-	}
-	if err := client.DeregisterJob(ctx, "default", "web-0", false); err != nil {
-		t.Fatalf("DeregisterJob: %v", err)
-	}
-	if _, _, err := client.ListJobs(ctx, "default"); err != nil {
-		t.Fatalf("ListJobs: %v", err)
-	}
-	ch, err := client.Events(ctx, 1)
-	if err != nil {
-		t.Fatalf("Events: %v", err)
-	}
-	<-ch
+	callEncodingVerbs(t, nomad.NewAPI(c), child("r1"))
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]string{
@@ -393,5 +377,36 @@ func TestClientAsksForUncompressedWritesAndStream(t *testing.T) {
 	}
 	if !reflect.DeepEqual(first, want) {
 		t.Errorf("the first Accept-Encoding of each call = %v, want %v", first, want)
+	}
+}
+
+// callEncodingVerbs makes, through client, one call of each kind whose
+// Accept-Encoding the encoding tests check: a register and a purge of job,
+// a list, and the event stream from index 1, read up to its first batch of
+// events.
+func callEncodingVerbs(t *testing.T, client *nomad.Client, job *api.Job) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := client.RegisterJob(ctx, job, false, 0); err != nil {
+		t.Fatalf("RegisterJob: %v", err)
+	}
+	if err := client.DeregisterJob(ctx, *job.Namespace, *job.ID, true); err != nil {
+		t.Fatalf("DeregisterJob: %v", err)
+	}
+	if _, _, err := client.ListJobs(ctx, *job.Namespace); err != nil {
+		t.Fatalf("ListJobs: %v", err)
+	}
+	events, err := client.Events(ctx, 1)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	select {
+	case evs := <-events:
+		if evs == nil || evs.Err != nil || len(evs.Events) == 0 {
+			t.Fatalf("the first batch of the stream: %+v", evs)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event in 2 minutes")
 	}
 }
