@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,10 +20,11 @@ import (
 // side.
 const profileSeconds = 25
 
-// profileNomad starts a CPU profile of a Nomad agent (started with
-// enable_debug) into dir/name.pprof and returns a function that waits for
-// it. It is the NSS_BENCH_SCALE_PROFILE knob: it tells where a side's Nomad
-// spends its CPU, for example on the daemon's event stream.
+// profileNomad starts a CPU profile of a Nomad agent, or of the daemon
+// (both started with enable_debug, both serving /debug/pprof/profile), into
+// dir/name.pprof and returns a function that waits for it. It is the
+// NSS_BENCH_SCALE_PROFILE knob: it tells where a side's Nomad spends its
+// CPU, for example on the daemon's event stream, and where the daemon does.
 func profileNomad(b *testing.B, addr, dir, name string) (wait func()) {
 	b.Helper()
 	done := make(chan error, 1)
@@ -62,6 +64,23 @@ func profileNomad(b *testing.B, addr, dir, name string) (wait func()) {
 		if err := <-done; err != nil {
 			b.Errorf("NSS_BENCH_SCALE_PROFILE: %v", err)
 		}
+	}
+}
+
+// enableDaemonDebug turns on the daemon's /debug/pprof endpoints (http {
+// enable_debug }) in the config NewDaemon wrote, before it starts.
+func enableDaemonDebug(b *testing.B, d *Daemon) {
+	b.Helper()
+	raw, err := os.ReadFile(d.ConfigPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := strings.Replace(string(raw), "http {\n", "http {\n  enable_debug = true\n", 1)
+	if cfg == string(raw) {
+		b.Fatalf("NSS_BENCH_SCALE_PROFILE: no http block in the daemon's config %s", d.ConfigPath)
+	}
+	if err := os.WriteFile(d.ConfigPath, []byte(cfg), 0o644); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -523,7 +523,13 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {
 		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", w))
 	}
-	d := StartDaemon(b, setNomad, setConsul, daemonHCL...)
+	d := NewDaemon(b, setNomad, setConsul, daemonHCL...)
+	if profileDir != "" {
+		// The daemon's own profile, beside its Nomad's: pprof in its
+		// http block, which NewDaemon writes.
+		enableDaemonDebug(b, d)
+	}
+	d.Start()
 	natives := []*scaleNative{{name: "native A"}, {name: "native B"}}
 	for k, n := range natives {
 		n.consul = testagent.Consul(b)
@@ -612,7 +618,14 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				profiled := []*testagent.NomadAgent{natives[0].nomad, setNomad, natives[1].nomad}[side]
 				waitProfile := func() {}
 				if profileDir != "" {
-					waitProfile = profileNomad(b, profiled.Addr, profileDir, fmt.Sprintf("%s-%s", what, []string{"nativeA", "set", "nativeB"}[side]))
+					name := fmt.Sprintf("%s-%s", what, []string{"nativeA", "set", "nativeB"}[side])
+					waitNomad := profileNomad(b, profiled.Addr, profileDir, name)
+					waitProfile = waitNomad
+					if side == 1 {
+						// The daemon's CPU, beside its Nomad's.
+						waitDaemon := profileNomad(b, d.Addr, profileDir, name+"-daemon")
+						waitProfile = func() { waitNomad(); waitDaemon() }
+					}
 				}
 				// Every agent's CPU, not only the phase's side: the others'
 				// idle pods cost the machine too, and more as the run goes on.
