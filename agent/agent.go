@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/consul"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/storecache"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 )
@@ -269,19 +270,24 @@ func (a *Agent) lead(ctx context.Context) error {
 // watcher that fills it and queues the sets it touched, and the podControl
 // that carries out the decisions.
 func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
+	// The term reads each set's revisions and status from memory once it
+	// has read them, as upstream reads its informers' caches; a re-list of
+	// Nomad drops them, so a resync reads the store again.
+	store := storecache.New(a.store)
 	term := a.nomad.NewTerm(backend.TermConfig{
 		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
+		OnRelist: store.Forget,
 	}, a.log.Named("watcher"), func(k backend.SetKey) {
 		q.Add(k.String())
 		a.depth.Store(int64(q.Len()))
 	})
 	c := &controller{
-		log: log, store: a.store, term: term, queue: q, clock: a.opts.Clock, render: a.nomad.RenderedDigest,
+		log: log, store: store, term: term, queue: q, clock: a.opts.Clock, render: a.nomad.RenderedDigest,
 		metrics: a.metrics, sets: newSetStates(a.metrics.setPods), hooks: a.plugins, capabilities: a.plugins.Provisioner(),
 		expectTTL: a.opts.ExpectationTTL, termStart: a.opts.Clock(),
 	}
 	c.effector = &podControl{
-		log: log, nomad: a.nomad, store: a.store, nodes: term, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
+		log: log, nomad: a.nomad, store: store, nodes: term, provisioner: a.plugins.Provisioner(), hooks: a.plugins,
 		clock: a.opts.Clock, expectTTL: a.opts.ExpectationTTL, event: c.sets.event, exec: nomadRunner{a.nomad},
 		requestResync: term.RequestResync,
 	}

@@ -366,6 +366,10 @@ type TermConfig struct {
 	Clock func() time.Time
 	// OnReset is told the reason each time the event stream is lost.
 	OnReset func(reason string)
+	// OnRelist is called after each full re-list of the cluster (the
+	// first listing, every resync and every recovery from a lost stream),
+	// before the sets are queued again.
+	OnRelist func()
 }
 
 // Term is one leadership term's view of Nomad: a cache of the cluster and

@@ -107,7 +107,7 @@ func (c *Cluster) WriteVerb(verb string) bool { return Verbs[verb].Write }
 // fills it.
 func (c *Cluster) NewTerm(cfg backend.TermConfig, log hclog.Logger, onChange func(backend.SetKey)) backend.Term {
 	cache := NewCache()
-	w := NewWatcher(c.api, cache, WatcherConfig{ResyncInterval: cfg.ResyncInterval, Clock: cfg.Clock, OnReset: cfg.OnReset}, log, onChange)
+	w := NewWatcher(c.api, cache, WatcherConfig{ResyncInterval: cfg.ResyncInterval, Clock: cfg.Clock, OnReset: cfg.OnReset, OnRelist: cfg.OnRelist}, log, onChange)
 	return &Term{Cache: cache, Watcher: w}
 }
 

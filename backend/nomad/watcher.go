@@ -39,6 +39,11 @@ type WatcherConfig struct {
 	// nomad_event_stream_resets_total{reason}. Nil for none. Deliberate
 	// re-lists (the periodic resync, RequestResync) are not resets.
 	OnReset func(reason string)
+	// OnRelist is called after each full listing has replaced the cache
+	// and before the sets it touched are reported, from the watcher's
+	// goroutine: the agent then drops what it keeps in memory of the
+	// store, so that a resync re-reads the store too. Nil for none.
+	OnRelist func()
 }
 
 // The reasons of a reset: why the watcher lost the event stream and
@@ -294,6 +299,9 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	w.settles.dropThrough(snap.Index)
 	w.healthy.Store(true)
 	w.log.Debug("listed cluster", "index", snap.Index, "jobs_read", len(snap.Jobs), "children_kept", len(snap.kept), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
+	if w.cfg.OnRelist != nil {
+		w.cfg.OnRelist()
+	}
 	for _, k := range touched {
 		w.onChange(k)
 	}

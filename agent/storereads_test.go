@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
+)
+
+// readCountingStore counts the reads of revisions and status that reach
+// the store.
+type readCountingStore struct {
+	backend.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (s *readCountingStore) count(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads[what]++
+}
+
+func (s *readCountingStore) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, error) {
+	s.count("ListRevisions")
+	return s.Store.ListRevisions(ctx, set)
+}
+
+func (s *readCountingStore) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.Status, bool, error) {
+	s.count("GetStatus")
+	return s.Store.GetStatus(ctx, set)
+}
+
+func (s *readCountingStore) snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return map[string]int{"ListRevisions": s.reads["ListRevisions"], "GetStatus": s.reads["GetStatus"]}
+}
+
+// TestAgentReadsTheStoreOncePerSetPerRelist: a leader reads a set's
+// revisions and status from the store once, then from memory, as
+// upstream's StatefulSet controller reads its informers' caches
+// (ssc.revListerSynced, setLister); every pass read them from Consul
+// before, two consistent reads per pass, 2 × 17 per set created at scale
+// (issue 28). A re-list of Nomad (the resync) reads the store again, so an
+// edit by hand is still seen at the next resync.
+func TestAgentReadsTheStoreOncePerSetPerRelist(t *testing.T) {
+	var store *readCountingStore
+	h := startAgentWith(t, fastSim(), func(o *Options) {
+		store = &readCountingStore{Store: o.Store, reads: map[string]int{}}
+		o.Store = store
+	})
+	h.register(parentJob("web", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("web", 3, nil)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	h.waitFor("status to settle", 5*time.Second, func() (bool, string) {
+		d, ok := h.agent.view(key)
+		return ok && d.Status.ReadyReplicas == 3, fmt.Sprintf("%+v", d.Status)
+	})
+	h.settle()
+
+	// Passes of a known set read nothing from the store.
+	before, passes := store.snapshot(), reconciles(h.agent)
+	for i := 0; i < 5; i++ {
+		h.queue().Add(key.String())
+		h.settle()
+	}
+	if reconciles(h.agent)-passes < 5 {
+		t.Fatalf("%d passes, want 5 or more", reconciles(h.agent)-passes)
+	}
+	if after := store.snapshot(); after["ListRevisions"] != before["ListRevisions"] || after["GetStatus"] != before["GetStatus"] {
+		t.Fatalf("passes of a known set read the store: %v before, %v after", before, after)
+	}
+
+	// A re-list reads each of them once more.
+	c := h.term()
+	relists, passes := c.watcher().Relists(), reconciles(h.agent)
+	c.watcher().RequestResync()
+	h.waitFor("a resync", 5*time.Second, func() (bool, string) {
+		return c.watcher().Relists() > relists, "no re-list yet"
+	})
+	h.settle()
+	h.queue().Add(key.String())
+	h.settle()
+	if reconciles(h.agent)-passes < 2 {
+		t.Fatalf("%d passes after the re-list, want 2 or more", reconciles(h.agent)-passes)
+	}
+	after := store.snapshot()
+	if after["ListRevisions"] != before["ListRevisions"]+1 || after["GetStatus"] != before["GetStatus"]+1 {
+		t.Fatalf("a re-list and passes after it read the store %v times; before it, %v: want one more of each", after, before)
+	}
+}
