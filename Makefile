@@ -132,7 +132,9 @@ bench:
 # passes, Nomad calls and Consul writes; NSS_BENCH_SCALE_WORKERS=N runs
 # the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs,
 # NSS_BENCH_SCALE_PROFILE=dir keeps a 25 s CPU profile of each side's Nomad
-# from the start of each phase.
+# (and of the daemon, in the set's phases) from the start of each phase;
+# NSS_BENCH_SCALE_NATIVE_PARENTS=1, a diagnostic, has the native sides
+# register the set's parent jobs too.
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build
