@@ -7,8 +7,8 @@
 #   make test-unit  unit tests (everything but e2e/), with -race; the quick loop:
 #                   needs no nomad or consul binary
 #   make test-integration  the backend tests against real Nomad and Consul
-#                   agents (build tag realagents): the Consul store, elector
-#                   and ACLs, the Nomad client
+#                   agents (build tag realagents): the Consul store (and the
+#                   cache in front of it), elector and ACLs, the Nomad client
 #   make test-e2e   end-to-end scenarios against real Nomad and Consul agents
 #                   (installs Debian's PostgreSQL 15 first if it is missing:
 #                   make postgres)
@@ -81,7 +81,7 @@ test-unit:
 	$(GO) test $(RACE) -count=1 -timeout $(UNIT_TIMEOUT) $$($(GO) list ./... | grep -v '/e2e')
 
 test-integration: tools
-	$(GO) test $(RACE) -tags realagents -count=1 -timeout $(UNIT_TIMEOUT) ./backend/consul/ ./backend/nomad/ ./internal/testagent/
+	$(GO) test $(RACE) -tags realagents -count=1 -timeout $(UNIT_TIMEOUT) ./backend/consul/ ./backend/storecache/ ./backend/nomad/ ./internal/testagent/
 
 # PostgreSQL 15 for e2e/postgres_test.go (examples/postgres): Debian's
 # postgresql-15 (or the postgresql metapackage where that is 15), installed

@@ -180,7 +180,11 @@ func TestTwoElectorsOneLeaderAndTakeover(t *testing.T) {
 	if err := old.stop(t); err != nil {
 		t.Fatalf("stopping %s: %v", old.name, err)
 	}
-	waitFor(t, 90*time.Second, "the follower to take over", func() bool { return next.e.IsLeader() })
+	// IsLeader turns true just before the elector calls lead, which logs
+	// the start: wait for both, or the count below can race the call.
+	waitFor(t, 90*time.Second, "the follower to take over", func() bool {
+		return next.e.IsLeader() && log.count(log.starts, next.name) > 0
+	})
 	log.check(t)
 	if log.count(log.starts, next.name) != 1 {
 		t.Fatalf("%s started leading %d times, want 1", next.name, log.count(log.starts, next.name))
