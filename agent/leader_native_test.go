@@ -149,6 +149,28 @@ func TestNativeLeaderUnknownUntilRead(t *testing.T) {
 	h.waitFor("pg-2 to come back", 20*time.Second, func() (bool, string) {
 		return h.healthyChildren("pg")[2] != "" && len(h.sim.Allocs("default", "pg-2")) > 1, fmt.Sprint(h.healthyChildren("pg"))
 	})
+	// ...and the agent to have seen it Ready: a pod it has not seen Ready
+	// yet is unavailable, and a rollout may take it down first whoever
+	// leads, as upstream's does.
+	var back string
+	for _, a := range h.sim.Allocs("default", "pg-2") {
+		if a.ClientStatus == api.AllocClientStatusRunning {
+			back = a.ID
+		}
+	}
+	h.waitFor("the agent to see pg-2 Ready again", 20*time.Second, func() (bool, string) {
+		for _, p := range h.view("pg").Pods {
+			if p.Ordinal == 2 {
+				return p.AllocID == back && !p.ReadySince.IsZero(), fmt.Sprintf("%+v", p)
+			}
+		}
+		return false, "no pod 2"
+	})
+	// Only the rollout's stops count: when the agent sees the stopped
+	// allocation of pg-2 before Nomad replaces it, it repairs the pod
+	// (a Succeeded pod is stopped and created again, as upstream deletes
+	// and recreates it), which is not a takedown for the rollout.
+	repairs := len(rec.order())
 	h.register(nativeLeaderJob("pg", nil, "v2"))
 	h.waitFor("the rollout to wait to learn the leader", 20*time.Second, func() (bool, string) {
 		d := h.view("pg")
@@ -159,12 +181,12 @@ func TestNativeLeaderUnknownUntilRead(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", d.Status.Conditions)
 	})
-	if got := rec.order(); len(got) != 0 {
+	if got := rec.order()[repairs:]; len(got) != 0 {
 		t.Fatalf("children %v stopped while the leader was unknown", got)
 	}
 	h.sim.ClearFaults()
 	h.waitConverged("pg", 3, func(rev string) bool { return rev != first })
-	if got, want := rec.order(), []string{"pg-2", "pg-1", "pg-0"}; !slices.Equal(got, want) {
+	if got, want := rec.order()[repairs:], []string{"pg-2", "pg-1", "pg-0"}; !slices.Equal(got, want) {
 		t.Fatalf("children stopped in the order %v, want %v: the leader (pg-0) last", got, want)
 	}
 }
