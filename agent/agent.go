@@ -272,7 +272,8 @@ func (a *Agent) lead(ctx context.Context) error {
 func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
 	// The term reads each set's revisions and status from memory once it
 	// has read them, as upstream reads its informers' caches; a re-list of
-	// Nomad drops them, so a resync reads the store again.
+	// Nomad drops them, so a resync reads the store again, and a pass that
+	// acts reads them from the store first (controller.confirm).
 	store := storecache.New(a.store)
 	term := a.nomad.NewTerm(backend.TermConfig{
 		ResyncInterval: a.opts.ResyncInterval, Clock: a.opts.Clock, OnReset: a.metrics.streamReset,
@@ -292,6 +293,7 @@ func (a *Agent) newController(log hclog.Logger, q *queue) *controller {
 		requestResync: term.RequestResync,
 	}
 	c.requestResync = term.RequestResync
+	c.confirm = store.Confirm
 	return c
 }
 

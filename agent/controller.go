@@ -72,6 +72,10 @@ type controller struct {
 	// before it may have been purged unseen (unwatchedGone). Zero in tests
 	// that do not model a term.
 	termStart time.Time
+	// confirm reads the set's stored state from the store itself before a
+	// pass acts, and reports whether the pass decided on it
+	// (storecache.Store.Confirm); nil confirms nothing.
+	confirm func(ctx context.Context, key backend.SetKey) (bool, error)
 }
 
 type cachedRevisionData struct {
@@ -161,6 +165,21 @@ func (c *controller) sync(ctx context.Context, key backend.SetKey) error {
 		return err
 	}
 	out := reconciler.Reconcile(p.in)
+	if len(out.Actions) > 0 && c.confirm != nil {
+		// The pass decided on the state kept in memory. It acts only once
+		// the store has answered for the set: a leader cut off from its
+		// store acts no more, and one that finds the store changed decides
+		// again on what it found.
+		fresh, err := c.confirm(ctx, key)
+		if err != nil {
+			return c.recordStoreError(key, fmt.Errorf("reading the stored state of %s before acting: %w", key, err))
+		}
+		if !fresh {
+			c.log.Debug("the stored state changed; deciding again", "set", key.String())
+			c.queue.Add(key.String())
+			return nil
+		}
+	}
 	res, err := c.act(ctx, p, out)
 	if err != nil {
 		return err

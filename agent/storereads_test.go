@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -92,5 +95,65 @@ func TestAgentReadsTheStoreOncePerSetPerRelist(t *testing.T) {
 	after := store.snapshot()
 	if after["ListRevisions"] != before["ListRevisions"]+1 || after["GetStatus"] != before["GetStatus"]+1 {
 		t.Fatalf("a re-list and passes after it read the store %v times; before it, %v: want one more of each", after, before)
+	}
+}
+
+// failingReads is a store whose reads fail while down is set, as Consul's
+// do while it is unreachable.
+type failingReads struct {
+	backend.Store
+	down atomic.Bool
+}
+
+func (s *failingReads) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, error) {
+	if s.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return s.Store.ListRevisions(ctx, set)
+}
+
+func (s *failingReads) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.Status, bool, error) {
+	if s.down.Load() {
+		return reconciler.Status{}, false, errors.New("connection refused")
+	}
+	return s.Store.GetStatus(ctx, set)
+}
+
+// TestAgentActsOnlyAfterTheStoreAnswers: the passes decide on the state
+// kept in memory, but one that acts reads the store first, so a leader cut
+// off from its store makes no Nomad write, as before the cache (e2e
+// TestConsulRestart); once the store answers, the rollout goes on.
+func TestAgentActsOnlyAfterTheStoreAnswers(t *testing.T) {
+	var store *failingReads
+	var rec *takedowns
+	h := startAgentWith(t, fastSim(), func(o *Options) {
+		store = &failingReads{Store: o.Store}
+		o.Store = store
+		wrapNomad(o, func(api nomad.API) nomad.API {
+			rec = &takedowns{API: api}
+			return rec
+		})
+	})
+	h.register(parentJob("web", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("web", 3, nil)
+	h.settle()
+	first := h.healthyChildren("web")[0]
+
+	store.down.Store(true)
+	passes := reconciles(h.agent)
+	job := h.sim.Job("default", "web")
+	job.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "v2"}
+	h.register(job)
+	h.waitFor("passes with the store down", 10*time.Second, func() (bool, string) {
+		return reconciles(h.agent)-passes >= 3, fmt.Sprint(reconciles(h.agent) - passes)
+	})
+	// The rollout's first write is a stop.
+	if got := rec.order(); len(got) != 0 {
+		t.Fatalf("with the store unreachable the agent stopped %v", got)
+	}
+	store.down.Store(false)
+	h.waitConverged("web", 3, func(r string) bool { return r != first })
+	if got := rec.order(); len(got) != 3 {
+		t.Fatalf("once the store answered the rollout stopped %v, want the 3 children", got)
 	}
 }

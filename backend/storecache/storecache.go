@@ -26,6 +26,7 @@
 package storecache
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -126,6 +127,54 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 		st.status, st.statusFound, st.statusKnown = cloneStatus(status), found, true
 	}
 	return status, found, nil
+}
+
+// Confirm reads the set's revisions and status from the store and reports
+// whether they are what the cache holds. The agent calls it before a pass
+// acts, so that a pass acts only once the store has answered for its set,
+// as when every pass read it: a leader cut off from Consul makes no Nomad
+// write (TestConsulRestart), and an edit by hand is seen before the next
+// action rather than at the next resync. When they differ, the cache keeps
+// what the store answered and Confirm returns false: the pass must decide
+// again. A read that fails drops the set and returns the error.
+func (s *Store) Confirm(ctx context.Context, set backend.SetKey) (bool, error) {
+	s.mu.Lock()
+	gen := s.generation
+	s.mu.Unlock()
+	revs, err := s.inner.ListRevisions(ctx, set)
+	if err != nil {
+		s.drop(set)
+		return false, err
+	}
+	status, found, err := s.inner.GetStatus(ctx, set)
+	if err != nil {
+		s.drop(set)
+		return false, err
+	}
+	fresh := cloneRevisions(revs)
+	sortRevisions(fresh)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.sets[set]; ok && st.revisionsKnown && st.statusKnown &&
+		sameRevisions(st.revisions, fresh) && st.statusFound == found && (!found || reconciler.StatusEqual(st.status, status)) {
+		return true, nil
+	}
+	delete(s.sets, set)
+	if gen == s.generation {
+		st := s.entry(set)
+		st.revisions, st.revisionsKnown = fresh, true
+		st.status, st.statusFound, st.statusKnown = cloneStatus(status), found, true
+	}
+	return false, nil
+}
+
+// sameRevisions compares two lists of revisions sorted by name, by meaning
+// (times with Equal), as reconciler.StatusEqual compares statuses.
+func sameRevisions(a, b []reconciler.Revision) bool {
+	return slices.EqualFunc(a, b, func(x, y reconciler.Revision) bool {
+		return x.Name == y.Name && x.Hash == y.Hash && x.Number == y.Number && bytes.Equal(x.Data, y.Data) &&
+			x.CreatedAt.Equal(y.CreatedAt) && x.JobVersion == y.JobVersion
+	})
 }
 
 // PutRevision implements backend.Store: the revision is kept once the store

@@ -448,3 +448,43 @@ func TestClonesCoverEveryReferenceField(t *testing.T) {
 		}
 	}
 }
+
+// TestConfirmReadsTheStore: before a pass acts, Confirm asks the store
+// itself. It reports true when the store holds what the cache does, false
+// (keeping what the store holds) after a hand edit, and the error when the
+// store cannot answer, as a leader cut off from Consul must not act.
+func TestConfirmReadsTheStore(t *testing.T) {
+	ctx := context.Background()
+	s, inner := cached(t)
+	read(t, s)
+	if fresh, err := s.Confirm(ctx, web); err != nil || !fresh {
+		t.Fatalf("Confirm of an unchanged set: %v, %v; want true", fresh, err)
+	}
+	if lists, statuses := inner.reads(); lists != 2 || statuses != 2 {
+		t.Fatalf("Confirm read the store %d and %d times, want once each", lists-1, statuses-1)
+	}
+	// A write through the cache is what the store holds.
+	if err := s.PutStatus(ctx, web, status(4, "web-a")); err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := s.Confirm(ctx, web); err != nil || !fresh {
+		t.Fatalf("Confirm after the cache's own write: %v, %v; want true", fresh, err)
+	}
+	handEdit(t, inner)
+	if fresh, err := s.Confirm(ctx, web); err != nil || fresh {
+		t.Fatalf("Confirm after a hand edit: %v, %v; want false", fresh, err)
+	}
+	if !sawHandEdit(t, s) {
+		t.Fatal("after a Confirm that found a hand edit the cache still serves what it had")
+	}
+	inner.corrupt = &backend.CorruptValueError{Key: "k", Err: errors.New("garbage")}
+	if _, err := s.Confirm(ctx, web); !errors.As(err, new(*backend.CorruptValueError)) {
+		t.Fatalf("Confirm when the store fails: %v, want its error", err)
+	}
+	inner.corrupt = nil
+	before, _ := inner.reads()
+	read(t, s)
+	if after, _ := inner.reads(); after != before+1 {
+		t.Fatal("after a failed Confirm the cache still serves the set from memory")
+	}
+}
