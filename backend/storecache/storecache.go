@@ -39,6 +39,9 @@ import (
 
 // Store is a backend.Store that serves repeated reads of a set from memory
 // and writes through to the store it wraps. It is safe for concurrent use.
+// One set is meant to be read and written by one goroutine at a time, as
+// the agent's work queue has it: a read of the store that overlaps a write
+// of the same set may keep the older value, which the next Confirm finds.
 type Store struct {
 	inner backend.Store
 
