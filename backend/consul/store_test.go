@@ -57,21 +57,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// holdLock makes a session and acquires key with it, as a leader would.
-func holdLock(t *testing.T, c *api.Client, key string) string {
-	t.Helper()
-	id, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", LockDelay: time.Second}, nil)
-	if err != nil {
-		t.Fatalf("creating a session: %v", err)
-	}
-	t.Cleanup(func() { _, _ = c.Session().Destroy(id, nil) })
-	ok, _, err := c.KV().Acquire(&api.KVPair{Key: key, Session: id}, nil)
-	if err != nil || !ok {
-		t.Fatalf("acquiring %s: ok=%v err=%v", key, ok, err)
-	}
-	return id
-}
-
 func TestStoreContract(t *testing.T) {
 	agent := testagent.Consul(t)
 	t.Run("Unfenced", func(t *testing.T) {
@@ -83,7 +68,7 @@ func TestStoreContract(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) backend.Store {
 			prefix := testPrefix(t)
 			key := DefaultLockKey(prefix)
-			return NewStore(agent.Client, prefix, StaticFence{Key: key, Session: holdLock(t, agent.Client, key)}, testLogger(t))
+			return NewStore(agent.Client, prefix, StaticFence{Key: key, Session: agent.HoldLock(t, key)}, testLogger(t))
 		})
 	})
 }
@@ -231,7 +216,7 @@ func TestStaleFenceWriteFails(t *testing.T) {
 	key := DefaultLockKey(prefix)
 	set := backend.SetKey{Namespace: "default", Name: "web"}
 
-	oldSession := holdLock(t, agent.Client, key)
+	oldSession := agent.HoldLock(t, key)
 	old := NewStore(agent.Client, prefix, StaticFence{Key: key, Session: oldSession}, testLogger(t))
 	if err := old.PutRevision(ctx, set, reconciler.Revision{Name: "web-1", Number: 1}); err != nil {
 		t.Fatalf("write while holding the lock: %v", err)

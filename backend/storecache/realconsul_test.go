@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
@@ -32,24 +31,8 @@ func TestStoreContractOnRealConsul(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) backend.Store {
 		prefix := "contract/" + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 		key := consul.DefaultLockKey(prefix)
-		return storecache.New(consul.NewStore(agent.Client, prefix, consul.StaticFence{Key: key, Session: holdLock(t, agent, key)}, hclog.NewNullLogger()))
+		return storecache.New(consul.NewStore(agent.Client, prefix, consul.StaticFence{Key: key, Session: agent.HoldLock(t, key)}, hclog.NewNullLogger()))
 	})
-}
-
-// holdLock makes a session and acquires key with it, as a leader does.
-func holdLock(t *testing.T, agent *testagent.ConsulAgent, key string) string {
-	t.Helper()
-	c := agent.Client
-	id, _, err := c.Session().Create(&consulapi.SessionEntry{TTL: "60s", LockDelay: time.Second}, nil)
-	if err != nil {
-		t.Fatalf("creating a session: %v", err)
-	}
-	t.Cleanup(func() { _, _ = c.Session().Destroy(id, nil) })
-	ok, _, err := c.KV().Acquire(&consulapi.KVPair{Key: key, Session: id}, nil)
-	if err != nil || !ok {
-		t.Fatalf("acquiring %s: ok=%v err=%v", key, ok, err)
-	}
-	return id
 }
 
 // TestCacheOnRealConsulHealsAfterAConflict: another writer changes a set's
@@ -63,7 +46,7 @@ func TestCacheOnRealConsulHealsAfterAConflict(t *testing.T) {
 	defer cancel()
 	prefix := "heal"
 	key := consul.DefaultLockKey(prefix)
-	fence := consul.StaticFence{Key: key, Session: holdLock(t, agent, key)}
+	fence := consul.StaticFence{Key: key, Session: agent.HoldLock(t, key)}
 	cached := storecache.New(consul.NewStore(agent.Client, prefix, fence, hclog.NewNullLogger()))
 	other := consul.NewStore(agent.Client, prefix, fence, hclog.NewNullLogger())
 

@@ -251,3 +251,20 @@ func (a *ConsulAgent) CPUTime() (time.Duration, error) { return a.proc.cpuTime()
 
 // LogTail returns the last n lines of the agent's log.
 func (a *ConsulAgent) LogTail(n int) string { return a.proc.tail(n) }
+
+// HoldLock makes a session with a 60s TTL and acquires key with it, as a
+// leader's elector does, and returns the session ID; the session is
+// destroyed when the test ends.
+func (a *ConsulAgent) HoldLock(t testing.TB, key string) string {
+	t.Helper()
+	id, _, err := a.Client.Session().Create(&consulapi.SessionEntry{TTL: "60s", LockDelay: time.Second}, nil)
+	if err != nil {
+		t.Fatalf("testagent: creating a session: %v", err)
+	}
+	t.Cleanup(func() { _, _ = a.Client.Session().Destroy(id, nil) })
+	ok, _, err := a.Client.KV().Acquire(&consulapi.KVPair{Key: key, Session: id}, nil)
+	if err != nil || !ok {
+		t.Fatalf("testagent: acquiring %s: ok=%v err=%v", key, ok, err)
+	}
+	return id
+}
