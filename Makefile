@@ -131,7 +131,8 @@ bench:
 # went (Nomad's evaluation and allocation times), the CPU every agent and the machine used, and the daemon's
 # passes, Nomad calls and Consul writes; NSS_BENCH_SCALE_WORKERS=N runs
 # the daemon with workers = N, NSS_BENCH_SCALE_LOGS=dir keeps its logs,
-# NSS_BENCH_SCALE_PROFILE=dir keeps a 25 s CPU profile of each side's Nomad
+# NSS_BENCH_SCALE_PROFILE=dir keeps a CPU profile (25 s, or
+# NSS_BENCH_SCALE_PROFILE_SECONDS) of each side's Nomad
 # (and of the daemon, in the set's phases) from the start of each phase;
 # NSS_BENCH_SCALE_NATIVE_PARENTS=1, a diagnostic, has the native sides
 # register the set's parent jobs too.

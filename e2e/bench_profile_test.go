@@ -15,10 +15,17 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
-// profileSeconds is how long a phase's CPU profile runs: about the
-// shortest create phase, so that a profile covers the same work on each
-// side.
-const profileSeconds = 25
+// defaultProfileSeconds is how long a phase's CPU profile runs unless
+// NSS_BENCH_SCALE_PROFILE_SECONDS says otherwise: about the shortest create
+// phase, so that a profile covers the same work on each side. A longer one
+// covers a whole create phase, where the sides' total CPU differs.
+const defaultProfileSeconds = 25
+
+// profileSeconds is NSS_BENCH_SCALE_PROFILE_SECONDS, or
+// defaultProfileSeconds.
+func profileSeconds(b *testing.B) int {
+	return envInt(b, "NSS_BENCH_SCALE_PROFILE_SECONDS", defaultProfileSeconds)
+}
 
 // profileNomad starts a CPU profile of a Nomad agent, or of the daemon
 // (both started with enable_debug, both serving /debug/pprof/profile), into
@@ -27,11 +34,12 @@ const profileSeconds = 25
 // CPU, for example on the daemon's event stream, and where the daemon does.
 func profileNomad(b *testing.B, addr, dir, name string) (wait func()) {
 	b.Helper()
+	seconds := profileSeconds(b)
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*profileSeconds*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Duration(seconds)*time.Second)
 		defer cancel()
-		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", addr, profileSeconds)
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", addr, seconds)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			done <- err
