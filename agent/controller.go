@@ -370,11 +370,32 @@ func (c *controller) nodeBack(p *pass, d backend.PodDetail, nodes []string) bool
 func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (acted, error) {
 	var res acted
 	heldOrdinals := map[int]bool{}
-	for _, a := range out.Actions {
+	for i := 0; i < len(out.Actions); {
 		if ctx.Err() != nil {
 			// Leadership or the agent is going away: stop between actions.
 			return res, ctx.Err()
 		}
+		if creates := c.parallelCreates(p, out.Actions[i:], heldOrdinals, len(res.held)); creates != nil {
+			// A Parallel set's pods are registered several at a time.
+			// Every result is settled, so that a pod registered beside
+			// one that failed is counted and announced; the first error
+			// then ends the pass, as it does below.
+			errs := c.effector.(podCreator).createPods(ctx, p, creates)
+			var first error
+			for k, a := range creates {
+				if err := c.settle(p, a, false, errs[k], &res, heldOrdinals); err != nil && first == nil {
+					first = err
+				}
+			}
+			if first != nil {
+				c.sets.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
+				return res, first
+			}
+			i += len(creates)
+			continue
+		}
+		a := out.Actions[i]
+		i++
 		if a.Type == reconciler.ActionDeleteSetState && len(p.revs) == 0 && !p.found && len(p.obs.Stopped) == 0 {
 			// The cascade finished on an earlier pass: nothing to do, and
 			// nothing to look at again until the set changes. Counting
@@ -386,26 +407,38 @@ func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (a
 			continue
 		}
 		deleted, err := c.effector.execute(withAction(ctx, p.key, a), p, a)
-		var why *holdError
-		if errors.As(err, &why) {
-			h := reconciler.Hold{Ordinal: a.Ordinal, Step: why.step, Until: p.now.Add(why.wait), Reason: why.reason, Message: why.msg}
-			p.st.addHold(h)
-			c.hold(p, a, why)
-			res.held = append(res.held, h)
-			heldOrdinals[a.Ordinal] = true
-			continue
-		}
-		if err != nil {
-			c.sets.event(p.key, p.now, "Error", fmt.Sprintf("%s ordinal %d: %v", a.Type, a.Ordinal, err))
+		if err := c.settle(p, a, deleted, err, &res, heldOrdinals); err != nil {
 			c.sets.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
-			return res, fmt.Errorf("%s for ordinal %d of %s: %w", a.Type, a.Ordinal, p.key, err)
+			return res, err
 		}
-		res.done++
-		res.stateDeleted = res.stateDeleted || deleted
-		c.sets.event(p.key, p.now, string(a.Type), actionMessage(p.key, a))
-		c.log.Info("acted", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal, "revision", a.Revision.Name, "reason", a.Reason)
 	}
 	return res, nil
+}
+
+// settle takes in the result of one action: a hold becomes a hold for the
+// next decisions, an error is announced and returned, and a success is
+// counted and announced. An action a batch did not try is left alone.
+func (c *controller) settle(p *pass, a reconciler.Action, deleted bool, err error, res *acted, heldOrdinals map[int]bool) error {
+	var why *holdError
+	switch {
+	case errors.Is(err, errNotTried):
+		return nil
+	case errors.As(err, &why):
+		h := reconciler.Hold{Ordinal: a.Ordinal, Step: why.step, Until: p.now.Add(why.wait), Reason: why.reason, Message: why.msg}
+		p.st.addHold(h)
+		c.hold(p, a, why)
+		res.held = append(res.held, h)
+		heldOrdinals[a.Ordinal] = true
+		return nil
+	case err != nil:
+		c.sets.event(p.key, p.now, "Error", fmt.Sprintf("%s ordinal %d: %v", a.Type, a.Ordinal, err))
+		return fmt.Errorf("%s for ordinal %d of %s: %w", a.Type, a.Ordinal, p.key, err)
+	}
+	res.done++
+	res.stateDeleted = res.stateDeleted || deleted
+	c.sets.event(p.key, p.now, string(a.Type), actionMessage(p.key, a))
+	c.log.Info("acted", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal, "revision", a.Revision.Name, "reason", a.Reason)
+	return nil
 }
 
 // dependsOnHeld reports whether action a must wait because an earlier one

@@ -128,6 +128,18 @@ func (e *podControl) expectChild(st *setState, id, what string, want uint64) {
 }
 
 func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Action) error {
+	index, err := e.registerPod(ctx, p, act)
+	if err != nil {
+		return err
+	}
+	e.expectChild(p.st, childID(p.key, act.Ordinal), "registered", index)
+	return nil
+}
+
+// registerPod registers the child of a CreatePod action and returns its
+// JobModifyIndex. It reads the pass and writes nothing to it, so that the
+// pods of a Parallel set can be registered at once (createPods).
+func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Action) (uint64, error) {
 	key, spec := p.key, p.spec
 	id := childID(key, act.Ordinal)
 	// A stopped child keeps its job in Nomad; re-registering it must name
@@ -140,16 +152,16 @@ func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Acti
 		}
 	}
 	if slices.ContainsFunc(p.obs.Pods, func(d backend.PodDetail) bool { return d.JobID == id }) {
-		return fmt.Errorf("refusing to create %s: it still has a pod", id)
+		return 0, fmt.Errorf("refusing to create %s: it still has a pod", id)
 	}
 	var spread *backend.Spread
 	if len(spec.VolumeClaims) == 0 && !act.Unspread {
 		used, err := e.usedSpreadValues(ctx, spec, p.obs, nil, act.Ordinal)
 		if err != nil {
-			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
+			return 0, fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
 		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !e.nodes.HasFineNodeOutside(used) {
-			return spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
+			return 0, spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
 		}
 		spread = &backend.Spread{Attr: spec.Spread, Required: spec.SpreadRequired, Used: used}
 	}
@@ -158,10 +170,9 @@ func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Acti
 		if backend.IsConflict(err) {
 			e.requestResync()
 		}
-		return err
+		return 0, err
 	}
-	e.expectChild(p.st, id, "registered", index)
-	return nil
+	return index, nil
 }
 
 // deletePod stops the child, or purges it when the reconciler says so (a
