@@ -86,6 +86,15 @@ type Store interface {
 	Close() error
 }
 
+// SetReader is a Store that can read one set's revisions and status in a
+// single request. storecache's Confirm, which runs before every pass that
+// acts, uses it when the store has it: one read of the store per acting
+// pass instead of two.
+type SetReader interface {
+	// ReadSet returns what ListRevisions and GetStatus would, read together.
+	ReadSet(ctx context.Context, set SetKey) (revs []reconciler.Revision, status reconciler.Status, found bool, err error)
+}
+
 // Elector decides which of several agents acts.
 type Elector interface {
 	// Run blocks until ctx is done. Each time this agent gains leadership it

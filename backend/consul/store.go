@@ -287,6 +287,57 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 	return out, nil
 }
 
+// ReadSet implements backend.SetReader with one consistent read of the
+// set's subtree: its status and its revisions. Keys of the subtree that are
+// neither are left alone, as ListRevisions and GetStatus leave them.
+func (s *Store) ReadSet(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, reconciler.Status, bool, error) {
+	if err := set.Validate(); err != nil {
+		return nil, reconciler.Status{}, false, fmt.Errorf("reading the state of a set: %w", err)
+	}
+	prefix, revPrefix, statusKey := s.setPrefix(set), s.revisionsPrefix(set), s.statusKey(set)
+	pairs, _, err := s.kv.List(prefix, consistent(ctx))
+	if err != nil {
+		return nil, reconciler.Status{}, false, fmt.Errorf("reading the state of %s from consul: %w", set, err)
+	}
+	revs := make([]reconciler.Revision, 0, len(pairs))
+	var status reconciler.Status
+	found := false
+	seen := make(map[string]uint64, len(pairs))
+	for _, p := range pairs {
+		switch {
+		case p.Key == statusKey:
+			st, err := codec.DecodeStatus(p.Value)
+			if err != nil {
+				s.logger.Warn("corrupt status value", "set", set.String(), "key", p.Key, "error", err)
+				return nil, reconciler.Status{}, false, fmt.Errorf("reading status of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+			}
+			status, found = st, true
+		case strings.HasPrefix(p.Key, revPrefix):
+			name, uerr := url.PathUnescape(strings.TrimPrefix(p.Key, revPrefix))
+			if uerr != nil {
+				name = ""
+			}
+			r, err := codec.DecodeRevision(p.Value, name)
+			if err != nil {
+				s.logger.Warn("corrupt revision value", "set", set.String(), "key", p.Key, "error", err)
+				return nil, reconciler.Status{}, false, fmt.Errorf("listing revisions of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+			}
+			revs = append(revs, r)
+		default:
+			continue
+		}
+		seen[p.Key] = p.ModifyIndex
+	}
+	// What the two reads would remember: every revision's index, and the
+	// status's or that there is none.
+	s.forgetPrefix(revPrefix)
+	s.forget(statusKey)
+	for k, idx := range seen {
+		s.remember(k, idx)
+	}
+	return revs, status, found, nil
+}
+
 // PutRevision implements backend.Store as a check-and-set.
 func (s *Store) PutRevision(ctx context.Context, set backend.SetKey, rev reconciler.Revision) error {
 	if err := set.Validate(); err != nil {

@@ -177,6 +177,12 @@ func TestCorruptValueReportedOnThatSetOnly(t *testing.T) {
 		t.Fatalf("GetStatus(%s) error = %v; want a *backend.CorruptValueError for %s about format version 7", bad, err, statusKey)
 	}
 	t.Logf("the corrupt set reports: %v", err)
+	if _, _, _, err := s.ReadSet(ctx, bad); !errors.As(err, &cve) || (cve.Key != revKey && cve.Key != statusKey) {
+		t.Fatalf("ReadSet(%s) error = %v; want a *backend.CorruptValueError for one of its keys", bad, err)
+	}
+	if revs, st, found, err := s.ReadSet(ctx, good); err != nil || len(revs) != 1 || !found || st.Replicas != 3 {
+		t.Fatalf("ReadSet(%s) = %v, %+v, %v, %v", good, revs, st, found, err)
+	}
 
 	// The other set reads and writes as before, and both sets are listed.
 	if revs, err := s.ListRevisions(ctx, good); err != nil || len(revs) != 1 {

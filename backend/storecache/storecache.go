@@ -144,12 +144,7 @@ func (s *Store) Confirm(ctx context.Context, set backend.SetKey) (bool, error) {
 	s.mu.Lock()
 	gen := s.generation
 	s.mu.Unlock()
-	revs, err := s.inner.ListRevisions(ctx, set)
-	if err != nil {
-		s.drop(set)
-		return false, err
-	}
-	status, found, err := s.inner.GetStatus(ctx, set)
+	revs, status, found, err := s.readSet(ctx, set)
 	if err != nil {
 		s.drop(set)
 		return false, err
@@ -169,6 +164,20 @@ func (s *Store) Confirm(ctx context.Context, set backend.SetKey) (bool, error) {
 		st.status, st.statusFound, st.statusKnown = cloneStatus(status), found, true
 	}
 	return false, nil
+}
+
+// readSet reads the set's revisions and status from the store: in one
+// request when it can (backend.SetReader), else in two.
+func (s *Store) readSet(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, reconciler.Status, bool, error) {
+	if r, ok := s.inner.(backend.SetReader); ok {
+		return r.ReadSet(ctx, set)
+	}
+	revs, err := s.inner.ListRevisions(ctx, set)
+	if err != nil {
+		return nil, reconciler.Status{}, false, err
+	}
+	status, found, err := s.inner.GetStatus(ctx, set)
+	return revs, status, found, err
 }
 
 // sameRevisions compares two lists of revisions sorted by name, by meaning

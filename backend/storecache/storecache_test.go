@@ -488,3 +488,46 @@ func TestConfirmReadsTheStore(t *testing.T) {
 		t.Fatal("after a failed Confirm the cache still serves the set from memory")
 	}
 }
+
+// oneRequestStore is a countingStore that can read a set in one request
+// (backend.SetReader), as the Consul store can, and counts those reads.
+type oneRequestStore struct {
+	*countingStore
+	setReads int
+}
+
+func (o *oneRequestStore) ReadSet(ctx context.Context, set backend.SetKey) ([]reconciler.Revision, reconciler.Status, bool, error) {
+	o.setReads++
+	revs, err := o.Store.ListRevisions(ctx, set)
+	if err != nil {
+		return nil, reconciler.Status{}, false, err
+	}
+	st, found, err := o.Store.GetStatus(ctx, set)
+	return revs, st, found, err
+}
+
+// TestConfirmReadsInOneRequestWhenTheStoreCan: with a store that reads a
+// set whole, the read before each acting pass is one request, not two, and
+// still finds a hand edit.
+func TestConfirmReadsInOneRequestWhenTheStoreCan(t *testing.T) {
+	ctx := context.Background()
+	_, counting := cached(t)
+	inner := &oneRequestStore{countingStore: counting}
+	s := storecache.New(inner)
+	read(t, s)
+	lists, statuses := counting.reads()
+	if fresh, err := s.Confirm(ctx, web); err != nil || !fresh {
+		t.Fatalf("Confirm of an unchanged set: %v, %v; want true", fresh, err)
+	}
+	if l, st := counting.reads(); inner.setReads != 1 || l != lists || st != statuses {
+		t.Fatalf("Confirm made %d whole-set reads, %d revision lists and %d status reads; want 1, 0 and 0",
+			inner.setReads, l-lists, st-statuses)
+	}
+	handEdit(t, counting)
+	if fresh, err := s.Confirm(ctx, web); err != nil || fresh {
+		t.Fatalf("Confirm after a hand edit: %v, %v; want false", fresh, err)
+	}
+	if !sawHandEdit(t, s) {
+		t.Fatal("after a Confirm that found a hand edit the cache still serves what it had")
+	}
+}

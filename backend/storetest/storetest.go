@@ -107,6 +107,7 @@ func mustList(t *testing.T, ctx context.Context, s backend.Store, set backend.Se
 		t.Fatalf("ListRevisions(%s) returned a nil slice; want a non-nil (possibly empty) slice", set)
 	}
 	sort.Slice(revs, func(i, j int) bool { return revs[i].Name < revs[j].Name })
+	checkReadSet(t, ctx, s, set)
 	return revs
 }
 
@@ -116,7 +117,47 @@ func mustStatus(t *testing.T, ctx context.Context, s backend.Store, set backend.
 	if err != nil {
 		t.Fatalf("GetStatus(%s): %v", set, err)
 	}
+	checkReadSet(t, ctx, s, set)
 	return st, found
+}
+
+// checkReadSet holds a store that reads a set in one request
+// (backend.SetReader) to answering what ListRevisions and GetStatus answer,
+// wherever the suite reads either.
+func checkReadSet(t *testing.T, ctx context.Context, s backend.Store, set backend.SetKey) {
+	t.Helper()
+	r, ok := s.(backend.SetReader)
+	if !ok {
+		return
+	}
+	revs, st, found, err := r.ReadSet(ctx, set)
+	if err != nil {
+		t.Fatalf("ReadSet(%s): %v", set, err)
+	}
+	wantRevs, err := s.ListRevisions(ctx, set)
+	if err != nil {
+		t.Fatalf("ListRevisions(%s): %v", set, err)
+	}
+	wantSt, wantFound, err := s.GetStatus(ctx, set)
+	if err != nil {
+		t.Fatalf("GetStatus(%s): %v", set, err)
+	}
+	sort.Slice(revs, func(i, j int) bool { return revs[i].Name < revs[j].Name })
+	sort.Slice(wantRevs, func(i, j int) bool { return wantRevs[i].Name < wantRevs[j].Name })
+	if len(revs) != len(wantRevs) {
+		t.Fatalf("ReadSet(%s) returned revisions %v; ListRevisions returns %v", set, revNames(revs), revNames(wantRevs))
+	}
+	for i := range revs {
+		if d := revDiff(revs[i], wantRevs[i]); d != "" {
+			t.Fatalf("ReadSet(%s): revision %s differs from ListRevisions's: %s", set, revs[i].Name, d)
+		}
+	}
+	if found != wantFound {
+		t.Fatalf("ReadSet(%s) found a status: %v; GetStatus: %v", set, found, wantFound)
+	}
+	if d := statusDiff(st, wantSt); found && d != "" {
+		t.Fatalf("ReadSet(%s): the status differs from GetStatus's: %s", set, d)
+	}
 }
 
 func mustSets(t *testing.T, ctx context.Context, s backend.Store) []backend.SetKey {
