@@ -8,11 +8,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
-// maxCreateBatch bounds how many children one pass registers at once, as
-// upstream's MaxBatchSize bounds the pods its StatefulSet controller
-// creates at once.
-const maxCreateBatch = 500
-
 // podCreator is an effector that can carry out several CreatePod actions
 // of one pass at once.
 type podCreator interface {
@@ -41,8 +36,8 @@ func (e *podControl) createPods(ctx context.Context, p *pass, acts []reconciler.
 	errs := make([]error, len(acts))
 	indexes := make([]uint64, len(acts))
 	next := 0
-	for size := 1; next < len(acts); size = min(2*size, maxCreateBatch) {
-		end := min(next+size, len(acts))
+	for _, size := range reconciler.SlowStartBatches(len(acts)) {
+		end := next + size
 		var wg sync.WaitGroup
 		for k := next; k < end; k++ {
 			wg.Go(func() {
@@ -79,15 +74,15 @@ func (e *podControl) createPods(ctx context.Context, p *pass, acts []reconciler.
 // waiting on a held step, when the effector can. It returns nil otherwise,
 // and for a single action.
 func (c *controller) parallelCreates(p *pass, actions []reconciler.Action, heldOrdinals map[int]bool, nHeld int) []reconciler.Action {
-	if p.spec.PodManagementPolicy != reconciler.Parallel {
-		return nil
-	}
 	if _, ok := c.effector.(podCreator); !ok {
 		return nil
 	}
-	n := 0
-	for n < len(actions) && actions[n].Type == reconciler.ActionCreatePod && !dependsOnHeld(actions[n], heldOrdinals, nHeld) {
-		n++
+	n := reconciler.BurstCreates(p.spec, actions)
+	for k := range n {
+		if dependsOnHeld(actions[k], heldOrdinals, nHeld) {
+			n = k
+			break
+		}
 	}
 	if n < 2 {
 		return nil

@@ -369,23 +369,42 @@ func (w *world) step() error {
 	// leaves nothing behind.
 	condemnedMembers, condemned := w.judge(false)
 	members, condemnedAll := w.judge(true)
-	for k, a := range out.Actions {
-		w.calls++
-		if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
-			(w.dropStatus && a.Type == ActionRecordOrdinals) {
-			w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
+	// A Parallel set's leading CreatePods go out in slow-start batches, as
+	// the agent carries them out (BurstCreates): a failure ends the pass
+	// after the rest of its batch, not at once.
+	batches := []int{}
+	if n := BurstCreates(w.spec, out.Actions); n > 1 {
+		batches = SlowStartBatches(n)
+	}
+	for k := 0; k < len(out.Actions); {
+		size := 1
+		if len(batches) > 0 {
+			size, batches = batches[0], batches[1:]
+		}
+		failed := false
+		for _, a := range out.Actions[k : k+size] {
+			w.calls++
+			if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
+				(w.dropStatus && a.Type == ActionRecordOrdinals) {
+				w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
+				failed = true
+				continue
+			}
+			switch {
+			case a.Type == ActionRecordOrdinals:
+				// The records stored hold the whole membership.
+				w.members, w.condemnedDelete = members, condemnedAll
+			case k == 0:
+				w.members, w.condemnedDelete = condemnedMembers, condemned
+			}
+			if err := w.apply(in, out, a); err != nil {
+				return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
+			}
+		}
+		if failed {
 			return w.checkState()
 		}
-		switch {
-		case a.Type == ActionRecordOrdinals:
-			// The records stored hold the whole membership.
-			w.members, w.condemnedDelete = members, condemnedAll
-		case k == 0:
-			w.members, w.condemnedDelete = condemnedMembers, condemned
-		}
-		if err := w.apply(in, out, a); err != nil {
-			return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
-		}
+		k += size
 	}
 	if !w.dropStatus {
 		w.status = out.Status

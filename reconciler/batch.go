@@ -1,0 +1,34 @@
+package reconciler
+
+// MaxCreateBatch bounds how many pods are created at once, as upstream's
+// MaxBatchSize does.
+const MaxCreateBatch = 500
+
+// BurstCreates returns how many CreatePod actions lead actions when the set
+// allows bursts (Parallel): the run that is carried out in slow-start
+// batches (SlowStartBatches), as upstream's runForAll creates a bursting
+// set's pods with slowStartBatch. It returns 0 for OrderedReady. The agent
+// and the test worlds both carry out a decision by it.
+func BurstCreates(spec Spec, actions []Action) int {
+	if spec.PodManagementPolicy != Parallel {
+		return 0
+	}
+	n := 0
+	for n < len(actions) && actions[n].Type == ActionCreatePod {
+		n++
+	}
+	return n
+}
+
+// SlowStartBatches splits n creations into batches of 1, 2, 4 … (at most
+// MaxCreateBatch). Every batch finishes before the next starts, and a batch
+// with a failure is the last.
+func SlowStartBatches(n int) []int {
+	var sizes []int
+	for size := 1; n > 0; size = min(2*size, MaxCreateBatch) {
+		b := min(size, n)
+		sizes = append(sizes, b)
+		n -= b
+	}
+	return sizes
+}
