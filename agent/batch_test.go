@@ -81,6 +81,14 @@ func inFlight(t *testing.T, g *gatedRegisters, n int) []string {
 	return ids
 }
 
+// syncInBackground runs one pass of r's set while the test works the gate,
+// and returns where its error arrives.
+func syncInBackground(r *syncRig) chan error {
+	done := make(chan error, 1)
+	go func() { done <- r.c.sync(context.Background(), r.key) }()
+	return done
+}
+
 // letGo releases n registrations at the gate.
 func letGo(g *gatedRegisters, n int) {
 	for range n {
@@ -95,8 +103,7 @@ func letGo(g *gatedRegisters, n int) {
 // and 2; a set of OrderedReady creates one pod a pass.
 func TestParallelSetRegistersItsPodsInBatches(t *testing.T) {
 	r, gate, sim := parallelRig(t, "Parallel")
-	done := make(chan error, 1)
-	go func() { done <- r.c.sync(context.Background(), r.key) }()
+	done := syncInBackground(r)
 	for _, want := range [][]string{{"web-0"}, {"web-1", "web-2"}, {"web-3", "web-4"}} {
 		if got := inFlight(t, gate, len(want)); !slices.Equal(got, want) {
 			t.Fatalf("in flight at once: %v, want %v", got, want)
@@ -123,7 +130,7 @@ func TestParallelSetRegistersItsPodsInBatches(t *testing.T) {
 	}
 
 	ordered, gate, _ := parallelRig(t, "OrderedReady")
-	go func() { done <- ordered.c.sync(context.Background(), ordered.key) }()
+	done = syncInBackground(ordered)
 	if got := inFlight(t, gate, 1); !slices.Equal(got, []string{"web-0"}) {
 		t.Fatalf("OrderedReady registered %v first, want web-0 alone", got)
 	}
@@ -142,8 +149,7 @@ func TestParallelBatchStopsAfterAFailedBatch(t *testing.T) {
 	t.Run("the first registration fails", func(t *testing.T) {
 		r, gate, sim := parallelRig(t, "Parallel")
 		gate.fail["web-0"] = errors.New("nomad is down")
-		done := make(chan error, 1)
-		go func() { done <- r.c.sync(context.Background(), r.key) }()
+		done := syncInBackground(r)
 		inFlight(t, gate, 1)
 		letGo(gate, 1)
 		err := <-done
@@ -157,8 +163,7 @@ func TestParallelBatchStopsAfterAFailedBatch(t *testing.T) {
 	t.Run("one of a batch fails", func(t *testing.T) {
 		r, gate, sim := parallelRig(t, "Parallel")
 		gate.fail["web-1"] = errors.New("nomad is down")
-		done := make(chan error, 1)
-		go func() { done <- r.c.sync(context.Background(), r.key) }()
+		done := syncInBackground(r)
 		inFlight(t, gate, 1)
 		letGo(gate, 1)
 		inFlight(t, gate, 2)

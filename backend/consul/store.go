@@ -269,14 +269,9 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 	seen := make(map[string]uint64, len(pairs))
 	for _, p := range pairs {
 		seen[p.Key] = p.ModifyIndex
-		name, uerr := url.PathUnescape(strings.TrimPrefix(p.Key, prefix))
-		if uerr != nil {
-			name = ""
-		}
-		r, err := codec.DecodeRevision(p.Value, name)
+		r, err := s.decodeRevisionPair(set, prefix, p)
 		if err != nil {
-			s.logger.Warn("corrupt revision value", "set", set.String(), "key", p.Key, "error", err)
-			return nil, fmt.Errorf("listing revisions of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+			return nil, err
 		}
 		out = append(out, r)
 	}
@@ -285,6 +280,32 @@ func (s *Store) ListRevisions(ctx context.Context, set backend.SetKey) ([]reconc
 		s.remember(k, idx)
 	}
 	return out, nil
+}
+
+// decodeRevisionPair decodes a revision stored at p.Key below revPrefix; a
+// value that does not decode is a CorruptValueError naming its key.
+func (s *Store) decodeRevisionPair(set backend.SetKey, revPrefix string, p *api.KVPair) (reconciler.Revision, error) {
+	name, uerr := url.PathUnescape(strings.TrimPrefix(p.Key, revPrefix))
+	if uerr != nil {
+		name = ""
+	}
+	r, err := codec.DecodeRevision(p.Value, name)
+	if err != nil {
+		s.logger.Warn("corrupt revision value", "set", set.String(), "key", p.Key, "error", err)
+		return r, fmt.Errorf("listing revisions of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+	}
+	return r, nil
+}
+
+// decodeStatusPair decodes a set's status value; a value that does not
+// decode is a CorruptValueError naming its key.
+func (s *Store) decodeStatusPair(set backend.SetKey, p *api.KVPair) (reconciler.Status, error) {
+	st, err := codec.DecodeStatus(p.Value)
+	if err != nil {
+		s.logger.Warn("corrupt status value", "set", set.String(), "key", p.Key, "error", err)
+		return st, fmt.Errorf("reading status of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+	}
+	return st, nil
 }
 
 // ReadSet implements backend.SetReader with one consistent read of the
@@ -306,21 +327,15 @@ func (s *Store) ReadSet(ctx context.Context, set backend.SetKey) ([]reconciler.R
 	for _, p := range pairs {
 		switch {
 		case p.Key == statusKey:
-			st, err := codec.DecodeStatus(p.Value)
+			st, err := s.decodeStatusPair(set, p)
 			if err != nil {
-				s.logger.Warn("corrupt status value", "set", set.String(), "key", p.Key, "error", err)
-				return nil, reconciler.Status{}, false, fmt.Errorf("reading status of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+				return nil, reconciler.Status{}, false, err
 			}
 			status, found = st, true
 		case strings.HasPrefix(p.Key, revPrefix):
-			name, uerr := url.PathUnescape(strings.TrimPrefix(p.Key, revPrefix))
-			if uerr != nil {
-				name = ""
-			}
-			r, err := codec.DecodeRevision(p.Value, name)
+			r, err := s.decodeRevisionPair(set, revPrefix, p)
 			if err != nil {
-				s.logger.Warn("corrupt revision value", "set", set.String(), "key", p.Key, "error", err)
-				return nil, reconciler.Status{}, false, fmt.Errorf("listing revisions of %s: %w", set, &backend.CorruptValueError{Key: p.Key, Err: err})
+				return nil, reconciler.Status{}, false, err
 			}
 			revs = append(revs, r)
 		default:
@@ -370,10 +385,9 @@ func (s *Store) GetStatus(ctx context.Context, set backend.SetKey) (reconciler.S
 		return reconciler.Status{}, false, nil
 	}
 	s.remember(key, p.ModifyIndex)
-	st, err := codec.DecodeStatus(p.Value)
+	st, err := s.decodeStatusPair(set, p)
 	if err != nil {
-		s.logger.Warn("corrupt status value", "set", set.String(), "key", key, "error", err)
-		return reconciler.Status{}, false, fmt.Errorf("reading status of %s: %w", set, &backend.CorruptValueError{Key: key, Err: err})
+		return reconciler.Status{}, false, err
 	}
 	return st, true, nil
 }
