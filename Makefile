@@ -135,7 +135,8 @@ bench:
 # NSS_BENCH_SCALE_PROFILE_SECONDS) of each side's Nomad
 # (and of the daemon, in the set's phases) from the start of each phase;
 # NSS_BENCH_SCALE_NATIVE_PARENTS=1, a diagnostic, has the native sides
-# register the set's parent jobs too.
+# register the set's parent jobs too, and NSS_BENCH_SCALE_NATIVE_STREAM=1,
+# another, has them serve the daemon's event stream to a reader.
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build

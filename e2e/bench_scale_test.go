@@ -21,6 +21,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,6 +40,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	nomadbackend "github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
@@ -564,6 +566,16 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		}
 	}
 
+	if os.Getenv("NSS_BENCH_SCALE_NATIVE_STREAM") != "" {
+		// A diagnostic, not the comparison: each native side's
+		// Nomad also serves the daemon's event stream, to a reader in
+		// this process, for the whole run.
+		progress("NSS_BENCH_SCALE_NATIVE_STREAM: the native sides serve the daemon's event stream too; the ratios below are not the issue's")
+		for _, n := range natives {
+			watchEvents(b, n.nomad.Client)
+		}
+	}
+
 	// Each side's processes, by side (native A, set, native B), and all
 	// seven: a phase reports everyone's CPU, and waits for its own side.
 	sides := [][]cpuUser{
@@ -716,4 +728,32 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	sort.Float64s(noise)
 	b.ReportMetric(noise[len(noise)-1], "native-noise")
 	b.ReportMetric(float64(resetsTotal), "stream-resets")
+}
+
+// watchEvents reads c's event stream, with the daemon's topics and
+// headers (nomad.Client.Events), until the benchmark ends, subscribing
+// again from the last index when the stream ends.
+func watchEvents(b *testing.B, c *nomadapi.Client) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		api := nomadbackend.NewAPI(c)
+		var index uint64
+		for ctx.Err() == nil {
+			events, err := api.Events(ctx, index)
+			if err != nil {
+				progress("NSS_BENCH_SCALE_NATIVE_STREAM: %v", err)
+				time.Sleep(time.Second)
+				continue
+			}
+			for e := range events {
+				if e.Err == nil && e.Index > index {
+					index = e.Index
+				}
+			}
+		}
+	}()
 }
