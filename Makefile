@@ -136,7 +136,9 @@ bench:
 # (and of the daemon, in the set's phases) from the start of each phase;
 # NSS_BENCH_SCALE_NATIVE_PARENTS=1, a diagnostic, has the native sides
 # register the set's parent jobs too, and NSS_BENCH_SCALE_NATIVE_STREAM=1,
-# another, has them serve the daemon's event stream to a reader.
+# another, has them serve the daemon's event stream to a reader, and
+# NSS_BENCH_SCALE_CONSUL_DIR=dir, a third, keeps the set's Consul's data in
+# dir (/dev/shm: no fsyncs on the disk the Nomads share).
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build

@@ -538,7 +538,20 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		}
 		return opts
 	}
-	setConsul := testagent.Consul(b)
+	var setConsulOpts []testagent.ConsulOption
+	if dir := os.Getenv("NSS_BENCH_SCALE_CONSUL_DIR"); dir != "" {
+		// A diagnostic, not the comparison: the set's Consul keeps
+		// its data in dir (a tmpfs such as /dev/shm makes its fsyncs free),
+		// to tell what its writes cost the set's Nomad on a shared disk.
+		dir, err := os.MkdirTemp(dir, "bench-consul-")
+		if err != nil {
+			b.Fatalf("NSS_BENCH_SCALE_CONSUL_DIR: %v", err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+		progress("NSS_BENCH_SCALE_CONSUL_DIR: the set's Consul keeps its data in %s; the ratios below are not the issue's", dir)
+		setConsulOpts = append(setConsulOpts, testagent.WithConsulDataDir(dir))
+	}
+	setConsul := testagent.Consul(b, setConsulOpts...)
 	setNomad := testagent.Nomad(b, scaleNomadOpts(testagent.WithConsul(setConsul))...)
 	var daemonHCL []string
 	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {

@@ -52,6 +52,14 @@ func WithConsulACL() ConsulOption {
 	return func(a *ConsulAgent) { a.Token = newUUID() }
 }
 
+// WithConsulDataDir keeps the agent's data (its Raft log and snapshots)
+// in dir instead of under the agent's directory: a benchmark's diagnostic
+// puts it on another file system than the Nomad agents' to tell what
+// their shared disk costs.
+func WithConsulDataDir(dir string) ConsulOption {
+	return func(a *ConsulAgent) { a.DataDir = dir }
+}
+
 // newUUID returns a random UUID, the form Consul requires of a token.
 func newUUID() string {
 	var b [16]byte
