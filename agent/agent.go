@@ -38,7 +38,8 @@ type Options struct {
 	// Elector decides whether this agent acts; backend.AlwaysLeader{} when
 	// there is no election.
 	Elector backend.Elector
-	// Workers is the number of sets reconciled at once.
+	// Workers is the number of sets reconciled at once; config.DefaultWorkers
+	// when 0.
 	Workers int
 	// ResyncInterval is the period of the safety re-list.
 	ResyncInterval time.Duration
@@ -115,7 +116,7 @@ func New(opts Options) (*Agent, error) {
 		opts.Elector = backend.AlwaysLeader{}
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 4
+		opts.Workers = config.DefaultWorkers
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now

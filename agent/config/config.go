@@ -40,10 +40,16 @@ const (
 	DefaultLogLevel = "info"
 	// DefaultDataDir holds the embedded store and, by default, plugin_dir.
 	DefaultDataDir = "/var/lib/nomad-statefulset"
-	// DefaultWorkers is the number of reconcile workers. Sets are independent,
-	// so a few workers keep one slow set from delaying the others without
-	// flooding Nomad with concurrent writes.
-	DefaultWorkers = 4
+	// DefaultWorkers is the number of reconcile workers. Sets are
+	// independent, and a worker spends a pass mostly waiting on Nomad's and
+	// Consul's Raft writes, not on the CPU. With 200 sets changing at once
+	// on a real Nomad, 4 workers made a rolled pod whose old allocation had
+	// finished wait up to 22 s for its registration (p90 3.2–11 s over 13
+	// runs), and the last new child reach Nomad 5.3–8.4 s into a create,
+	// against 3.9–4.9 s for Nomad alone; 16 brought these to at most 6.2 s
+	// (p90 2.5–3.2 s) and 3.6–4.4 s (BENCHMARKS.md, issue 28). It still
+	// bounds how many sets write to Nomad at once.
+	DefaultWorkers = 16
 	// DefaultResyncInterval is the period of the safety re-list. The event
 	// stream does the real work; this only repairs what a missed event left.
 	DefaultResyncInterval = 5 * time.Minute

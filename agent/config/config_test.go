@@ -34,7 +34,7 @@ func TestDefault_Values(t *testing.T) {
 		{"log_level", c.LogLevel, "info"},
 		{"log_json", c.LogJSON, false},
 		{"data_dir", c.DataDir, "/var/lib/nomad-statefulset"},
-		{"workers", c.Workers, 4},
+		{"workers", c.Workers, 16},
 		{"resync_interval", c.ResyncInterval, 5 * time.Minute},
 		{"plugin_dir", c.PluginDir, "/var/lib/nomad-statefulset/plugins"},
 		{"nomad.address", c.Nomad.Address, "http://127.0.0.1:4646"},
@@ -110,7 +110,7 @@ var attrCases = []attrCase{
 	{"log_level", `log_level = "debug"`, func(c *Config) any { return c.LogLevel }, "debug"},
 	{"log_json", `log_json = true`, func(c *Config) any { return c.LogJSON }, true},
 	{"data_dir", `data_dir = "/srv/nsts"`, func(c *Config) any { return c.DataDir }, "/srv/nsts"},
-	{"workers", `workers = 16`, func(c *Config) any { return c.Workers }, 16},
+	{"workers", `workers = 6`, func(c *Config) any { return c.Workers }, 6},
 	{"resync_interval", `resync_interval = "90s"`, func(c *Config) any { return c.ResyncInterval }, 90 * time.Second},
 	{"plugin_dir", `plugin_dir = "/opt/plugins"`, func(c *Config) any { return c.PluginDir }, "/opt/plugins"},
 

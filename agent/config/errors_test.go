@@ -82,7 +82,7 @@ var errCases = []errCase{
 
 	// Ranges and arithmetic.
 	{"negative workers", `workers = -2`,
-		`f0.hcl:1:11: Invalid workers; workers: -2 reconcile workers cannot make progress; use 1 or more (default 4).`},
+		`f0.hcl:1:11: Invalid workers; workers: -2 reconcile workers cannot make progress; use 1 or more (default 16).`},
 	{"zero workers", `workers = 0`,
 		`f0.hcl:1:11: Invalid workers; workers: 0 reconcile workers`},
 	{"session_ttl below Consul's minimum", "high_availability {\n  session_ttl = \"5s\"\n  monitor_retries = 0\n}",
