@@ -46,9 +46,9 @@ const (
 	// on a real Nomad, 4 workers made a rolled pod whose old allocation had
 	// finished wait up to 22 s for its registration (p90 3.2–11 s over 13
 	// runs), and the last new child reach Nomad 5.3–8.4 s into a create,
-	// against 3.9–4.9 s for Nomad alone; 16 brought these to at most 6.2 s
-	// (p90 2.5–3.2 s) and 3.6–4.4 s (BENCHMARKS.md, issue 28). It still
-	// bounds how many sets write to Nomad at once.
+	// where Nomad alone took 2.7–6.1 s for its own jobs; 16 brought these
+	// to at most 6.2 s (p90 2.5–3.2 s) and 3.6–4.4 s (BENCHMARKS.md, issue
+	// 28). It still bounds how many sets write to Nomad at once.
 	DefaultWorkers = 16
 	// DefaultResyncInterval is the period of the safety re-list. The event
 	// stream does the real work; this only repairs what a missed event left.
