@@ -382,7 +382,7 @@ func (w *world) step() error {
 			size, batches = batches[0], batches[1:]
 		}
 		failed := false
-		for _, a := range out.Actions[k : k+size] {
+		for i, a := range out.Actions[k : k+size] {
 			w.calls++
 			if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
 				(w.dropStatus && a.Type == ActionRecordOrdinals) {
@@ -394,7 +394,8 @@ func (w *world) step() error {
 			case a.Type == ActionRecordOrdinals:
 				// The records stored hold the whole membership.
 				w.members, w.condemnedDelete = members, condemnedAll
-			case k == 0:
+			case k+i == 0:
+				// The pass's first action, not merely its first batch's.
 				w.members, w.condemnedDelete = condemnedMembers, condemned
 			}
 			if err := w.apply(in, out, a); err != nil {

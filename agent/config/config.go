@@ -42,13 +42,10 @@ const (
 	DefaultDataDir = "/var/lib/nomad-statefulset"
 	// DefaultWorkers is the number of reconcile workers. Sets are
 	// independent, and a worker spends a pass mostly waiting on Nomad's and
-	// Consul's Raft writes, not on the CPU. With 200 sets changing at once
-	// on a real Nomad, 4 workers made a rolled pod whose old allocation had
-	// finished wait up to 22 s for its registration (p90 3.2–11 s over 13
-	// runs), and the last new child reach Nomad 5.3–8.4 s into a create,
-	// where Nomad alone took 2.7–6.1 s for its own jobs; 16 brought these
-	// to at most 6.2 s (p90 2.5–3.2 s) and 3.6–4.4 s (BENCHMARKS.md, issue
-	// 28). It still bounds how many sets write to Nomad at once.
+	// Consul's Raft writes, not on the CPU: with hundreds of sets changing
+	// at once, 4 workers left pods queued for seconds that 16 do not
+	// (BENCHMARKS.md, issue 28, runs 30–36). It still bounds how many sets
+	// write to Nomad at once.
 	DefaultWorkers = 16
 	// DefaultResyncInterval is the period of the safety re-list. The event
 	// stream does the real work; this only repairs what a missed event left.
