@@ -67,11 +67,18 @@ port_in_use() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# Ports are picked in [10000, 20000), as internal/testagent picks its own:
+# below Nomad's dynamic ports (20000-32000), which the examples' allocations
+# bind, and below Linux's ephemeral range (32768-60999), where every
+# outgoing connection takes its local port. A port picked there can be
+# taken by a connection between the pick and the agent's bind: a demo
+# Nomad failed with "bind: address already in use" on 127.0.0.1:42202 in a
+# CI run on a fresh machine.
 declare -A picked=()
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % 10000))
 		if [[ -z "${picked[$p]:-}" ]] && ! port_in_use "$p"; then
 			picked[$p]=1
 			echo "$p"
