@@ -37,6 +37,8 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN_DIR)/staticcheck-$(STATICCHECK_VERSION)
 UNIT_TIMEOUT ?= 20m
 E2E_TIMEOUT ?= 45m
+E2E_JOBS ?= 2
+E2E_RUN ?= .
 RACE ?= -race
 
 export NOMAD_BIN ?= $(BIN_DIR)/nomad
@@ -97,8 +99,11 @@ postgres:
 		[ -x $(PG_SERVER) ] || { echo "$(PG_SERVER) is still missing after apt-get" >&2; exit 1; }; \
 	fi
 
+# Every e2e test in a process of its own, E2E_JOBS at a time, each running
+# bin/nomad-statefulset (scripts/e2e.sh says why). E2E_RUN=regexp runs some.
 test-e2e: tools build postgres
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+	E2E_JOBS=$(E2E_JOBS) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_RUN='$(E2E_RUN)' NSS_E2E_DAEMON=$(CURDIR)/bin/nomad-statefulset \
+		bash scripts/e2e.sh
 
 $(STATICCHECK):
 	@mkdir -p $(BIN_DIR)

@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -57,18 +58,37 @@ func (c *Cluster) StartDaemon(extraHCL ...string) *Daemon {
 
 var (
 	buildOnce sync.Once
-	buildPath string
+	buildPath string // the daemon the tests run
+	builtDir  string // the directory this process built it in, removed by TestMain
 	buildErr  error
 )
 
+// prebuiltDaemonEnv names a nomad-statefulset already built from this
+// repository. scripts/e2e.sh runs every test in a process of its own and
+// passes make's bin/nomad-statefulset, so that each process need not build
+// one.
+const prebuiltDaemonEnv = "NSS_E2E_DAEMON"
+
 // DaemonBinary builds ./cmd/nomad-statefulset from this repository (once
-// per test binary) into .cache/e2e/<pid>/ and returns its path. The
-// directory is per process so that two test binaries running at once never
-// replace each other's daemon. A build failure fails the test with the
-// compiler's output.
+// per test binary) into .cache/e2e/<pid>/ and returns its path, or returns
+// the binary that $NSS_E2E_DAEMON names. The directory is per process so
+// that two test binaries running at once never replace each other's
+// daemon. A build failure fails the test with the compiler's output.
 func DaemonBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if p := os.Getenv(prebuiltDaemonEnv); p != "" {
+			fi, err := os.Stat(p)
+			if err == nil && fi.IsDir() {
+				err = errors.New("it is a directory")
+			}
+			if err != nil {
+				buildErr = fmt.Errorf("%s=%s: not a built nomad-statefulset (make build makes bin/nomad-statefulset): %w", prebuiltDaemonEnv, p, err)
+				return
+			}
+			buildPath = p
+			return
+		}
 		root, err := testagent.ModuleRoot()
 		if err != nil {
 			buildErr = err
@@ -85,7 +105,7 @@ func DaemonBinary(t testing.TB) string {
 			buildErr = fmt.Errorf("go build ./cmd/nomad-statefulset: %v\n%s", err, b)
 			return
 		}
-		buildPath = out
+		buildPath, builtDir = out, filepath.Dir(out)
 	})
 	if buildErr != nil {
 		t.Fatalf("e2e: cannot build nomad-statefulset: %v", buildErr)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -10,8 +9,8 @@ import (
 // tests, so that per-process builds do not pile up in .cache/e2e.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildPath != "" {
-		_ = os.RemoveAll(filepath.Dir(buildPath))
+	if builtDir != "" {
+		_ = os.RemoveAll(builtDir)
 	}
 	os.Exit(code)
 }
