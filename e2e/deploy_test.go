@@ -153,7 +153,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 
 	// Only the workload identity reached the daemons: their NOMAD_TOKEN is
 	// a JWT, not the management token, and NOMAD_ADDR is the socket.
-	envs := daemonEnvs(t, bin)
+	envs := daemonEnvs(t, bin, addrs())
 	if len(envs) < 2 {
 		t.Fatalf("found %d daemon processes, want 2", len(envs))
 	}
@@ -264,8 +264,10 @@ func TestDeployAsANomadJob(t *testing.T) {
 }
 
 // daemonEnvs returns the environment of every running process of the
-// daemon binary bin.
-func daemonEnvs(t *testing.T, bin string) []map[string]string {
+// daemon binary bin that belongs to one of allocs (by allocation ID). The
+// binary alone does not tell: other tests, running at once (scripts/e2e.sh),
+// start daemons of the same binary outside Nomad.
+func daemonEnvs(t *testing.T, bin string, allocs map[string]string) []map[string]string {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	var out []map[string]string
@@ -283,6 +285,9 @@ func daemonEnvs(t *testing.T, bin string) []map[string]string {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				env[k] = v
 			}
+		}
+		if _, ours := allocs[env["NOMAD_ALLOC_ID"]]; !ours {
+			continue
 		}
 		out = append(out, env)
 	}
