@@ -101,6 +101,8 @@ postgres:
 
 # Every e2e test in a process of its own, E2E_JOBS at a time, each running
 # bin/nomad-statefulset (scripts/e2e.sh says why). E2E_RUN=regexp runs some.
+# E2E_TIMEOUT bounds each test, not the whole run (the longest, TestPostgres,
+# takes about 5.5 minutes two at a time).
 test-e2e: tools build postgres
 	E2E_JOBS=$(E2E_JOBS) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_RUN='$(E2E_RUN)' NSS_E2E_DAEMON=$(CURDIR)/bin/nomad-statefulset \
 		bash scripts/e2e.sh

@@ -263,33 +263,32 @@ func TestDeployAsANomadJob(t *testing.T) {
 	waitConverged(t, c, &Daemon{Addr: upgradedLeader}, "dep", 3, nil)
 }
 
-// daemonEnvs returns the environment of every running process of the
-// daemon binary bin that belongs to one of allocs (by allocation ID). The
-// binary alone does not tell: other tests, running at once (scripts/e2e.sh),
-// start daemons of the same binary outside Nomad.
+// daemonEnvs returns the environment of every process of the daemon
+// binary bin that runs for one of allocs (by allocation ID, as allocPIDs
+// finds them). The binary alone does not tell: other tests, running at once
+// (scripts/e2e.sh), start daemons of the same binary outside Nomad.
 func daemonEnvs(t *testing.T, bin string, allocs map[string]string) []map[string]string {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*")
 	var out []map[string]string
-	for _, p := range procs {
-		cmd, err := os.ReadFile(filepath.Join(p, "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmd), bin+"\x00agent") {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join(p, "environ"))
-		if err != nil {
-			continue
-		}
-		env := map[string]string{}
-		for _, kv := range strings.Split(string(raw), "\x00") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				env[k] = v
+	for allocID := range allocs {
+		for _, pid := range allocPIDs(allocID) {
+			p := filepath.Join("/proc", strconv.Itoa(pid))
+			cmd, err := os.ReadFile(filepath.Join(p, "cmdline"))
+			if err != nil || !strings.HasPrefix(string(cmd), bin+"\x00agent") {
+				continue
 			}
+			raw, err := os.ReadFile(filepath.Join(p, "environ"))
+			if err != nil {
+				continue
+			}
+			env := map[string]string{}
+			for _, kv := range strings.Split(string(raw), "\x00") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
+			}
+			out = append(out, env)
 		}
-		if _, ours := allocs[env["NOMAD_ALLOC_ID"]]; !ours {
-			continue
-		}
-		out = append(out, env)
 	}
 	return out
 }

@@ -29,7 +29,7 @@ run="${E2E_RUN:-.}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/nss-e2e-XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 bin="${work}/e2e.test"
-go test -c -o "${bin}" "${root}/e2e"
+(cd "${root}" && go test -c -o "${bin}" ./e2e/)
 
 # The longest tests first (measured in CI on 2 cores), so that the last
 # ones to start are short and the workers finish together. A test not named
