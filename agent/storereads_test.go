@@ -38,6 +38,17 @@ func (s *readCountingStore) GetStatus(ctx context.Context, set backend.SetKey) (
 	return s.Store.GetStatus(ctx, set)
 }
 
+func (s *readCountingStore) PutStatus(ctx context.Context, set backend.SetKey, st reconciler.Status) error {
+	s.count("PutStatus")
+	return s.Store.PutStatus(ctx, set, st)
+}
+
+func (s *readCountingStore) writes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads["PutStatus"]
+}
+
 func (s *readCountingStore) snapshot() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -95,6 +106,47 @@ func TestAgentReadsTheStoreOncePerSetPerRelist(t *testing.T) {
 	after := store.snapshot()
 	if after["ListRevisions"] != before["ListRevisions"]+1 || after["GetStatus"] != before["GetStatus"]+1 {
 		t.Fatalf("a re-list and passes after it read the store %v times; before it, %v: want one more of each", after, before)
+	}
+}
+
+// TestSettledSetPassesWriteNoStatus: once a set is settled, its passes
+// (Nomad's later events about its pods queue them: a deployment that
+// finishes, a job that turns running) store nothing. Each wrote the status
+// again with a new progress time, most of the Consul writes of a create at
+// scale after the pods' own (issue 28).
+func TestSettledSetPassesWriteNoStatus(t *testing.T) {
+	var store *readCountingStore
+	h := startAgentWith(t, fastSim(), func(o *Options) {
+		store = &readCountingStore{Store: o.Store, reads: map[string]int{}}
+		o.Store = store
+	})
+	h.register(parentJob("web", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	h.waitConverged("web", 3, nil)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	h.waitFor("the set to settle", 5*time.Second, func() (bool, string) {
+		d, ok := h.agent.view(key)
+		if !ok {
+			return false, "no view yet"
+		}
+		for _, c := range d.Status.Conditions {
+			if c.Type == string(reconciler.ConditionProgressing) && c.Reason == reconciler.ReasonComplete {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", d.Status.Conditions)
+	})
+	h.settle()
+
+	before, passes := store.writes(), reconciles(h.agent)
+	for i := 0; i < 5; i++ {
+		h.queue().Add(key.String())
+		h.settle()
+	}
+	if reconciles(h.agent)-passes < 5 {
+		t.Fatalf("%d passes, want 5 or more", reconciles(h.agent)-passes)
+	}
+	if after := store.writes(); after != before {
+		t.Fatalf("5 passes of a settled set wrote its status %d times, want none", after-before)
 	}
 }
 

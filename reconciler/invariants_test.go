@@ -154,7 +154,11 @@ func checkReplacement(w *world, in Input, out Output, p Pod, byOrd map[int][]Pod
 		if p.Terminating || p.Drifted || (p.Revision != cur && p.Revision != upd) {
 			return nil
 		}
-		if p.Revision != upd && !spec.Paused && spec.ProgressDeadline > 0 && !in.Previous.LastProgressTime.IsZero() &&
+		// A set that was at rest (settled, or paused) was not stuck: its
+		// work starts with this pass.
+		prog := condition(in.Previous, ConditionProgressing)
+		resting := !prog.Status && (prog.Reason == ReasonComplete || prog.Reason == ReasonPaused)
+		if p.Revision != upd && !spec.Paused && spec.ProgressDeadline > 0 && !in.Previous.LastProgressTime.IsZero() && !resting &&
 			in.Now.Sub(in.Previous.LastProgressTime) >= spec.ProgressDeadline {
 			return nil // the rollout is stuck: waiting did not help
 		}

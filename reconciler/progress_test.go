@@ -100,6 +100,55 @@ func TestConditionTransitionTimesKept(t *testing.T) {
 	}
 }
 
+// TestRestingSetKeepsItsClock: a set at rest computes, pass after pass, the
+// status it already has, so the agent stores nothing. Its progress clock
+// was rewritten on every pass, which made a status write of every pass
+// after a set settled (events about its pods keep coming: a 1,000-child
+// create made about 2,000 Consul writes). The deadline then counts from
+// when the set leaves rest, not from when it came to rest: a rollout that
+// starts an hour later is not past its deadline at once, so under
+// OrderedReady it waits for a pod at the current revision that is not
+// ready (replaceableNow), as upstream's DeploymentTimedOut never times out
+// a Deployment whose Progressing condition says it is complete.
+func TestRestingSetKeepsItsClock(t *testing.T) {
+	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
+		t.Run(string(p), func(t *testing.T) {
+			w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, ProgressDeadline: 5 * time.Minute}, "v1")
+			converge(t, w)
+			rest := w.last.Status
+			if c := condition(rest, ConditionProgressing); c.Reason != ReasonComplete {
+				t.Fatalf("converged, Progressing is %+v", c)
+			}
+			for i := 0; i < 3; i++ {
+				w.now = w.now.Add(20 * time.Minute)
+				if out := mustStep(t, w); !StatusEqual(rest, out.Status) {
+					t.Fatalf("a pass of a resting set %v later changed its status to %+v, from %+v", time.Duration(i+1)*20*time.Minute, out.Status, rest)
+				}
+			}
+
+			// An hour after it came to rest, a pod stops being ready and a
+			// new template arrives in the same pass.
+			w.now = w.now.Add(time.Minute)
+			w.pods[w.podIndex(1)].Ready = false
+			w.template = []byte("v2")
+			out := mustStep(t, w)
+			if !out.Status.LastProgressTime.Equal(w.now) {
+				t.Fatalf("leaving rest, the clock reads %v, want now (%v)", out.Status.LastProgressTime, w.now)
+			}
+			if c := condition(out.Status, ConditionRolloutStuck); c.Status {
+				t.Fatalf("stuck on the first pass after an hour at rest: %+v", c)
+			}
+			// Under Parallel a pod that is not available is the first to be
+			// replaced anyway: replacing it takes nothing more down.
+			for _, a := range out.Actions {
+				if p == OrderedReady && a.Type == ActionDeletePod && a.Ordinal == 1 {
+					t.Fatalf("the not-ready pod at the current revision was replaced at once, as if the rollout were past its deadline: %+v", a)
+				}
+			}
+		})
+	}
+}
+
 // TestStatusEqualByMeaning: a status read back from the store differs from
 // the one just computed in representation only (a time's location and
 // monotonic reading, a nil list for an empty one). The agent used to

@@ -625,9 +625,11 @@ func (r *reconciler) replaceableNow(i int, p *Pod) bool {
 }
 
 // pastDeadline reports whether the set has made no progress for its whole
-// progress deadline, as of the previous status.
+// progress deadline, as of the previous status. A set that was at rest
+// (restingStatus) is not: its clock kept the time it came to rest, and its
+// work starts with this pass.
 func pastDeadline(spec Spec, prev Status, now time.Time) bool {
-	return !spec.Paused && spec.ProgressDeadline > 0 && !prev.LastProgressTime.IsZero() &&
+	return !spec.Paused && spec.ProgressDeadline > 0 && !prev.LastProgressTime.IsZero() && !restingStatus(prev) &&
 		now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
 }
 

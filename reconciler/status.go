@@ -181,9 +181,19 @@ func (r *reconciler) conditions() time.Duration {
 	paused := r.spec.Paused && r.revisionsPending()
 
 	st.LastProgressTime = r.in.Previous.LastProgressTime
-	// A settled or paused set is not expected to progress: keep the clock
-	// fresh so that the deadline starts counting only when work starts.
-	if settled || r.spec.Paused || r.progressed() {
+	resting := restingStatus(r.in.Previous)
+	switch {
+	case (settled || paused) && resting && !st.LastProgressTime.IsZero():
+		// Still at rest: the deadline does not run, so the clock keeps the
+		// time the set came to rest, and a resting set's passes change
+		// nothing to store. Rewriting it on every pass made a status write
+		// of every pass after a set settled. Upstream's syncRolloutStatus
+		// likewise leaves a complete Deployment's Progressing condition
+		// alone.
+	case settled || r.spec.Paused || r.progressed() || resting:
+		// A set that is settled or paused is not expected to progress, and
+		// one that just left rest starts its work now: the deadline counts
+		// from here.
 		st.LastProgressTime = r.now
 	}
 	deadline := r.spec.ProgressDeadline
@@ -275,6 +285,20 @@ func (r *reconciler) waitingOn() string {
 		return ""
 	}
 	return "; waiting for pod " + PodName(r.spec.Name, r.waitPod) + " " + r.waitWhy
+}
+
+// restingStatus reports whether st was computed for a set at rest:
+// settled (Progressing, reason Complete) or paused with a rollout pending
+// (reason Paused). A set at rest has no progress deadline running, as
+// upstream's DeploymentTimedOut never times out a Deployment whose
+// Progressing condition says it is complete.
+func restingStatus(st Status) bool {
+	for _, c := range st.Conditions {
+		if c.Type == ConditionProgressing {
+			return !c.Status && (c.Reason == ReasonComplete || c.Reason == ReasonPaused)
+		}
+	}
+	return false
 }
 
 // keepTransition keeps the previous LastTransitionTime of a condition whose
