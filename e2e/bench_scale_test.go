@@ -633,6 +633,9 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			b.Fatalf("set %s: a parent was registered again during the phase, so its SubmitTime is not the phase's start", what)
 		}
 		progress("set %s, where the time went:%s", what, phaseTimeline(b, setClient, children, index, start))
+		// The parents are Nomad's work too, and the natives have none:
+		// each registration is an evaluation in the same scheduler queue.
+		progress("set %s, the parents:%s", what, phaseTimeline(b, setClient, parentIDs, index, start))
 		after, lastReset := streamResets(b, d)
 		delta, total := countDelta(before, after)
 		if total > 0 && lastReset != nil {

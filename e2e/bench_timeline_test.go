@@ -21,9 +21,10 @@ type timelineStage struct {
 // Nomad at index, where the time of each job in ids went: when its first
 // evaluation was made (the daemon's stop, or the register), how long Nomad
 // took to finish the allocation it replaces, how long after that the
-// daemon registered the new child (a set's rollout only), and how long
-// Nomad then took to create, start and judge the new allocation healthy.
-// It also counts the phase's evaluations by trigger. Two list calls, made
+// daemon registered the new child (a set's rollout only), how long its
+// registration's evaluation waited and ran in Nomad's scheduler (made →
+// done), and how long Nomad then took to create, start and judge the new
+// allocation healthy. It also counts the phase's evaluations by trigger. Two list calls, made
 // after the phase, so in no figure.
 func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index uint64, start time.Time) string {
 	b.Helper()
@@ -79,6 +80,7 @@ func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index 
 		{name: "stop evaluation made → done"},
 		{name: "first evaluation → old allocation finished"},
 		{name: "old allocation finished → new registration"},
+		{name: "registration evaluation made → done"},
 		{name: "registration → allocation created"},
 		{name: "created → started"},
 		{name: "started → healthy"},
@@ -116,9 +118,12 @@ func phaseTimeline(b *testing.B, c *nomadapi.Client, ids map[string]bool, index 
 		if t.stopEval != nil {
 			add(stages[3], finished, registered)
 		}
-		add(stages[4], registered, created)
-		add(stages[5], created, started)
-		add(stages[6], started, healthy)
+		if t.registerEval != nil {
+			add(stages[4], registered, nanos(t.registerEval.ModifyTime))
+		}
+		add(stages[5], registered, created)
+		add(stages[6], created, started)
+		add(stages[7], started, healthy)
 	}
 	var out strings.Builder
 	for _, s := range stages {
