@@ -31,30 +31,7 @@ func TestRealNomadDeregisterEventsTellStopFromPurge(t *testing.T) {
 	n := testagent.Nomad(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := nomad.NewAPI(n.Client)
-	for _, j := range []*api.Job{parentOf("web"), childOf("web", 0, "r1"), childOf("web", 1, "r1")} {
-		if _, err := client.RegisterJob(ctx, realJob(j, "default"), false, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	counted := &counting{API: client, calls: map[string]int{}}
-	cache := nomad.NewCache()
-	w := nomad.NewWatcher(counted, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
-	go func() { _ = w.Run(ctx) }()
-	key := backend.SetKey{Namespace: "default", Name: "web"}
-	testagent.Eventually(t, 2*time.Minute, "both pods ready in the cache", func() error {
-		obs := cache.Observe(key, nil, time.Now())
-		ready := 0
-		for _, p := range obs.Pods {
-			if p.Pod.Ready {
-				ready++
-			}
-		}
-		if ready != 2 {
-			return fmt.Errorf("%d of 2 pods ready", ready)
-		}
-		return nil
-	})
+	counted, cache, key := watchRealSet(ctx, t, n, "web", 2)
 
 	// Nomad's own stream, read beside the watcher's, from now on.
 	deregisters := readDeregisters(ctx, t, n.Client)
@@ -107,29 +84,7 @@ func TestRealNomadJobGCIsReadAsAPurge(t *testing.T) {
 	n := testagent.Nomad(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := nomad.NewAPI(n.Client)
-	for _, j := range []*api.Job{parentOf("db"), childOf("db", 0, "r1"), childOf("db", 1, "r1"), childOf("db", 2, "r1")} {
-		if _, err := client.RegisterJob(ctx, realJob(j, "default"), false, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	counted := &counting{API: client, calls: map[string]int{}}
-	cache := nomad.NewCache()
-	w := nomad.NewWatcher(counted, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
-	go func() { _ = w.Run(ctx) }()
-	key := backend.SetKey{Namespace: "default", Name: "db"}
-	testagent.Eventually(t, 2*time.Minute, "three pods ready in the cache", func() error {
-		ready := 0
-		for _, p := range cache.Observe(key, nil, time.Now()).Pods {
-			if p.Pod.Ready {
-				ready++
-			}
-		}
-		if ready != 3 {
-			return fmt.Errorf("%d of 3 pods ready", ready)
-		}
-		return nil
-	})
+	counted, cache, key := watchRealSet(ctx, t, n, "db", 3)
 
 	for _, id := range []string{"db-0", "db-1"} {
 		if _, _, err := n.Client.Jobs().Deregister(id, false, nil); err != nil {
@@ -179,6 +134,41 @@ func TestRealNomadJobGCIsReadAsAPurge(t *testing.T) {
 	if calls := counted.snapshot(); calls["GetJob"] != 0 || calls["ListJobs"] != 0 {
 		t.Errorf("the watcher made %d GetJob and %d ListJobs calls to follow a job GC, want none (all: %v)", calls["GetJob"], calls["ListJobs"], calls)
 	}
+}
+
+// watchRealSet registers set's parent and count children on the real Nomad n,
+// starts a watcher over them through a counting API, and waits until the
+// cache has them all ready.
+func watchRealSet(ctx context.Context, t *testing.T, n *testagent.NomadAgent, set string, count int) (*counting, *nomad.Cache, backend.SetKey) {
+	t.Helper()
+	client := nomad.NewAPI(n.Client)
+	all := []*api.Job{parentOf(set)}
+	for o := 0; o < count; o++ {
+		all = append(all, childOf(set, o, "r1"))
+	}
+	for _, j := range all {
+		if _, err := client.RegisterJob(ctx, realJob(j, "default"), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := &counting{API: client, calls: map[string]int{}}
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(counted, cache, nomad.WatcherConfig{ResyncInterval: time.Hour}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	go func() { _ = w.Run(ctx) }()
+	key := backend.SetKey{Namespace: "default", Name: set}
+	testagent.Eventually(t, 2*time.Minute, fmt.Sprintf("%d pods ready in the cache", count), func() error {
+		ready := 0
+		for _, p := range cache.Observe(key, nil, time.Now()).Pods {
+			if p.Pod.Ready {
+				ready++
+			}
+		}
+		if ready != count {
+			return fmt.Errorf("%d of %d pods ready", ready, count)
+		}
+		return nil
+	})
+	return counted, cache, key
 }
 
 // deregisterEvent is one deregister event from Nomad's own stream, read as
