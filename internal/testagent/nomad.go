@@ -30,6 +30,11 @@ type NomadAgent struct {
 	HostVolumePluginDir string
 	// LogPath is the agent's log file.
 	LogPath string
+	// PluginSocketDir is where the agent's plugin processes (executors,
+	// logmon) put their unix sockets (PLUGIN_UNIX_SOCKET_DIR). Inside Dir,
+	// teardown removes the sockets of plugins it killed; in the default
+	// os.TempDir() they would pile up, one handful per agent.
+	PluginSocketDir string
 	// NodeID is the client node's ID, known once the agent is ready.
 	NodeID string
 	// Token is the management token's secret ID when ACLs are enabled, or "".
@@ -201,6 +206,7 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		HostVolumesDir:      filepath.Join(dir, "host_volumes"),
 		HostVolumePluginDir: filepath.Join(dir, "host_volume_plugins"),
 		LogPath:             filepath.Join(dir, "nomad.log"),
+		PluginSocketDir:     filepath.Join(dir, "plugins"),
 		t:                   t,
 		cfg:                 cfg,
 		drivers:             cfg.drivers,
@@ -210,7 +216,7 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		cfg.consulAddr = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	}
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", a.HTTPPort)
-	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir} {
+	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir, a.PluginSocketDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
 		}
@@ -246,8 +252,11 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		name: "nomad",
 		bin:  bin,
 		args: []string{"agent", "-config", cfgPath},
-		env: envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
-			"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"),
+		// go-plugin's servers read PLUGIN_UNIX_SOCKET_DIR, and Nomad hands
+		// its environment to every plugin it starts.
+		env: append(envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
+			"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "PLUGIN_UNIX_SOCKET_DIR"),
+			"PLUGIN_UNIX_SOCKET_DIR="+a.PluginSocketDir),
 		dir:     dir,
 		logPath: a.LogPath,
 	}

@@ -148,6 +148,14 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 		for _, id := range []string{"probe", "mock"} {
 			waitHealthy(t, n, id)
 		}
+		// The exec task's executor and logmon are go-plugin servers. Their
+		// sockets must be inside the agent's directory, which teardown
+		// removes even when it has to kill them.
+		if socks := socketsIn(t, n.PluginSocketDir); len(socks) == 0 {
+			t.Errorf("no plugin socket in %s while an exec task runs: the plugins put theirs elsewhere (PLUGIN_UNIX_SOCKET_DIR not passed on?)", n.PluginSocketDir)
+		} else {
+			t.Logf("plugin sockets in %s: %v", n.PluginSocketDir, socks)
+		}
 		hello := filepath.Join(vol.Volume.HostPath, "hello")
 		Eventually(t, 10*time.Second, "the exec task's file in the host volume", func() error {
 			b, err := os.ReadFile(hello)
@@ -199,6 +207,22 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 			t.Errorf("%s was not removed", d)
 		}
 	}
+}
+
+// socketsIn lists the unix sockets directly in dir.
+func socketsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	var socks []string
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 {
+			socks = append(socks, e.Name())
+		}
+	}
+	return socks
 }
 
 func waitHealthy(t *testing.T, n *NomadAgent, jobID string) {
