@@ -76,6 +76,13 @@ func TestDemo(t *testing.T) {
 			if err != nil || !strings.Contains(status, want) {
 				t.Fatalf("EXAMPLE=%s: nomad-statefulset status %s (%v) lacks %q:\n%s", tc.example, tc.set, err, want, status)
 			}
+			// The exec tasks' executors and logmons keep their sockets in the
+			// demo's directory, so that down removes them and /tmp keeps none.
+			socks, _ := filepath.Glob(filepath.Join(demo, "nomad", "plugins", "plugin*"))
+			nodeSocks, _ := filepath.Glob(filepath.Join(demo, "node-*", "nomad", "plugins", "plugin*"))
+			if len(socks)+len(nodeSocks) == 0 {
+				t.Errorf("EXAMPLE=%s: no plugin socket under %s/**/nomad/plugins while the set runs: demo.sh does not give Nomad PLUGIN_UNIX_SOCKET_DIR", tc.example, demo)
+			}
 			out, err = run(5*time.Minute, "bash", "scripts/demo.sh", "down")
 			downed = true
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
@@ -154,6 +155,14 @@ hook "verify" {
   failure_policy = "block"
 }
 `, pluginDir, marks))
+	// The daemon's plugins keep their sockets in its directory, which the
+	// test's teardown removes even when it kills them (testagent.NewProcess).
+	Eventually(t, 30*time.Second, "a socket per plugin in the daemon's directory", func() error {
+		if socks, _ := filepath.Glob(filepath.Join(d.Proc.Dir(), "plugins", "plugin*")); len(socks) < 3 {
+			return fmt.Errorf("%d plugin sockets in %s/plugins, want one per plugin (3): the daemon's plugins put theirs elsewhere", len(socks), d.Proc.Dir())
+		}
+		return nil
+	})
 	const set = "ph"
 	RegisterHCL(t, c.Nomad.Client, setSpec{name: set, noVolume: true, meta: map[string]string{"statefulset_replicas": "3"}}.hcl())
 

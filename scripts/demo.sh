@@ -212,7 +212,17 @@ nomad_agent() {
 		-data-dir "${dir}/data" -host-volumes-dir "${dir}/host_volumes" \
 		-host-volume-plugin-dir "${dir}/host_volume_plugins" \
 		-http "${http}" -rpc "${rpc}" -serf "${serf}" -consul "${consul}") >"${dir}/nomad.hcl"
-	start "${name}" "${dir}" "${nomad_bin}" agent -config "${dir}/nomad.hcl"
+	start_nomad "${name}" "${dir}"
+}
+
+# start_nomad NAME DIR: starts the agent configured in DIR/nomad.hcl. Its
+# plugins (every task's executor and logmon) put their sockets in
+# DIR/plugins, which down removes: in /tmp, a plugin that is killed leaves
+# its socket behind.
+start_nomad() {
+	local name="$1" dir="$2"
+	mkdir -p "${dir}/plugins"
+	start "${name}" "${dir}" env PLUGIN_UNIX_SOCKET_DIR="${dir}/plugins" "${nomad_bin}" agent -config "${dir}/nomad.hcl"
 }
 
 # consul_client NODE DIR HTTP SERVER_SERF_LAN: a Consul client agent that
@@ -604,7 +614,7 @@ start_node() {
 		node="${dir##*/node-}"
 		alive "${dir}/nomad/nomad.pid" && die "node ${node} is running"
 		start consul "${dir}/consul" "${consul_bin}" agent -config-file "${dir}/consul/consul.hcl"
-		start nomad "${dir}/nomad" "${nomad_bin}" agent -config "${dir}/nomad/nomad.hcl"
+		start_nomad nomad "${dir}/nomad"
 		echo "node ${node} started again"
 	done
 }

@@ -31,9 +31,7 @@ type NomadAgent struct {
 	// LogPath is the agent's log file.
 	LogPath string
 	// PluginSocketDir is where the agent's plugin processes (executors,
-	// logmon) put their unix sockets (PLUGIN_UNIX_SOCKET_DIR). Inside Dir,
-	// teardown removes the sockets of plugins it killed; in the default
-	// os.TempDir() they would pile up, one handful per agent.
+	// logmon) put their unix sockets (see withPluginSocketDir).
 	PluginSocketDir string
 	// NodeID is the client node's ID, known once the agent is ready.
 	NodeID string
@@ -206,7 +204,7 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		HostVolumesDir:      filepath.Join(dir, "host_volumes"),
 		HostVolumePluginDir: filepath.Join(dir, "host_volume_plugins"),
 		LogPath:             filepath.Join(dir, "nomad.log"),
-		PluginSocketDir:     filepath.Join(dir, "plugins"),
+		PluginSocketDir:     filepath.Join(dir, pluginSocketDirName),
 		t:                   t,
 		cfg:                 cfg,
 		drivers:             cfg.drivers,
@@ -216,7 +214,7 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		cfg.consulAddr = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	}
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", a.HTTPPort)
-	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir, a.PluginSocketDir} {
+	for _, d := range []string{a.DataDir, a.HostVolumesDir, a.HostVolumePluginDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("testagent: %v", err)
 		}
@@ -248,15 +246,17 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
 		t.Fatalf("testagent: %v", err)
 	}
+	// Nomad hands its environment to every plugin it starts.
+	env, err := withPluginSocketDir(envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
+		"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"), a.PluginSocketDir)
+	if err != nil {
+		t.Fatalf("testagent: %v", err)
+	}
 	a.proc = &process{
-		name: "nomad",
-		bin:  bin,
-		args: []string{"agent", "-config", cfgPath},
-		// go-plugin's servers read PLUGIN_UNIX_SOCKET_DIR, and Nomad hands
-		// its environment to every plugin it starts.
-		env: append(envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
-			"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY", "PLUGIN_UNIX_SOCKET_DIR"),
-			"PLUGIN_UNIX_SOCKET_DIR="+a.PluginSocketDir),
+		name:    "nomad",
+		bin:     bin,
+		args:    []string{"agent", "-config", cfgPath},
+		env:     env,
 		dir:     dir,
 		logPath: a.LogPath,
 	}

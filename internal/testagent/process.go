@@ -618,6 +618,29 @@ func unescapeMount(s string) string {
 	return out.String()
 }
 
+// pluginSocketDirName is the directory, inside a process's own, where the
+// go-plugin plugins it starts put their unix sockets.
+const pluginSocketDirName = "plugins"
+
+// withPluginSocketDir makes dir and returns env with PLUGIN_UNIX_SOCKET_DIR
+// set to it, replacing any value env had. go-plugin's servers (Nomad's
+// executors and logmons, the daemon's plugins) make their sockets there, and
+// their clients pass their own environment on. A plugin killed with its
+// parent never removes its socket; inside the process's directory, teardown
+// and the sweep of dead test binaries' directories do.
+func withPluginSocketDir(env []string, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making the plugin socket directory: %w", err)
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "PLUGIN_UNIX_SOCKET_DIR=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "PLUGIN_UNIX_SOCKET_DIR="+dir), nil
+}
+
 // envWithout returns the environment without the named variables.
 func envWithout(names ...string) []string {
 	var env []string
@@ -669,6 +692,12 @@ func NewProcess(t testing.TB, name, bin string, args, env []string) *Process {
 	dir := newAgentDir(t, name)
 	if env == nil {
 		env = os.Environ()
+	}
+	// The daemon starts go-plugin plugins too; a SIGKILL in teardown would
+	// leave their sockets in /tmp.
+	env, err := withPluginSocketDir(env, filepath.Join(dir, pluginSocketDirName))
+	if err != nil {
+		t.Fatalf("testagent: %v", err)
 	}
 	p := &process{name: name, bin: bin, args: args, env: env, dir: dir, logPath: filepath.Join(dir, name+".log")}
 	register(p)
