@@ -218,11 +218,17 @@ nomad_agent() {
 # start_nomad NAME DIR: starts the agent configured in DIR/nomad.hcl. Its
 # plugins (every task's executor and logmon) put their sockets in
 # DIR/plugins, which down removes: in /tmp, a plugin that is killed leaves
-# its socket behind.
+# its socket behind. A unix socket's path holds at most 107 bytes, and a
+# plugin adds 17 to the directory's, so a longer DEMO_DIR keeps Nomad's
+# default (/tmp).
 start_nomad() {
-	local name="$1" dir="$2"
-	mkdir -p "${dir}/plugins"
-	start "${name}" "${dir}" env PLUGIN_UNIX_SOCKET_DIR="${dir}/plugins" "${nomad_bin}" agent -config "${dir}/nomad.hcl"
+	local name="$1" dir="$2" sockets="$2/plugins"
+	local env=()
+	if ((${#sockets} <= 90)); then
+		mkdir -p "${sockets}"
+		env=(PLUGIN_UNIX_SOCKET_DIR="${sockets}")
+	fi
+	start "${name}" "${dir}" env ${env[@]+"${env[@]}"} "${nomad_bin}" agent -config "${dir}/nomad.hcl"
 }
 
 # consul_client NODE DIR HTTP SERVER_SERF_LAN: a Consul client agent that
