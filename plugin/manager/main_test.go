@@ -27,6 +27,15 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// The tests kill plugins with SIGKILL, which leaves their unix sockets
+	// behind: keep them in dir rather than /tmp. go-plugin's client hands
+	// this process's environment to every plugin it starts.
+	sockets := filepath.Join(dir, "sockets")
+	if err := os.Mkdir(sockets, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "creating the socket dir:", err)
+		return 1
+	}
+	os.Setenv("PLUGIN_UNIX_SOCKET_DIR", sockets)
 	for name, pkg := range map[string]string{
 		"testplugin":        "github.com/nomad-statefulset/nomad-statefulset/plugin/internal/testplugin",
 		"predelete-command": "github.com/nomad-statefulset/nomad-statefulset/examples/plugins/predelete-command",
