@@ -158,8 +158,12 @@ hook "verify" {
 	// The daemon's plugins keep their sockets in its directory, which the
 	// test's teardown removes even when it kills them (testagent.NewProcess).
 	Eventually(t, 30*time.Second, "a socket per plugin in the daemon's directory", func() error {
-		if socks, _ := filepath.Glob(filepath.Join(d.Proc.Dir(), "plugins", "plugin*")); len(socks) < 3 {
-			return fmt.Errorf("%d plugin sockets in %s/plugins, want one per plugin (3): the daemon's plugins put theirs elsewhere", len(socks), d.Proc.Dir())
+		dir := d.Proc.PluginSocketDir()
+		if dir == "" {
+			return fmt.Errorf("%w: the daemon's directory %s is too long for a plugin socket's path", ErrGiveUp, d.Proc.Dir())
+		}
+		if socks, _ := filepath.Glob(filepath.Join(dir, "plugin*")); len(socks) < 3 {
+			return fmt.Errorf("%d plugin sockets in %s, want one per plugin (3): the daemon's plugins put theirs elsewhere", len(socks), dir)
 		}
 		return nil
 	})

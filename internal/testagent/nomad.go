@@ -31,7 +31,8 @@ type NomadAgent struct {
 	// LogPath is the agent's log file.
 	LogPath string
 	// PluginSocketDir is where the agent's plugin processes (executors,
-	// logmon) put their unix sockets (see withPluginSocketDir).
+	// logmon) put their unix sockets, or "" when they keep go-plugin's
+	// default (see pluginSocketEnv).
 	PluginSocketDir string
 	// NodeID is the client node's ID, known once the agent is ready.
 	NodeID string
@@ -204,7 +205,6 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		HostVolumesDir:      filepath.Join(dir, "host_volumes"),
 		HostVolumePluginDir: filepath.Join(dir, "host_volume_plugins"),
 		LogPath:             filepath.Join(dir, "nomad.log"),
-		PluginSocketDir:     filepath.Join(dir, pluginSocketDirName),
 		t:                   t,
 		cfg:                 cfg,
 		drivers:             cfg.drivers,
@@ -247,11 +247,12 @@ func Nomad(t testing.TB, opts ...NomadOption) *NomadAgent {
 		t.Fatalf("testagent: %v", err)
 	}
 	// Nomad hands its environment to every plugin it starts.
-	env, err := withPluginSocketDir(envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
-		"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"), a.PluginSocketDir)
+	env, sockets, err := pluginSocketEnv(envWithout("AWS_CA_BUNDLE", "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION",
+		"NOMAD_NAMESPACE", "NOMAD_CACERT", "NOMAD_CLIENT_CERT", "NOMAD_CLIENT_KEY"), dir)
 	if err != nil {
 		t.Fatalf("testagent: %v", err)
 	}
+	a.PluginSocketDir = sockets
 	a.proc = &process{
 		name:    "nomad",
 		bin:     bin,

@@ -618,49 +618,44 @@ func unescapeMount(s string) string {
 	return out.String()
 }
 
-// pluginSocketDirName is the directory, inside a process's own, where the
-// go-plugin plugins it starts put their unix sockets.
-const pluginSocketDirName = "plugins"
-
-// withPluginSocketDir makes dir and returns env with PLUGIN_UNIX_SOCKET_DIR
-// set to it, replacing any value env had. go-plugin's servers (Nomad's
-// executors and logmons, the daemon's plugins) make their sockets there, and
-// their clients pass their own environment on. A plugin killed with its
-// parent never removes its socket; inside the process's directory, teardown
-// and the sweep of dead test binaries' directories do.
+// pluginSocketEnv returns env with PLUGIN_UNIX_SOCKET_DIR set to
+// <processDir>/plugins, replacing any value env had, and that directory,
+// made. go-plugin's servers (Nomad's executors and logmons, the daemon's
+// plugins) make their sockets there, and their clients pass their own
+// environment on. A plugin killed with its parent never removes its socket;
+// inside the process's directory, teardown and the sweep of dead test
+// binaries' directories do.
 //
-// A unix socket's path holds at most 107 bytes and a plugin adds 17 to
-// dir's, so under a longer TMPDIR env is returned as it is: plugins that
-// cannot listen would stop every task.
-func withPluginSocketDir(env []string, dir string) ([]string, error) {
+// A unix socket's path holds at most 107 bytes and a plugin adds 17 to the
+// directory's, so under a longer TMPDIR env is returned as it is, with "":
+// plugins that cannot listen would stop every task.
+func pluginSocketEnv(env []string, processDir string) ([]string, string, error) {
+	dir := filepath.Join(processDir, "plugins")
 	if len(dir) > 90 {
-		return env, nil
+		return env, "", nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("making the plugin socket directory: %w", err)
+		return nil, "", fmt.Errorf("making the plugin socket directory: %w", err)
 	}
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "PLUGIN_UNIX_SOCKET_DIR=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, "PLUGIN_UNIX_SOCKET_DIR="+dir), nil
+	return append(without(env, "PLUGIN_UNIX_SOCKET_DIR"), "PLUGIN_UNIX_SOCKET_DIR="+dir), dir, nil
 }
 
 // envWithout returns the environment without the named variables.
-func envWithout(names ...string) []string {
-	var env []string
+func envWithout(names ...string) []string { return without(os.Environ(), names...) }
+
+// without returns a copy of env without the named variables.
+func without(env []string, names ...string) []string {
+	var out []string
 outer:
-	for _, kv := range os.Environ() {
+	for _, kv := range env {
 		for _, n := range names {
 			if strings.HasPrefix(kv, n+"=") {
 				continue outer
 			}
 		}
-		env = append(env, kv)
+		out = append(out, kv)
 	}
-	return env
+	return out
 }
 
 // waitFor polls cond until it returns nil, the process dies, or timeout.
@@ -689,6 +684,8 @@ func waitFor(p *process, timeout time.Duration, what string, cond func() error) 
 type Process struct {
 	p *process
 	t testing.TB
+
+	pluginSocketDir string
 }
 
 // NewProcess prepares a process named name (for messages and its directory)
@@ -702,7 +699,7 @@ func NewProcess(t testing.TB, name, bin string, args, env []string) *Process {
 	}
 	// The daemon starts go-plugin plugins too; a SIGKILL in teardown would
 	// leave their sockets in /tmp.
-	env, err := withPluginSocketDir(env, filepath.Join(dir, pluginSocketDirName))
+	env, sockets, err := pluginSocketEnv(env, dir)
 	if err != nil {
 		t.Fatalf("testagent: %v", err)
 	}
@@ -714,8 +711,13 @@ func NewProcess(t testing.TB, name, bin string, args, env []string) *Process {
 		}
 		teardown(p)
 	})
-	return &Process{p: p, t: t}
+	return &Process{p: p, t: t, pluginSocketDir: sockets}
 }
+
+// PluginSocketDir is where the go-plugin plugins the process starts put
+// their unix sockets, or "" when they keep go-plugin's default (see
+// pluginSocketEnv).
+func (p *Process) PluginSocketDir() string { return p.pluginSocketDir }
 
 // Dir is the process's own directory (its working directory), removed at
 // cleanup.

@@ -151,6 +151,9 @@ func TestNomadExecHostVolumeACLConsul(t *testing.T) {
 		// The exec task's executor and logmon are go-plugin servers. Their
 		// sockets must be inside the agent's directory, which teardown
 		// removes even when it has to kill them.
+		if n.PluginSocketDir == "" {
+			t.Fatalf("the agent's directory %s is too long for a plugin socket's path", n.Dir)
+		}
 		if socks := socketsIn(t, n.PluginSocketDir); len(socks) == 0 {
 			t.Errorf("no plugin socket in %s while an exec task runs: the plugins put theirs elsewhere (PLUGIN_UNIX_SOCKET_DIR not passed on?)", n.PluginSocketDir)
 		} else {
