@@ -778,6 +778,10 @@ func watchEvents(b *testing.B, c *nomadapi.Client) {
 				continue
 			}
 			for e := range events {
+				if e.Err != nil {
+					// A lost stream is what this diagnostic looks for.
+					progress("NSS_BENCH_SCALE_NATIVE_STREAM: %s lost its stream after index %d: %v", c.Address(), index, e.Err)
+				}
 				if e.Err == nil && e.Index > index {
 					index = e.Index
 				}
