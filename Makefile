@@ -147,7 +147,8 @@ bench:
 # NSS_BENCH_SCALE_CONSUL_DIR=dir, a third, keeps the set's Consul's data in
 # dir (/dev/shm: no fsyncs on the disk the Nomads share).
 # NSS_BENCH_SCALE_CREATE_ONLY=1 stops each run after its three creates
-# (about 4 minutes a run), to pool many more creates in the same time.
+# (4-5 minutes a run), to pool many more creates in the same time;
+# scripts/bench-pool.sh pools the ratios of the runs' logs.
 BENCH_CLUSTER_COUNT ?= 5
 BENCH_SCALE_COUNT ?= 1
 bench-cluster: tools build

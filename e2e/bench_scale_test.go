@@ -646,7 +646,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 
 	// NSS_BENCH_SCALE_CREATE_ONLY stops a run after the three creates: the
 	// creates are exactly those of a full run (they come first in it), and
-	// a run takes about 4 minutes instead of 15, so more runs can narrow
+	// a run takes 4-5 minutes instead of 15, so more runs can narrow
 	// the create's ratio, whose noise is larger than its goal's margin.
 	phases := []string{"create", "rollout"}
 	if os.Getenv("NSS_BENCH_SCALE_CREATE_ONLY") != "" {
