@@ -212,10 +212,35 @@ func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 			deleted++
 		}
 	}
-	budget := max(MaxUnavailableCount(spec.MaxUnavailable, spec.Replicas)-committed, 0)
+	maxUnavailable := MaxUnavailableCount(spec.MaxUnavailable, spec.Replicas)
+	budget := max(maxUnavailable-committed, 0)
 	if deleted > budget {
 		return fmt.Errorf("maxUnavailable: %d healthy pods deleted with %d already unavailable, max %d",
-			deleted, committed, MaxUnavailableCount(spec.MaxUnavailable, spec.Replicas))
+			deleted, committed, maxUnavailable)
+	}
+	return checkDrainOfUnhealthy(w, out, byOrd, committed, maxUnavailable)
+}
+
+// checkDrainOfUnhealthy checks a drain the way Kubernetes evicts under a
+// PodDisruptionBudget with its default unhealthyPodEvictionPolicy,
+// IfHealthyBudget (pkg/registry/core/pod/storage/eviction.go): a Running pod
+// that is not healthy is evicted only while the set is within its budget
+// (currentHealthy >= desiredHealthy); Pending, finished and terminating pods
+// always may be. Taking such a pod while the set is over its budget turns a
+// blip (a member briefly not ready while its peers elect a new leader)
+// into one more member down.
+func checkDrainOfUnhealthy(w *world, out Output, byOrd map[int][]Pod, committed, maxUnavailable int) error {
+	if committed <= maxUnavailable {
+		return nil
+	}
+	for _, a := range out.Actions {
+		if a.Type != ActionDeletePod || a.Cause != CauseDrain {
+			continue
+		}
+		if ps := byOrd[a.Ordinal]; len(ps) == 1 && ps[0].Phase == PhaseRunning && !ps[0].Terminating && !w.healthy(ps[0]) {
+			return fmt.Errorf("drain: running pod %d, not healthy, taken off its node with %d ordinals unavailable, max %d",
+				a.Ordinal, committed, maxUnavailable)
+		}
 	}
 	return nil
 }

@@ -377,6 +377,65 @@ func TestDrainWithinTheBudget(t *testing.T) {
 	}
 }
 
+// TestDrainLeavesAPeersBlipAlone replays a NATS drain seen in CI: two of
+// three nodes drained, budget 1. The daemon takes ordinal 2 off; while it
+// waits for its node, ordinal 1 is briefly not ready (its peers elect a new
+// JetStream leader). The daemon used to take ordinal 1 too, as an already
+// unavailable pod that costs no budget: two members down. Kubernetes'
+// eviction under a PodDisruptionBudget (IfHealthyBudget, the default
+// unhealthyPodEvictionPolicy) refuses that while the set is over its
+// budget, and so does the daemon. Alone on a draining node, within the
+// budget, a pod that is not ready still goes at once (Parallel).
+func TestDrainLeavesAPeersBlipAlone(t *testing.T) {
+	for _, p := range []PodManagementPolicy{OrderedReady, Parallel} {
+		t.Run(string(p), func(t *testing.T) {
+			w := newWorld(Spec{Replicas: 3, PodManagementPolicy: p, VolumeClaims: []string{"data"}}, "v1")
+			converge(t, w)
+			w.drain(1)
+			w.drain(2)
+			if got := deletedOrdinals(mustStep(t, w)); !slices.Equal(got, []int{2}) {
+				t.Fatalf("first pass of the drain deleted %v, want [2]\n%s", got, w.dump())
+			}
+			w.advanceAll()
+			blip := &w.pods[w.podIndex(1)]
+			blip.Ready, blip.ReadySince = false, time.Time{}
+			for i := 0; i < 5; i++ {
+				w.now = w.now.Add(time.Second)
+				if got := deletedOrdinals(mustStep(t, w)); len(got) > 0 {
+					t.Fatalf("pass %d: deleted %v while ordinal 2 waits for its node and 1 is not ready\n%s", i, got, w.dump())
+				}
+			}
+			w.liftDrains()
+			converge(t, w)
+
+			if p == OrderedReady {
+				// updateStatefulSet's monotonic walk stops at a pod that
+				// is not ready, before any drain is looked at.
+				return
+			}
+			// Within the budget a pod that is not ready on a draining node
+			// goes without waiting: it is down already.
+			alone := &w.pods[w.podIndex(0)]
+			alone.Ready, alone.ReadySince = false, time.Time{}
+			w.drain(0)
+			if got := deletedOrdinals(mustStep(t, w)); !slices.Equal(got, []int{0}) {
+				t.Fatalf("a lone pod that is not ready on a draining node: deleted %v, want [0]\n%s", got, w.dump())
+			}
+		})
+	}
+}
+
+// deletedOrdinals returns the ordinals a decision deletes pods of, in order.
+func deletedOrdinals(out Output) []int {
+	var ords []int
+	for _, a := range out.Actions {
+		if a.Type == ActionDeletePod {
+			ords = append(ords, a.Ordinal)
+		}
+	}
+	return ords
+}
+
 // TestPodReplace: `pod replace` deletes the ordinal's pod (an explicit
 // delete: the pre_delete cause, no budget) and recreates it on its own
 // volume; with -new-volume the volume is deleted once the pod is gone and a

@@ -422,6 +422,12 @@ func (r *reconciler) budget() int {
 // than maxUnavailable however many of its nodes are drained. A draining pod
 // that is already unavailable goes first and uses no budget. It returns the
 // budget left.
+//
+// A Running pod that is not healthy goes only while the set is within its
+// budget, as Kubernetes evicts under a PodDisruptionBudget's default
+// unhealthyPodEvictionPolicy, IfHealthyBudget: when one member is down for
+// the drain, its peers may be briefly not ready (electing a new leader),
+// and taking one of them then would make a blip a second member down.
 func (r *reconciler) evacuate(budget int) int {
 	for pass := 0; pass < 2; pass++ {
 		for i := len(r.slots) - 1; i >= 0; i-- {
@@ -443,6 +449,9 @@ func (r *reconciler) evacuate(budget int) int {
 					continue
 				}
 				budget--
+			} else if p.Phase == PhaseRunning && budget < 0 {
+				r.wait(i, "to leave its draining node once no more than maxUnavailable ordinals are down")
+				continue
 			}
 			r.deletePod(p, CauseDrain, "its node is being drained")
 			s.acted = true
