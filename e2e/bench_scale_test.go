@@ -760,12 +760,27 @@ func BenchmarkScaleVsNative(b *testing.B) {
 
 // watchEvents reads c's event stream, with the daemon's topics and
 // headers (nomad.Client.Events), until the benchmark ends, subscribing
-// again from the last index when the stream ends.
+// again from the last index when the stream ends. At the end it prints
+// how many events, and payload bytes, each topic sent: what Nomad encoded
+// for the daemon.
 func watchEvents(b *testing.B, c *nomadapi.Client) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	b.Cleanup(func() { cancel(); <-done })
+	count, bytes := map[nomadapi.Topic]int{}, map[nomadapi.Topic]int{}
+	b.Cleanup(func() {
+		cancel()
+		<-done
+		topics := make([]string, 0, len(count))
+		for t := range count {
+			topics = append(topics, string(t))
+		}
+		sort.Strings(topics)
+		for _, t := range topics {
+			progress("NSS_BENCH_SCALE_NATIVE_STREAM: %s: %s sent %d events, %d payload bytes",
+				c.Address(), t, count[nomadapi.Topic(t)], bytes[nomadapi.Topic(t)])
+		}
+	})
 	go func() {
 		defer close(done)
 		api := nomadbackend.NewAPI(c)
@@ -785,6 +800,15 @@ func watchEvents(b *testing.B, c *nomadapi.Client) {
 				}
 				if e.Err == nil && e.Index > index {
 					index = e.Index
+				}
+				for i := range e.Events {
+					ev := &e.Events[i]
+					count[ev.Topic]++
+					for _, v := range ev.Payload {
+						if raw, ok := v.(json.RawMessage); ok {
+							bytes[ev.Topic] += len(raw)
+						}
+					}
 				}
 			}
 		}
