@@ -78,7 +78,7 @@ type API interface {
 	// name, or ErrNotFound.
 	AllocChecks(ctx context.Context, namespace, allocID string) (map[string]CheckStatus, error)
 	// Events subscribes to the event stream from index for the Job,
-	// Allocation, Deployment, Node, HostVolume and Evaluation topics. The
+	// Allocation, Node, HostVolume and Evaluation topics. The
 	// channel closes when the stream ends; the caller then re-lists and
 	// subscribes again.
 	//

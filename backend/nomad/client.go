@@ -395,8 +395,12 @@ func (n *Client) ListAllocations(ctx context.Context, namespace string) (_ []*ap
 	return allocs, nil
 }
 
-// eventTopics are the topics the watcher follows.
-var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicDeployment, api.TopicNode, TopicHostVolume, api.TopicEvaluation}
+// eventTopics are the topics the watcher follows. Not Deployment: every
+// change of a child's deployment that a decision reads (an allocation's
+// health) changes the allocation too, and comes as its event; the
+// deployment's own events were a fifth of what Nomad sent for a create of
+// 1,000 children (BENCHMARKS.md), encoded for nothing.
+var eventTopics = []api.Topic{api.TopicJob, api.TopicAllocation, api.TopicNode, TopicHostVolume, api.TopicEvaluation}
 
 // TopicHostVolume is Nomad's event topic of dynamic host volumes (events
 // HostVolumeRegistered and HostVolumeDeleted, the volume under the payload

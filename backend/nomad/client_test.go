@@ -64,7 +64,7 @@ func TestClientEventsKeepsRawPayloads(t *testing.T) {
 	gotQuery := <-queries
 	topics := gotQuery["topic"]
 	sort.Strings(topics)
-	if gotQuery.Get("index") != "5" || strings.Join(topics, ",") != "Allocation:*,Deployment:*,Evaluation:*,HostVolume:*,Job:*,Node:*" {
+	if gotQuery.Get("index") != "5" || strings.Join(topics, ",") != "Allocation:*,Evaluation:*,HostVolume:*,Job:*,Node:*" {
 		t.Fatalf("subscribed with %v", gotQuery)
 	}
 	if len(got) != 3 || got[0].Index != 7 || got[1].Index != 8 || got[2].Err == nil {

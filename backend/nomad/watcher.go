@@ -560,15 +560,6 @@ func (w *Watcher) apply(evs *api.Events) {
 			if k, ok := w.cache.notePlacement(ev, e.Index); ok {
 				touched[k] = struct{}{}
 			}
-		case api.TopicDeployment:
-			var d *api.Deployment
-			err := DecodePayload(e, "Deployment", &d)
-			if err != nil || d == nil {
-				continue
-			}
-			if k, ok := w.cache.ownerOf(d.Namespace, d.JobID); ok {
-				touched[k] = struct{}{}
-			}
 		}
 	}
 	w.cache.mu.Lock()
