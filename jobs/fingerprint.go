@@ -500,6 +500,27 @@ func (r *ChildRecord) StopOnClientAfter() time.Duration {
 	return *r.groups[0].disconnect.StopOnClientAfter
 }
 
+// WithListing returns a copy of the record brought up to a job list stub
+// of the same spec, and true; or false when the stub is of another spec or
+// job (its JobModifyIndex, CreateIndex, stop flag or SubmitTime differ, or
+// it is older), which only a read of the job can tell. Nomad moves
+// JobModifyIndex (and Version) with every write of a job's spec, a stop
+// included, and only ModifyIndex when the status or stability changes
+// (nomad/state: upsertJobImpl, setJobStatus, UpdateJobStability). The
+// status and ModifyIndex are the stub's; stability is not in a stub, and is
+// unknown in the copy (nothing the daemon decides reads it).
+func (r *ChildRecord) WithListing(s *api.JobListStub) (*ChildRecord, bool) {
+	if !r.jobModifyIndex.ok || r.jobModifyIndex.v != s.JobModifyIndex || r.createIndex.v != s.CreateIndex ||
+		r.Stopped() != s.Stop || r.submitTime.v != s.SubmitTime || r.modifyIndex.v > s.ModifyIndex {
+		return nil, false
+	}
+	c := *r
+	c.status = opt[string]{v: s.Status, ok: true}
+	c.stable = opt[bool]{}
+	c.modifyIndex = opt[uint64]{v: s.ModifyIndex, ok: true}
+	return &c, true
+}
+
 // WithStop returns a copy of the record with the stop flag set: how a
 // purged child whose allocations still stop is shown.
 func (r *ChildRecord) WithStop() *ChildRecord {

@@ -327,3 +327,61 @@ func TestChildRecord(t *testing.T) {
 		t.Fatal("identical settings are not shared")
 	}
 }
+
+// TestChildRecordWithListing: a re-list keeps a child's record when the
+// stub is of the same spec (Nomad moved only its status and ModifyIndex),
+// brought up to the stub; any sign of another spec or another job, or a
+// stub older than the record, needs a read of the job.
+func TestChildRecordWithListing(t *testing.T) {
+	spec, rev := mustSpecRev(t, submitted(t, "web"))
+	child, err := RenderChild(spec, rev, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Status, child.Stop, child.Stable = pointer("pending"), pointer(false), pointer(false)
+	child.CreateIndex, child.ModifyIndex, child.JobModifyIndex = pointer(uint64(10)), pointer(uint64(12)), pointer(uint64(11))
+	child.SubmitTime = pointer(int64(1000))
+	raw, err := json.Marshal(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := DecodeChildRecord(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := api.JobListStub{ID: *child.ID, Status: "running", CreateIndex: 10, ModifyIndex: 20, JobModifyIndex: 11, SubmitTime: 1000}
+	for _, tc := range []struct {
+		name string
+		edit func(s *api.JobListStub)
+		keep bool
+	}{
+		{"status and ModifyIndex moved", func(*api.JobListStub) {}, true},
+		{"as recorded", func(s *api.JobListStub) { s.Status, s.ModifyIndex = "pending", 12 }, true},
+		{"spec written again", func(s *api.JobListStub) { s.JobModifyIndex = 20 }, false},
+		{"stopped", func(s *api.JobListStub) { s.Stop, s.JobModifyIndex = true, 20 }, false},
+		{"stop flag differs", func(s *api.JobListStub) { s.Stop = true }, false},
+		{"purged and registered anew", func(s *api.JobListStub) { s.CreateIndex = 15 }, false},
+		{"submitted again", func(s *api.JobListStub) { s.SubmitTime = 2000 }, false},
+		{"stub older than the record", func(s *api.JobListStub) { s.ModifyIndex = 11 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stub := same
+			tc.edit(&stub)
+			got, ok := rec.WithListing(&stub)
+			if ok != tc.keep {
+				t.Fatalf("kept %v, want %v", ok, tc.keep)
+			}
+			if !ok {
+				return
+			}
+			j := got.Job()
+			if got.ModifyIndex() != stub.ModifyIndex || *j.Status != stub.Status || j.Stable != nil ||
+				got.JobModifyIndex() != 11 || got.Version() != rec.Version() || got.KillGrace() != rec.KillGrace() {
+				t.Fatalf("kept record: ModifyIndex %d, status %s, stable %v, JobModifyIndex %d", got.ModifyIndex(), *j.Status, j.Stable, got.JobModifyIndex())
+			}
+			if rec.ModifyIndex() != 12 || *rec.Job().Status != "pending" {
+				t.Fatal("WithListing changed the record it was called on")
+			}
+		})
+	}
+}

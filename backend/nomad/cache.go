@@ -568,12 +568,19 @@ func (c *Cache) upsertRecordLocked(r *jobs.ChildRecord) (backend.SetKey, bool) {
 	return c.upsertChildLocked(backend.SetKey{Namespace: ns, Name: parent}, r.ID(), r.ModifyIndex(), r.CreateIndex(), func() *jobs.ChildRecord { return r })
 }
 
-// jobAt returns the cached job ns/id if the cache holds it at exactly
-// modifyIndex: the re-list then need not read it again. A parent comes back
-// as its job, a child as its record, which Replace keeps as it is. A purged
-// child's stopped stand-in, and a job whose deregister is unsettled, are
-// never returned: either may not be what Nomad holds.
-func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildRecord) {
+// jobAt returns the cached job of stub s (in namespace ns) when the re-list
+// need not read it again. A parent comes back as its job, when the cache
+// holds it at exactly the stub's ModifyIndex. A child comes back as its
+// record, which Replace keeps, when the cache holds it at the stub's
+// ModifyIndex, or holds its spec (the same JobModifyIndex, CreateIndex,
+// stop flag and SubmitTime): Nomad moves ModifyIndex alone when only the
+// job's status or stability changes, as every child's does when it is
+// placed and again when its deployment succeeds, and the stub has the new
+// status (jobs.ChildRecord.WithListing). A purged child's stopped stand-in,
+// and a job whose deregister is unsettled, are never returned: either may
+// not be what Nomad holds.
+func (c *Cache) jobAt(ns string, s *api.JobListStub) (*api.Job, *jobs.ChildRecord) {
+	id, modifyIndex := s.ID, s.ModifyIndex
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if modifyIndex == 0 {
@@ -593,10 +600,16 @@ func (c *Cache) jobAt(ns, id string, modifyIndex uint64) (*api.Job, *jobs.ChildR
 		return nil, nil
 	}
 	ch := c.children[k][id]
-	if ch == nil || ch.purged || ch.job == nil || ch.job.ModifyIndex() != modifyIndex {
+	if ch == nil || ch.purged || ch.job == nil {
 		return nil, nil
 	}
-	return nil, ch.job
+	if ch.job.ModifyIndex() == modifyIndex {
+		return nil, ch.job
+	}
+	if r, ok := ch.job.WithListing(s); ok {
+		return nil, r
+	}
+	return nil, nil
 }
 
 // PurgeMargin is added to a purged child's kill grace before its ordinal

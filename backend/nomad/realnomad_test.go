@@ -4,6 +4,7 @@ package nomad_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -121,6 +122,22 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 			children = append(children, jobRef{set.ns, *c.ID})
 		}
 	}
+	// Each child as Nomad holds it before it is placed: what a cache held
+	// if the stream was lost right after the registration.
+	early := map[jobRef]*jobs.ChildRecord{}
+	for _, c := range children {
+		j, err := client.GetJob(ctx, c.ns, c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if early[c], err = jobs.DecodeChildRecord(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	api0 := &counting{API: client, calls: map[string]int{}}
 	cache := nomad.NewCache()
@@ -204,9 +221,26 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 		}
 		return nil
 	})
-	_, meta, err := n.Client.Jobs().List(&api.QueryOptions{Namespace: "*"})
+	stubs, meta, err := n.Client.Jobs().List(&api.QueryOptions{Namespace: "*"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Placing a child and its deployment's success move its job's status,
+	// stability and ModifyIndex, never its JobModifyIndex: the listing
+	// alone brings the early record up to date, and a re-list after a lost
+	// stream need not read the job (Cache.jobAt).
+	for _, s := range stubs {
+		rec := early[jobRef{s.Namespace, s.ID}]
+		if rec == nil {
+			continue
+		}
+		if s.ModifyIndex <= rec.ModifyIndex() {
+			t.Errorf("%s/%s: ModifyIndex %d after its deployment, %d when registered; want it moved", s.Namespace, s.ID, s.ModifyIndex, rec.ModifyIndex())
+		}
+		if got, ok := rec.WithListing(s); !ok || got.ModifyIndex() != s.ModifyIndex {
+			t.Errorf("%s/%s: its stub (JobModifyIndex %d, CreateIndex %d, SubmitTime %d) does not bring the record of its registration (%d, %d) up to date",
+				s.Namespace, s.ID, s.JobModifyIndex, s.CreateIndex, s.SubmitTime, rec.JobModifyIndex(), rec.CreateIndex())
+		}
 	}
 	testagent.Eventually(t, time.Minute, "the cache to reach Nomad's index", func() error {
 		if cache.Index() < meta.LastIndex {

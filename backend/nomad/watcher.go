@@ -336,10 +336,11 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 
 // list reads the whole cluster state the daemon cares about, in a few calls
 // whatever the number of sets: the jobs, every allocation, and the volumes
-// of each namespace with a set. A job is read again only when its stub's
-// ModifyIndex differs from the one in the cache (Nomad moves ModifyIndex on
-// every change to the stored job, status and stability included), so a
-// steady-state resync reads no job at all.
+// of each namespace with a set. A job is read again only when the cache
+// does not hold it at its stub's ModifyIndex, nor, for a child, its spec at
+// the stub's JobModifyIndex (Cache.jobAt), so a steady-state resync reads
+// no job at all, and a re-list after a lost stream reads only the children
+// registered or stopped in the gap, not every child whose status moved.
 func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	stubs, index, err := w.api.ListJobs(ctx, "*")
 	if err != nil {
@@ -360,7 +361,7 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		if s.Meta[jobs.MetaParent] == "" {
 			sets[ns+"/"+s.ID] = true
 		}
-		job, kept := w.cache.jobAt(ns, s.ID, s.ModifyIndex)
+		job, kept := w.cache.jobAt(ns, s)
 		switch {
 		case kept != nil:
 			snap.kept = append(snap.kept, kept)

@@ -22,6 +22,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -300,6 +301,67 @@ func TestRelistRereadsOnlyChangedJobs(t *testing.T) {
 		g.ReschedulePolicy == nil || g.ReschedulePolicy.Attempts == nil {
 		t.Fatalf("the re-read child lost fields: %+v", g)
 	}
+}
+
+// TestRelistKeepsChildrenWhoseStatusAloneMoved: while the stream is lost a
+// child's allocation fails, which moves its job's status and ModifyIndex
+// but not its spec (JobModifyIndex), and another child is registered again
+// at a new revision. The re-list reads only the second: the listing already
+// says all that changed of the first. The kept child is brought up to the
+// listing, so that the events after it apply to it, and the failure shows.
+func TestRelistKeepsChildrenWhoseStatusAloneMoved(t *testing.T) {
+	sim, cache, w := watchWorld(t, 5)
+	ctx := context.Background()
+	key := backend.SetKey{Namespace: "default", Name: "set001"}
+	obs := cache.Observe(key, nil, sim.Now())
+	failed := obs.Pods[0]
+	before := sim.Job("default", failed.JobID)
+	sim.PauseEvents()
+	if err := sim.FailAlloc(failed.AllocID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.RegisterJob(ctx, childOf("set002", 1, "r2"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	sim.Settle()
+	after := sim.Job("default", failed.JobID)
+	if *after.ModifyIndex == *before.ModifyIndex || *after.JobModifyIndex != *before.JobModifyIndex {
+		t.Fatalf("the failed child's job: ModifyIndex %d → %d, JobModifyIndex %d → %d; want only ModifyIndex moved",
+			*before.ModifyIndex, *after.ModifyIndex, *before.JobModifyIndex, *after.JobModifyIndex)
+	}
+	calls := resync(t, sim, w)
+	sim.ResumeEvents()
+	if calls[nomad.VerbGetJob] != 1 {
+		t.Fatalf("the re-list read %d jobs, want only the one registered again (calls %v)", calls[nomad.VerbGetJob], calls)
+	}
+	obs = cache.Observe(key, nil, sim.Now())
+	rec := obs.Pods[0].Job.(*jobs.ChildRecord)
+	if obs.Pods[0].Pod.Phase != reconciler.PhaseFailed || rec.ModifyIndex() != *after.ModifyIndex ||
+		*rec.Job().Status != *after.Status || !rec.Digest().Equal(failed.Digest) {
+		t.Fatalf("the kept child: phase %s, ModifyIndex %d (Nomad's %d), status %s (Nomad's %s), digest kept %v",
+			obs.Pods[0].Pod.Phase, rec.ModifyIndex(), *after.ModifyIndex, *rec.Job().Status, *after.Status, rec.Digest().Equal(failed.Digest))
+	}
+	revs := map[int]string{}
+	for _, p := range cache.Observe(backend.SetKey{Namespace: "default", Name: "set002"}, nil, sim.Now()).Pods {
+		revs[p.Pod.Ordinal] = p.Pod.Revision
+	}
+	if revs[1] != "r2" {
+		t.Fatalf("revisions of set002 after the re-list: %v, want ordinal 1 at r2", revs)
+	}
+	// The stream goes on from the listing: the kept child's next change
+	// (registered again) is applied to it.
+	if _, err := sim.RegisterJob(ctx, childOf("set001", failed.Pod.Ordinal, "r3"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	sim.Settle()
+	waitFor(t, "the kept child's next event", func() bool {
+		for _, p := range cache.Observe(key, nil, sim.Now()).Pods {
+			if p.JobID == failed.JobID {
+				return p.Pod.Revision == "r3"
+			}
+		}
+		return false
+	})
 }
 
 // TestJobEventsKeepParentsWhole: from the raw JSON of job events the cache
