@@ -229,11 +229,13 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 	// stability and ModifyIndex, never its JobModifyIndex: the listing
 	// alone brings the early record up to date, and a re-list after a lost
 	// stream need not read the job (Cache.jobAt).
+	checked := 0
 	for _, s := range stubs {
 		rec := early[jobRef{s.Namespace, s.ID}]
 		if rec == nil {
 			continue
 		}
+		checked++
 		if s.ModifyIndex <= rec.ModifyIndex() {
 			t.Errorf("%s/%s: ModifyIndex %d after its deployment, %d when registered; want it moved", s.Namespace, s.ID, s.ModifyIndex, rec.ModifyIndex())
 		}
@@ -241,6 +243,9 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 			t.Errorf("%s/%s: its stub (JobModifyIndex %d, CreateIndex %d, SubmitTime %d) does not bring the record of its registration (%d, %d) up to date",
 				s.Namespace, s.ID, s.JobModifyIndex, s.CreateIndex, s.SubmitTime, rec.JobModifyIndex(), rec.CreateIndex())
 		}
+	}
+	if checked != len(children) {
+		t.Errorf("the listing holds %d of the %d children", checked, len(children))
 	}
 	testagent.Eventually(t, time.Minute, "the cache to reach Nomad's index", func() error {
 		if cache.Index() < meta.LastIndex {
