@@ -505,8 +505,9 @@ func (r *ChildRecord) StopOnClientAfter() time.Duration {
 // job (its JobModifyIndex, CreateIndex, stop flag or SubmitTime differ, or
 // it is older), which only a read of the job can tell. Nomad moves
 // JobModifyIndex (and Version) with every write of a job's spec, a stop
-// included, and only ModifyIndex when the status or stability changes
-// (nomad/state: upsertJobImpl, setJobStatus, UpdateJobStability). The
+// included, and only ModifyIndex when the status, stability or a version
+// tag changes (nomad/state: upsertJobImpl, setJobStatus,
+// updateJobStabilityImpl, updateJobVersionTagImpl). The
 // status and ModifyIndex are the stub's; stability is not in a stub, and is
 // unknown in the copy (nothing the daemon decides reads it).
 func (r *ChildRecord) WithListing(s *api.JobListStub) (*ChildRecord, bool) {

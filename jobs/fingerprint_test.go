@@ -341,14 +341,7 @@ func TestChildRecordWithListing(t *testing.T) {
 	child.Status, child.Stop, child.Stable = pointer("pending"), pointer(false), pointer(false)
 	child.CreateIndex, child.ModifyIndex, child.JobModifyIndex = pointer(uint64(10)), pointer(uint64(12)), pointer(uint64(11))
 	child.SubmitTime = pointer(int64(1000))
-	raw, err := json.Marshal(child)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := DecodeChildRecord(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := NewChildRecord(child)
 	same := api.JobListStub{ID: *child.ID, Status: "running", CreateIndex: 10, ModifyIndex: 20, JobModifyIndex: 11, SubmitTime: 1000}
 	for _, tc := range []struct {
 		name string

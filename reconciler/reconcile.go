@@ -420,14 +420,12 @@ func (r *reconciler) budget() int {
 // update): Nomad leaves the children to the daemon (their migrate block
 // allows no parallel migration), so the set loses no more members at once
 // than maxUnavailable however many of its nodes are drained. A draining pod
-// that is already unavailable goes first and uses no budget. It returns the
-// budget left.
-//
-// A Running pod that is not healthy goes only while the set is within its
-// budget, as Kubernetes evicts under a PodDisruptionBudget's default
-// unhealthyPodEvictionPolicy, IfHealthyBudget: when one member is down for
-// the drain, its peers may be briefly not ready (electing a new leader),
-// and taking one of them then would make a blip a second member down.
+// that is already unavailable goes first and uses no budget, but a Running
+// one only while the set is within its budget, as Kubernetes evicts under a
+// PodDisruptionBudget's default unhealthyPodEvictionPolicy, IfHealthyBudget:
+// when one member is down for the drain, its peers may be briefly not ready
+// (electing a new leader), and taking one of them then would make a blip a
+// second member down. It returns the budget left.
 func (r *reconciler) evacuate(budget int) int {
 	for pass := 0; pass < 2; pass++ {
 		for i := len(r.slots) - 1; i >= 0; i-- {

@@ -4,7 +4,6 @@ package nomad_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -130,13 +129,7 @@ func TestRealNomadListsAndWatchesAcrossNamespaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := json.Marshal(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if early[c], err = jobs.DecodeChildRecord(raw); err != nil {
-			t.Fatal(err)
-		}
+		early[c] = jobs.NewChildRecord(j)
 	}
 
 	api0 := &counting{API: client, calls: map[string]int{}}
