@@ -136,6 +136,14 @@ func New(opts Options) (*Agent, error) {
 		Name: "nomad_statefulset_consul_health_queries_total",
 		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",
 	}, func() float64 { return float64(a.consulQueries.Load()) }))
+	a.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nomad_statefulset_nomad_write_holds_total",
+		Help: "Writes to Nomad that waited for the event stream, which trailed the daemon's earlier writes by more than half of event_buffer_size.",
+	}, func() float64 { n, _ := opts.Nomad.WriteHolds(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "nomad_statefulset_nomad_write_held_seconds_total",
+			Help: "Time writes to Nomad waited for the event stream, in all.",
+		}, func() float64 { _, d := opts.Nomad.WriteHolds(); return d.Seconds() }))
 	a.nomad = opts.Nomad
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
 	// does (setupPlugins). The plugins run with the agent's context, so the

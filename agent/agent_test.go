@@ -421,7 +421,7 @@ func hostVolumeBuiltin(api nomad.API) map[string]plugin.Factory {
 // wrapNomad puts wrap between the agent (its Cluster, and its built-in
 // provisioner) and the Nomad API they called.
 func wrapNomad(o *Options, wrap func(nomad.API) nomad.API) {
-	api := wrap(o.Nomad.(*nomad.Cluster).API())
+	api := wrap(o.Nomad.(*nomad.Cluster).Unpaced())
 	o.Nomad = nomad.NewCluster(api)
 	builtins := maps.Clone(o.PluginBuiltins)
 	maps.Copy(builtins, hostVolumeBuiltin(api))

@@ -128,7 +128,8 @@ func (a *Agent) health(ctx context.Context) client.Health {
 			}
 			ok = false
 		}
-		h.EventStream = &client.EventStreamHealth{Resets: c.term.Resets()}
+		holds, held := a.nomad.WriteHolds()
+		h.EventStream = &client.EventStreamHealth{Resets: c.term.Resets(), WriteHolds: holds, WriteHeldSeconds: held.Seconds()}
 		if last, lost := c.term.LastReset(); lost {
 			h.EventStream.LastReset = &client.EventStreamReset{Reason: last.Reason, Message: last.Message, At: last.At}
 		}

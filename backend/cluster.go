@@ -312,6 +312,9 @@ type Cluster interface {
 	// WriteVerb reports whether a call verb (as a CallTrace names it)
 	// changes Nomad's state, or runs code in a pod.
 	WriteVerb(verb string) bool
+	// WriteHolds returns how many writes waited for the event stream to
+	// catch up with the daemon's earlier writes, and for how long in all.
+	WriteHolds() (uint64, time.Duration)
 	// NewTerm returns a leadership term's cache of Nomad and the watcher
 	// that keeps it, telling onChange of each set whose state changed.
 	NewTerm(cfg TermConfig, log hclog.Logger, onChange func(SetKey)) Term

@@ -35,6 +35,13 @@ type EventStreamHealth struct {
 	Resets map[string]uint64 `json:"resets"`
 	// LastReset is the newest loss; nil while there was none.
 	LastReset *EventStreamReset `json:"last_reset,omitempty"`
+	// WriteHolds counts the writes to Nomad that waited for the stream to
+	// catch up with the daemon's earlier writes, and WriteHeldSeconds how
+	// long they waited in all (the metrics
+	// nomad_statefulset_nomad_write_holds_total and
+	// nomad_statefulset_nomad_write_held_seconds_total).
+	WriteHolds       uint64  `json:"write_holds"`
+	WriteHeldSeconds float64 `json:"write_held_seconds"`
 }
 
 // EventStreamReset is one loss of the event stream.

@@ -141,13 +141,14 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		return err
 	}
 	// The agent sees Nomad only through the Cluster; the built-in host
-	// volume provisioner calls the same client (the autoscaler's
-	// setupPlugins wires its built-ins the same way).
-	api := nomad.NewAPI(nc)
+	// volume provisioner calls the same client, its writes paced with the
+	// agent's (the autoscaler's setupPlugins wires its built-ins the same
+	// way).
+	cluster := nomad.NewCluster(nomad.NewAPI(nc), nomad.WithEventBufferSize(cfg.Nomad.EventBufferSize))
 	a, err := agent.New(agent.Options{
 		Logger:         logger,
-		Nomad:          nomad.NewCluster(api),
-		PluginBuiltins: map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(api)},
+		Nomad:          cluster,
+		PluginBuiltins: map[string]plugin.Factory{hostvolume.Name: hostvolume.Factory(cluster.API())},
 		Store:          store,
 		Elector:        elector,
 		Workers:        cfg.Workers,

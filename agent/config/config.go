@@ -47,6 +47,8 @@ const (
 	// (BENCHMARKS.md, issue 28, runs 30–36). It still bounds how many sets
 	// write to Nomad at once.
 	DefaultWorkers = 16
+	// DefaultEventBufferSize is Nomad's default event_buffer_size.
+	DefaultEventBufferSize = 100
 	// DefaultResyncInterval is the period of the safety re-list. The event
 	// stream does the real work; this only repairs what a missed event left.
 	DefaultResyncInterval = 5 * time.Minute
@@ -195,6 +197,10 @@ type NomadConfig struct {
 	TLSServerName string `hcl:"tls_server_name"`
 	// SkipVerify disables server certificate checks (NOMAD_SKIP_VERIFY).
 	SkipVerify bool `hcl:"skip_verify"`
+	// EventBufferSize is the servers' event_buffer_size. The daemon's
+	// writes wait while its event stream trails them by more than half
+	// of it, so that Nomad does not drop the stream in a burst.
+	EventBufferSize int `hcl:"event_buffer_size"`
 }
 
 // ConsulConfig is the `consul {}` block. Every field but KVPrefix defaults
@@ -343,7 +349,8 @@ func Default() *Config {
 		Workers:        DefaultWorkers,
 		ResyncInterval: DefaultResyncInterval,
 		Nomad: NomadConfig{
-			Address: DefaultNomadAddress,
+			Address:         DefaultNomadAddress,
+			EventBufferSize: DefaultEventBufferSize,
 		},
 		Consul: ConsulConfig{
 			Address:  DefaultConsulAddress,

@@ -35,6 +35,7 @@ func TestDefault_Values(t *testing.T) {
 		{"log_json", c.LogJSON, false},
 		{"data_dir", c.DataDir, "/var/lib/nomad-statefulset"},
 		{"workers", c.Workers, 16},
+		{"nomad.event_buffer_size", c.Nomad.EventBufferSize, 100},
 		{"resync_interval", c.ResyncInterval, 5 * time.Minute},
 		{"plugin_dir", c.PluginDir, "/var/lib/nomad-statefulset/plugins"},
 		{"nomad.address", c.Nomad.Address, "http://127.0.0.1:4646"},
@@ -130,6 +131,7 @@ var attrCases = []attrCase{
 }`, func(c *Config) any { return c.Nomad.ClientKey }, "/k.pem"},
 	{"nomad.tls_server_name", `nomad { tls_server_name = "server.global.nomad" }`, func(c *Config) any { return c.Nomad.TLSServerName }, "server.global.nomad"},
 	{"nomad.skip_verify", `nomad { skip_verify = true }`, func(c *Config) any { return c.Nomad.SkipVerify }, true},
+	{"nomad.event_buffer_size", `nomad { event_buffer_size = 2000 }`, func(c *Config) any { return c.Nomad.EventBufferSize }, 2000},
 
 	{"consul.address", `consul { address = "consul:8500" }`, func(c *Config) any { return c.Consul.Address }, "consul:8500"},
 	{"consul.token", `consul { token = "ct" }`, func(c *Config) any { return c.Consul.Token.Reveal() }, "ct"},

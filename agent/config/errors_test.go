@@ -85,6 +85,8 @@ var errCases = []errCase{
 		`f0.hcl:1:11: Invalid workers; workers: -2 reconcile workers cannot make progress; use 1 or more (default 16).`},
 	{"zero workers", `workers = 0`,
 		`f0.hcl:1:11: Invalid workers; workers: 0 reconcile workers`},
+	{"zero event_buffer_size", "nomad {\n  event_buffer_size = 0\n}",
+		`f0.hcl:2:23: Invalid nomad event_buffer_size; nomad.event_buffer_size: 0: set the servers' event_buffer_size (Nomad's default is 100)`},
 	{"session_ttl below Consul's minimum", "high_availability {\n  session_ttl = \"5s\"\n  monitor_retries = 0\n}",
 		`f0.hcl:2:17: Invalid high_availability session_ttl; high_availability.session_ttl: 5s is out of range: Consul accepts session TTLs from 10s to 24h0m0s.`},
 	{"lock timing arithmetic", "high_availability {\n  session_ttl        = \"10s\"\n  monitor_retries    = 5\n  monitor_retry_time = \"2s\"\n}",

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/hashicorp/nomad/api"
@@ -20,6 +21,26 @@ import (
 // Client implements API over a real Nomad agent.
 type Client struct {
 	c *api.Client
+	// written is the highest Raft index an answer to a write carried
+	// (LastWriteIndex).
+	written atomic.Uint64
+}
+
+// LastWriteIndex implements WriteIndexer: the highest Raft index any of
+// the client's writes returned.
+func (n *Client) LastWriteIndex() uint64 { return n.written.Load() }
+
+// wrote records the index of a write's answer.
+func (n *Client) wrote(meta *api.WriteMeta) {
+	if meta == nil {
+		return
+	}
+	for {
+		cur := n.written.Load()
+		if meta.LastIndex <= cur || n.written.CompareAndSwap(cur, meta.LastIndex) {
+			return
+		}
+	}
 }
 
 // NewAPI wraps a Nomad API client.
@@ -136,7 +157,8 @@ func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mo
 		ns = *job.Namespace
 	}
 	opts := &api.RegisterOptions{EnforceIndex: enforce, ModifyIndex: modifyIndex}
-	resp, _, err := n.c.Jobs().RegisterOpts(job, opts, write(ctx, ns))
+	resp, meta, err := n.c.Jobs().RegisterOpts(job, opts, write(ctx, ns))
+	n.wrote(meta)
 	if err != nil {
 		return nil, fmt.Errorf("registering job %s/%s: %w", ns, deref(job.ID), denied(VerbRegisterJob, ns, err))
 	}
@@ -146,7 +168,8 @@ func (n *Client) RegisterJob(ctx context.Context, job *api.Job, enforce bool, mo
 // DeregisterJob implements API.
 func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge bool) (err error) {
 	defer TraceCall(ctx, VerbDeregisterJob, &err)
-	_, _, err = n.c.Jobs().Deregister(id, purge, write(ctx, namespace))
+	_, meta, err := n.c.Jobs().Deregister(id, purge, write(ctx, namespace))
+	n.wrote(meta)
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound
@@ -159,7 +182,8 @@ func (n *Client) DeregisterJob(ctx context.Context, namespace, id string, purge 
 // CreateHostVolume implements API.
 func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (_ *api.HostVolume, err error) {
 	defer TraceCall(ctx, VerbCreateHostVolume, &err)
-	resp, _, err := n.c.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, write(ctx, vol.Namespace))
+	resp, meta, err := n.c.HostVolumes().Create(&api.HostVolumeCreateRequest{Volume: vol}, write(ctx, vol.Namespace))
+	n.wrote(meta)
 	if err != nil {
 		return nil, fmt.Errorf("creating host volume %s/%s: %w", vol.Namespace, vol.Name, denied(VerbCreateHostVolume, vol.Namespace, err))
 	}
@@ -172,7 +196,8 @@ func (n *Client) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (_ *
 // EvaluateJob implements API.
 func (n *Client) EvaluateJob(ctx context.Context, namespace, id string) (err error) {
 	defer TraceCall(ctx, VerbEvaluateJob, &err)
-	_, _, err = n.c.Jobs().EvaluateWithOpts(id, api.EvalOptions{}, write(ctx, namespace))
+	_, meta, err := n.c.Jobs().EvaluateWithOpts(id, api.EvalOptions{}, write(ctx, namespace))
+	n.wrote(meta)
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound
@@ -327,10 +352,11 @@ func (n *Client) GetHostVolume(ctx context.Context, namespace, id string) (_ *ap
 // that is only down is never forced: its data may come back with it.
 func (n *Client) DeleteHostVolume(ctx context.Context, namespace, id string) (err error) {
 	defer TraceCall(ctx, VerbDeleteHostVolume, &err)
-	_, _, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
+	_, meta, err := n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id}, write(ctx, namespace))
 	if err != nil && !IsNotFound(err) && n.volumeNodeGone(ctx, namespace, id) {
-		_, _, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id, Force: true}, write(ctx, namespace))
+		_, meta, err = n.c.HostVolumes().Delete(&api.HostVolumeDeleteRequest{ID: id, Force: true}, write(ctx, namespace))
 	}
+	n.wrote(meta)
 	if err != nil {
 		if IsNotFound(err) {
 			return ErrNotFound

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -18,17 +19,48 @@ import (
 // agent handles none of Nomad's types. It holds no state of its own; a
 // term's state is in the Term it returns.
 type Cluster struct {
-	api API
+	// api is unpaced with its writes paced by pacer.
+	api, unpaced API
+	pacer        *StreamPacer
 }
 
 var _ backend.Cluster = (*Cluster)(nil)
 
-// NewCluster returns the agent's view of the Nomad behind a.
-func NewCluster(a API) *Cluster { return &Cluster{api: a} }
+// ClusterOption configures a Cluster.
+type ClusterOption func(*Cluster)
 
-// API returns the API the cluster calls, for what is wired beside the
-// agent (the built-in host volume provisioner).
+// WithEventBufferSize tells the cluster the servers' event_buffer_size,
+// which the daemon's writes pace themselves by (StreamPacer); Nomad's
+// default, DefaultEventBufferSize, when not given.
+func WithEventBufferSize(n int) ClusterOption {
+	return func(c *Cluster) { c.pacer = NewStreamPacer(n) }
+}
+
+// NewCluster returns the agent's view of the Nomad behind a. Its writes
+// wait for the event stream when it trails them (StreamPacer).
+func NewCluster(a API, opts ...ClusterOption) *Cluster {
+	c := &Cluster{unpaced: a}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.pacer == nil {
+		c.pacer = NewStreamPacer(DefaultEventBufferSize)
+	}
+	c.api = newPacedAPI(a, c.pacer)
+	return c
+}
+
+// API returns the API the cluster calls, its writes paced, for what is
+// wired beside the agent (the built-in host volume provisioner).
 func (c *Cluster) API() API { return c.api }
+
+// Unpaced returns the API the cluster was made with, its writes not
+// paced: for wrapping in another API (a fault injector) and a new Cluster.
+func (c *Cluster) Unpaced() API { return c.unpaced }
+
+// WriteHolds implements backend.Cluster: how many writes waited for the
+// event stream, and for how long in all.
+func (c *Cluster) WriteHolds() (uint64, time.Duration) { return c.pacer.Holds() }
 
 // RegisterChild implements backend.Children.
 func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (uint64, error) {
@@ -107,7 +139,7 @@ func (c *Cluster) WriteVerb(verb string) bool { return Verbs[verb].Write }
 // fills it.
 func (c *Cluster) NewTerm(cfg backend.TermConfig, log hclog.Logger, onChange func(backend.SetKey)) backend.Term {
 	cache := NewCache()
-	w := NewWatcher(c.api, cache, WatcherConfig{ResyncInterval: cfg.ResyncInterval, Clock: cfg.Clock, OnReset: cfg.OnReset, OnRelist: cfg.OnRelist}, log, onChange)
+	w := NewWatcher(c.api, cache, WatcherConfig{ResyncInterval: cfg.ResyncInterval, Clock: cfg.Clock, OnReset: cfg.OnReset, OnRelist: cfg.OnRelist, Pacer: c.pacer}, log, onChange)
 	return &Term{Cache: cache, Watcher: w}
 }
 

@@ -1,9 +1,16 @@
 package nomad
 
-import "github.com/hashicorp/nomad/api"
+import (
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
 
 // DeregisterKindOf exposes deregisterKindOf to the package's external
 // tests, by name: "stopped", "purged" or "unknown".
 func DeregisterKindOf(job *api.Job, index uint64) string {
 	return deregisterKindOf(job, index).String()
 }
+
+// SetMaxHold shortens how long one write may wait for the stream.
+func (p *StreamPacer) SetMaxHold(d time.Duration) { p.maxHold = d }

@@ -30,11 +30,16 @@ type eventPump struct {
 	ready chan struct{}
 	// room is signalled when the watcher takes the backlog.
 	room *sync.Cond
+	// saw is told each batch's index as it is read.
+	saw func(index uint64)
 }
 
-// startPump starts reading stream until it closes or ctx is done.
-func startPump(ctx context.Context, stream <-chan *api.Events) *eventPump {
-	p := &eventPump{ready: make(chan struct{}, 1)}
+// startPump starts reading stream until it closes or ctx is done. It
+// tells saw the index of each batch as soon as it has read it, before
+// the watcher folds it: that is how far the stream has got from Nomad's
+// point of view.
+func startPump(ctx context.Context, stream <-chan *api.Events, saw func(index uint64)) *eventPump {
+	p := &eventPump{ready: make(chan struct{}, 1), saw: saw}
 	p.room = sync.NewCond(&p.mu)
 	go p.run(ctx, stream)
 	// A full pump waits for room; ctx's end must wake it.
@@ -56,6 +61,9 @@ func (p *eventPump) run(ctx context.Context, stream <-chan *api.Events) {
 	for evs := range stream {
 		if evs.IsHeartbeat() && evs.Err == nil {
 			continue
+		}
+		if evs.Err == nil {
+			p.saw(evs.Index)
 		}
 		p.mu.Lock()
 		for len(p.backlog) >= maxPumpBacklog && ctx.Err() == nil {

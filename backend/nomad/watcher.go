@@ -44,6 +44,10 @@ type WatcherConfig struct {
 	// goroutine: the agent then drops what it keeps in memory of the
 	// store, so that a resync re-reads the store too. Nil for none.
 	OnRelist func()
+	// Pacer is told how far the stream has got, and whether one is
+	// followed, so that it can hold the daemon's writes while the stream
+	// trails them. Nil for none.
+	Pacer *StreamPacer
 }
 
 // The reasons of a reset: why the watcher lost the event stream and
@@ -288,7 +292,13 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 		// Like a failed listing: Nomad is not answering, no stream was lost.
 		return err
 	}
-	pump := startPump(sctx, stream)
+	pacer := w.cfg.Pacer
+	if pacer == nil {
+		pacer = NewStreamPacer(0) // followed and seen, but never waited on
+	}
+	// Until the listing is in, and once the stream ends, no write waits.
+	defer pacer.Lost()
+	pump := startPump(sctx, stream, pacer.Saw)
 	snap, err := w.list(ctx)
 	if err != nil {
 		return err
@@ -298,6 +308,7 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 	// The listing settled every deregister up to its index.
 	w.settles.dropThrough(snap.Index)
 	w.healthy.Store(true)
+	pacer.Follow(snap.Index)
 	w.log.Debug("listed cluster", "index", snap.Index, "jobs_read", len(snap.Jobs), "children_kept", len(snap.kept), "allocs", len(snap.Allocs), "volumes", len(snap.Volumes))
 	if w.cfg.OnRelist != nil {
 		w.cfg.OnRelist()

@@ -58,6 +58,11 @@ nomad {
   # client_key      = "/etc/nomad.d/tls/global-cli-nomad-key.pem"
   # tls_server_name = "server.global.nomad"
   # skip_verify     = false
+
+  # The servers' event_buffer_size (Nomad's default: 100). The daemon's
+  # writes wait while its event stream trails them by more than half of it,
+  # so that a burst of writes does not make Nomad drop the stream.
+  # event_buffer_size = 100
 }
 
 consul {

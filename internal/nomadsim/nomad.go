@@ -52,7 +52,9 @@ type Nomad struct {
 	// index is the simulated Raft index: every write takes the next one,
 	// as every Raft apply does in Nomad.
 	index uint64
-	ids   uint64
+	// written is the index of the newest write of the API (beginWrite).
+	written uint64
+	ids     uint64
 
 	jobs        map[jobKey]*jobRec
 	allocs      map[string]*allocRec
@@ -345,7 +347,7 @@ func (s *Nomad) registerJob(job *api.Job, enforce bool, modifyIndex uint64) (*ap
 		}, nil
 	}
 
-	tx := s.begin(typeJobRegistered)
+	tx := s.beginWrite(typeJobRegistered)
 	if rec == nil {
 		rec = &jobRec{}
 		s.jobs[key] = rec
@@ -427,7 +429,7 @@ func (s *Nomad) deregisterJob(namespace, id string, purge bool) {
 	if !ok {
 		return
 	}
-	tx := s.begin(typeJobDeregistered)
+	tx := s.beginWrite(typeJobDeregistered)
 	if purge {
 		delete(s.jobs, key)
 		delete(s.blocked, key)
@@ -558,7 +560,7 @@ func (s *Nomad) createHostVolume(vol *api.HostVolume) (*api.HostVolume, error) {
 	v.ModifyTime = now
 	v.Allocations = nil
 
-	tx := s.begin(typeHostVolumeRegistered)
+	tx := s.beginWrite(typeHostVolumeRegistered)
 	if v.CreateIndex == 0 {
 		v.CreateIndex = tx.index
 	}
@@ -1023,7 +1025,7 @@ func (s *Nomad) deleteHostVolume(namespace, id string) error {
 	if len(rec.claims) > 0 {
 		return ResponseError(500, fmt.Sprintf("volume %s in use by allocations: %v", id, rec.claimIDs()))
 	}
-	tx := s.begin(typeHostVolumeDeleted)
+	tx := s.beginWrite(typeHostVolumeDeleted)
 	delete(s.vols, id)
 	nk := jobKey{rec.vol.Namespace, rec.vol.Name}
 	ids := s.volNames[nk]
@@ -1054,6 +1056,24 @@ func namespaceOrDefault(ns string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// beginWrite starts a write of the API at the next index, which
+// LastWriteIndex then returns, as the answer to a real write carries it.
+// Callers hold s.mu.
+func (s *Nomad) beginWrite(typ string) *txn {
+	tx := s.begin(typ)
+	s.written = tx.index
+	return tx
+}
+
+// LastWriteIndex implements nomad.WriteIndexer: the index of the newest
+// write made through the API (register, deregister, volume create and
+// delete), not of the simulation's own plans and updates after it.
+func (s *Nomad) LastWriteIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written
+}
 
 // nextIndex takes the next Raft index. Callers hold s.mu.
 func (s *Nomad) nextIndex() uint64 {

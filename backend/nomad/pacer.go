@@ -1,0 +1,236 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// DefaultEventBufferSize is Nomad's default event_buffer_size: how many
+// Raft indexes a server keeps for its event stream's subscribers.
+const DefaultEventBufferSize = 100
+
+// maxWriteHold bounds how long one write waits for the stream. A stream
+// that delivers nothing for this long is stalled, not slow: holding the
+// daemon's writes longer would not save it, and Nomad will say so.
+const maxWriteHold = 5 * time.Second
+
+// WriteIndexer is an API that tells the highest Raft index any of its
+// writes has returned: a sample of the newest index Nomad has written,
+// taken at no cost from the answers to the daemon's own writes.
+type WriteIndexer interface {
+	LastWriteIndex() uint64
+}
+
+// StreamPacer holds the daemon's writes to Nomad while its event stream
+// trails them by more than half of the servers' event_buffer_size.
+//
+// Nomad keeps the last event_buffer_size indexes for its subscribers and
+// ends the stream of one that falls further behind (a reset, then a
+// re-list of every job). In a burst (hundreds of children registered at
+// once) most of those indexes are the daemon's own writes and what Nomad
+// writes because of them (evaluations, plans, allocation updates), and
+// on a busy machine the stream's reader can fall behind them. The daemon
+// cannot make Nomad encode faster, but it can stop adding to the gap:
+// before each write it waits until the stream has delivered the index
+// of every earlier write but the last limit. It is client-go's
+// client-side rate limiting, with the stream's progress in place of a
+// fixed rate: a stream that keeps up is never waited for.
+//
+// The watcher tells it what the stream delivered (Saw) and whether one is
+// being followed at all (Follow, Lost): without a stream there is
+// nothing to wait for, and a write is never held for more than
+// maxWriteHold.
+type StreamPacer struct {
+	limit uint64
+	// maxHold is maxWriteHold, shorter in tests.
+	maxHold time.Duration
+
+	mu sync.Mutex
+	// head is the highest index a write returned, seen the highest index
+	// the stream delivered.
+	head, seen uint64
+	// following is set while a stream is followed from a listing.
+	following bool
+	// moved is closed, and replaced, whenever seen or following change.
+	moved chan struct{}
+
+	holds atomic.Uint64
+	held  atomic.Int64 // nanoseconds
+}
+
+// NewStreamPacer returns a pacer for servers whose event_buffer_size is
+// bufferSize (DefaultEventBufferSize when not positive). It lets writes
+// run ahead of the stream by half of it: the other half is room for what
+// Nomad writes after them.
+func NewStreamPacer(bufferSize int) *StreamPacer {
+	if bufferSize <= 0 {
+		bufferSize = DefaultEventBufferSize
+	}
+	return &StreamPacer{limit: uint64(max(bufferSize/2, 1)), maxHold: maxWriteHold, moved: make(chan struct{})}
+}
+
+// Limit is how many indexes the daemon's writes may run ahead of its
+// event stream.
+func (p *StreamPacer) Limit() uint64 { return p.limit }
+
+// wake tells waiters to look again. Callers hold p.mu.
+func (p *StreamPacer) wake() {
+	close(p.moved)
+	p.moved = make(chan struct{})
+}
+
+// Wrote records the index a write returned.
+func (p *StreamPacer) Wrote(index uint64) {
+	p.mu.Lock()
+	p.head = max(p.head, index)
+	p.mu.Unlock()
+}
+
+// Saw records the index of a batch of events the stream delivered.
+func (p *StreamPacer) Saw(index uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if index > p.seen {
+		p.seen = index
+		p.wake()
+	}
+}
+
+// Follow says a stream is followed again, from a listing at index.
+func (p *StreamPacer) Follow(index uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = max(p.seen, index)
+	p.following = true
+	p.wake()
+}
+
+// Lost says the stream ended: writes are not held until Follow.
+func (p *StreamPacer) Lost() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.following = false
+	p.wake()
+}
+
+// Behind returns how many indexes the stream trails the daemon's newest
+// write by (0 when no stream is followed).
+func (p *StreamPacer) Behind() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.behind()
+}
+
+func (p *StreamPacer) behind() uint64 {
+	if !p.following || p.head <= p.seen {
+		return 0
+	}
+	return p.head - p.seen
+}
+
+// Wait returns once the stream trails the daemon's writes by at most the
+// limit, no stream is followed, or maxWriteHold has passed; or with
+// ctx's error when ctx ends first.
+func (p *StreamPacer) Wait(ctx context.Context) error {
+	var start time.Time
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		if p.behind() <= p.limit {
+			p.mu.Unlock()
+			break
+		}
+		moved := p.moved
+		p.mu.Unlock()
+		if deadline == nil {
+			start = time.Now()
+			t := time.NewTimer(p.maxHold)
+			defer t.Stop()
+			deadline = t.C
+			p.holds.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			p.held.Add(int64(time.Since(start)))
+			return ctx.Err()
+		case <-deadline:
+			p.held.Add(int64(time.Since(start)))
+			return nil
+		case <-moved:
+		}
+	}
+	if deadline != nil {
+		p.held.Add(int64(time.Since(start)))
+	}
+	return nil
+}
+
+// Holds returns how many writes waited for the stream, and for how long
+// in all.
+func (p *StreamPacer) Holds() (uint64, time.Duration) {
+	return p.holds.Load(), time.Duration(p.held.Load())
+}
+
+// pacedAPI is an API whose writes to Nomad's state wait for the stream
+// (StreamPacer.Wait) and report the index Nomad returned (Wrote).
+// ExecAlloc writes nothing Nomad stores, and is not paced.
+type pacedAPI struct {
+	API
+	pacer *StreamPacer
+	// indexer is the API's WriteIndexer; nil when it has none, and then
+	// nothing is held: the pacer never learns a write's index.
+	indexer WriteIndexer
+}
+
+func newPacedAPI(a API, p *StreamPacer) *pacedAPI {
+	indexer, _ := a.(WriteIndexer)
+	return &pacedAPI{API: a, pacer: p, indexer: indexer}
+}
+
+// paced runs one write between the pacer's wait and its note of the
+// index the write returned.
+func paced[T any](ctx context.Context, p *pacedAPI, write func() (T, error)) (T, error) {
+	if p.indexer == nil {
+		return write()
+	}
+	if err := p.pacer.Wait(ctx); err != nil {
+		var zero T
+		return zero, fmt.Errorf("waiting for Nomad's event stream to catch up before a write: %w", err)
+	}
+	out, err := write()
+	p.pacer.Wrote(p.indexer.LastWriteIndex())
+	return out, err
+}
+
+// RegisterJob implements API.
+func (p *pacedAPI) RegisterJob(ctx context.Context, job *api.Job, enforce bool, modifyIndex uint64) (*api.JobRegisterResponse, error) {
+	return paced(ctx, p, func() (*api.JobRegisterResponse, error) { return p.API.RegisterJob(ctx, job, enforce, modifyIndex) })
+}
+
+// DeregisterJob implements API.
+func (p *pacedAPI) DeregisterJob(ctx context.Context, namespace, id string, purge bool) error {
+	_, err := paced(ctx, p, func() (struct{}, error) { return struct{}{}, p.API.DeregisterJob(ctx, namespace, id, purge) })
+	return err
+}
+
+// CreateHostVolume implements API.
+func (p *pacedAPI) CreateHostVolume(ctx context.Context, vol *api.HostVolume) (*api.HostVolume, error) {
+	return paced(ctx, p, func() (*api.HostVolume, error) { return p.API.CreateHostVolume(ctx, vol) })
+}
+
+// DeleteHostVolume implements API.
+func (p *pacedAPI) DeleteHostVolume(ctx context.Context, namespace, id string) error {
+	_, err := paced(ctx, p, func() (struct{}, error) { return struct{}{}, p.API.DeleteHostVolume(ctx, namespace, id) })
+	return err
+}
+
+// EvaluateJob implements API.
+func (p *pacedAPI) EvaluateJob(ctx context.Context, namespace, id string) error {
+	_, err := paced(ctx, p, func() (struct{}, error) { return struct{}{}, p.API.EvaluateJob(ctx, namespace, id) })
+	return err
+}
