@@ -139,11 +139,11 @@ func New(opts Options) (*Agent, error) {
 	a.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nomad_statefulset_nomad_write_holds_total",
 		Help: "Writes to Nomad that waited for the event stream, which trailed the daemon's earlier writes by more than half of event_buffer_size.",
-	}, func() float64 { n, _ := opts.Nomad.WriteHolds(); return float64(n) }),
+	}, func() float64 { return float64(opts.Nomad.WritePacing().Holds) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "nomad_statefulset_nomad_write_held_seconds_total",
 			Help: "Time writes to Nomad waited for the event stream, in all.",
-		}, func() float64 { _, d := opts.Nomad.WriteHolds(); return d.Seconds() }))
+		}, func() float64 { return opts.Nomad.WritePacing().Held.Seconds() }))
 	a.nomad = opts.Nomad
 	// The agent owns its plugin manager, as the nomad-autoscaler's agent
 	// does (setupPlugins). The plugins run with the agent's context, so the

@@ -195,6 +195,10 @@ type fencedNomad struct {
 	streams []*fencedStream
 }
 
+// LastWriteIndex passes the simulator's on (nomad.WriteIndexer), so that
+// the agent's writes are paced by the stream as they are in production.
+func (f *fencedNomad) LastWriteIndex() uint64 { return f.sim.LastWriteIndex() }
+
 // fencedStream is one relayed event stream.
 type fencedStream struct {
 	// fence asks the relay to offer a heartbeat; it closes the channel it

@@ -128,8 +128,9 @@ func (a *Agent) health(ctx context.Context) client.Health {
 			}
 			ok = false
 		}
-		holds, held := a.nomad.WriteHolds()
-		h.EventStream = &client.EventStreamHealth{Resets: c.term.Resets(), WriteHolds: holds, WriteHeldSeconds: held.Seconds()}
+		pacing := a.nomad.WritePacing()
+		h.EventStream = &client.EventStreamHealth{Resets: c.term.Resets(), WriteHolds: pacing.Holds,
+			WriteHeldSeconds: pacing.Held.Seconds(), MaxBehind: pacing.MaxBehind}
 		if last, lost := c.term.LastReset(); lost {
 			h.EventStream.LastReset = &client.EventStreamReset{Reason: last.Reason, Message: last.Message, At: last.At}
 		}

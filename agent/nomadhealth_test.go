@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/memory"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
@@ -176,6 +177,69 @@ func TestLostStreamIsCountedAndShown(t *testing.T) {
 	if !strings.Contains(string(body), want) {
 		t.Fatalf("/v1/metrics lacks %s:\n%s", want, grepLines(string(body), "event_stream"))
 	}
+}
+
+// While Nomad's event stream is stalled, the agent's writes wait for it
+// once they are half of event_buffer_size ahead (here 10, so 5), and go on
+// when it moves again. The real nomad.Client reads each write's index
+// from Nomad's X-Nomad-Index header. The holds show in /v1/health and in
+// nomad_statefulset_nomad_write_holds_total, and the set converges.
+func TestHeldWritesAreCountedAndShown(t *testing.T) {
+	sim := nomadsim.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t, nomad.NewAPI(c), memory.NewStore())
+	cluster := nomad.NewCluster(nomad.NewAPI(c), nomad.WithEventBufferSize(10))
+	opts.Nomad, opts.PluginBuiltins = cluster, hostVolumeBuiltin(cluster.API())
+	a, stop := runAgent(t, opts)
+	t.Cleanup(stop)
+	waitUntilT(t, "the agent to lead and list", func() bool {
+		ct := a.current.Load()
+		return ct != nil && ct.cache().Synced()
+	})
+	if hl, _ := getHealth(t, a); hl.EventStream == nil || hl.EventStream.WriteHolds != 0 {
+		t.Fatalf("before any write, /v1/health's event_stream is %+v, want no holds", hl.EventStream)
+	}
+
+	sim.PauseEvents()
+	if _, err := sim.RegisterJob(context.Background(), parentJob("web", map[string]string{
+		"statefulset_replicas": "8", "statefulset_pod_management_policy": "Parallel"}, "v1"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher must see the parent before the agent writes anything:
+	// let the stream deliver it, then stall it again.
+	waitUntilT(t, "the stalled stream to hold a write", func() bool {
+		if cluster.WritePacing().Holds > 0 {
+			return true
+		}
+		sim.ResumeEvents()
+		time.Sleep(time.Millisecond)
+		sim.PauseEvents()
+		return false
+	})
+	hl, _ := getHealth(t, a)
+	if es := hl.EventStream; es == nil || es.WriteHolds == 0 || es.MaxBehind <= 5 {
+		t.Fatalf("with a write held, /v1/health's event_stream is %+v, want write_holds > 0 and max_behind > 5", es)
+	}
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if lines := grepLines(string(body), "nomad_statefulset_nomad_write_holds_total "); lines == "" || strings.HasSuffix(lines, " 0") {
+		t.Fatalf("/v1/metrics counts no held write:\n%s", grepLines(string(body), "write_h"))
+	}
+	sim.ResumeEvents()
+	waitUntilT(t, "the set to converge once the stream moves", func() bool {
+		d, ok := a.current.Load().sets.get(backend.SetKey{Namespace: "default", Name: "web"})
+		return ok && d.Status.ReadyReplicas == 8
+	})
 }
 
 // waitUntilT polls cond for up to 10 s.

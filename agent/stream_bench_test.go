@@ -43,6 +43,10 @@ const streamScaleReplicas = 5
 //     not seen in time or met a conflict).
 //
 // NSS_BENCH_LOG=warn shows the agent's warnings, which say why it re-listed.
+// NSS_BENCH_STREAM_STALL=100ms holds the simulator's events for that long
+// once a second (a busy Nomad encoding the stream late), and
+// NSS_BENCH_UNPACED=1 keeps the agent's writes from waiting for the
+// stream (create-holds, rollout-holds count the writes that did).
 // NSS_BENCH_STREAM_SETS (a comma list, default 200,1000) picks the sizes.
 func BenchmarkEventStreamAtScale(b *testing.B) {
 	if os.Getenv("NSS_BENCH_SIM_SERVE") != "" {
@@ -78,6 +82,8 @@ func BenchmarkEventStreamAtScale(b *testing.B) {
 			b.ReportMetric(float64(sumCalls(r.rolloutCalls)-sets)/children, "rollout-calls/child")
 			b.ReportMetric(r.createIndexRate, "create-indexes/s")
 			b.ReportMetric(r.rolloutIndexRate, "rollout-indexes/s")
+			b.ReportMetric(float64(r.createHolds), "create-holds")
+			b.ReportMetric(float64(r.rolloutHolds), "rollout-holds")
 			b.ReportMetric(float64(r.createRelists), "create-relists")
 			b.ReportMetric(float64(r.rolloutRelists), "rollout-relists")
 			b.Logf("children=%d: create %v, resets %v, calls %v; rollout %v, resets %v, calls %v",
@@ -96,6 +102,9 @@ type streamScaleResult struct {
 	// createIndexRate and rolloutIndexRate are the simulator's Raft
 	// indexes per second in each phase.
 	createIndexRate, rolloutIndexRate float64
+	// createHolds and rolloutHolds count the writes held for the event
+	// stream (StreamPacer) in each phase.
+	createHolds, rolloutHolds uint64
 }
 
 func runStreamScale(b *testing.B, sets int) streamScaleResult {
@@ -103,14 +112,22 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 	var r streamScaleResult
 	sim := startBenchSim(b)
 	defer sim.Close()
-	_, c, stop := runBenchAgent(b, sim.api())
+	api := sim.api()
+	if os.Getenv("NSS_BENCH_UNPACED") == "1" {
+		api = unpacedAPI{api}
+	}
+	stall := benchStreamStall(b, sim)
+	a, c, stop := runBenchAgent(b, api)
 	defer stop()
 	// from is each set's update revision before a phase: a phase has
 	// ended once every set is rolled to another one.
 	from := map[string]string{}
-	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64, float64) {
+	phase := func(image string) (time.Duration, map[string]uint64, map[string]int, int64, float64, uint64) {
 		resets0, relists0, index0 := c.watcher().Resets(), c.watcher().Relists(), sim.Index()
+		holds0 := a.nomad.WritePacing().Holds
 		sim.ResetCalls()
+		stalls := make(chan struct{})
+		stalled := stallEverySecond(sim, stall, stalls)
 		t0 := time.Now()
 		for i := 0; i < sets; i++ {
 			j := parentJob(fmt.Sprintf("set%05d", i), map[string]string{
@@ -126,6 +143,8 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 			return allRolled(c, sets, streamScaleReplicas, from)
 		})
 		took := time.Since(t0)
+		close(stalls)
+		<-stalled
 		for _, d := range c.sets.list().Sets {
 			d, _ := c.sets.get(backend.SetKey{Namespace: d.Namespace, Name: d.Name})
 			from[d.Name] = d.Status.UpdateRevision
@@ -135,10 +154,10 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 			resets[reason] -= n
 		}
 		rate := float64(sim.Index()-index0) / took.Seconds()
-		return took, resets, sim.Calls(), c.watcher().Relists() - relists0, rate
+		return took, resets, sim.Calls(), c.watcher().Relists() - relists0, rate, a.nomad.WritePacing().Holds - holds0
 	}
-	r.create, r.createResets, r.createCalls, r.createRelists, r.createIndexRate = phase("v1")
-	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists, r.rolloutIndexRate = phase("v2")
+	r.create, r.createResets, r.createCalls, r.createRelists, r.createIndexRate, r.createHolds = phase("v1")
+	r.rollout, r.rolloutResets, r.rolloutCalls, r.rolloutRelists, r.rolloutIndexRate, r.rolloutHolds = phase("v2")
 	return r
 }
 
@@ -158,4 +177,57 @@ func sumResets(m map[string]uint64) uint64 {
 		n += v
 	}
 	return n
+}
+
+// unpacedAPI hides the simulator's write indexes (nomad.WriteIndexer)
+// from the agent, whose writes then never wait for the event stream
+// (NSS_BENCH_UNPACED=1): the benchmark's control.
+type unpacedAPI struct{ nomad.API }
+
+// benchStreamStall reads NSS_BENCH_STREAM_STALL: how long the simulator
+// holds its events once a second during each phase, as a busy Nomad
+// encodes the stream late (0: never).
+func benchStreamStall(b *testing.B, sim *benchSim) time.Duration {
+	b.Helper()
+	v := os.Getenv("NSS_BENCH_STREAM_STALL")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d >= time.Second {
+		b.Fatalf("NSS_BENCH_STREAM_STALL=%q: want a duration between 0 and 1s, such as 100ms", v)
+	}
+	if sim.local == nil {
+		b.Fatalf("NSS_BENCH_STREAM_STALL needs the simulator in this process (NSS_BENCH_SIM=inprocess), which it pauses")
+	}
+	return d
+}
+
+// stallEverySecond holds sim's events for stall once a second until stop
+// is closed; the returned channel closes once the events flow again.
+func stallEverySecond(sim *benchSim, stall time.Duration, stop <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	if stall == 0 {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			sim.local.PauseEvents()
+			select {
+			case <-stop:
+			case <-time.After(stall):
+			}
+			sim.local.ResumeEvents()
+		}
+	}()
+	return done
 }

@@ -277,6 +277,19 @@ type StreamReset struct {
 	At time.Time
 }
 
+// WritePacing is how the daemon's writes waited for Nomad's event stream,
+// since the agent started.
+type WritePacing struct {
+	// Holds counts the writes that waited, and Held is how long they
+	// waited in all.
+	Holds uint64
+	Held  time.Duration
+	// MaxBehind is the most indexes the stream trailed the daemon's
+	// newest write by when a write was about to be made: how close the
+	// stream came to Nomad's event_buffer_size.
+	MaxBehind uint64
+}
+
 // ExecResult is how a command run in a pod ended.
 type ExecResult struct {
 	// ExitCode is the command's exit status; -1 when the call failed
@@ -312,9 +325,9 @@ type Cluster interface {
 	// WriteVerb reports whether a call verb (as a CallTrace names it)
 	// changes Nomad's state, or runs code in a pod.
 	WriteVerb(verb string) bool
-	// WriteHolds returns how many writes waited for the event stream to
-	// catch up with the daemon's earlier writes, and for how long in all.
-	WriteHolds() (uint64, time.Duration)
+	// WritePacing says how the daemon's writes waited for the event
+	// stream to catch up with its earlier writes.
+	WritePacing() WritePacing
 	// NewTerm returns a leadership term's cache of Nomad and the watcher
 	// that keeps it, telling onChange of each set whose state changed.
 	NewTerm(cfg TermConfig, log hclog.Logger, onChange func(SetKey)) Term

@@ -144,7 +144,7 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 	// volume provisioner calls the same client, its writes paced with the
 	// agent's (the autoscaler's setupPlugins wires its built-ins the same
 	// way).
-	cluster := nomad.NewCluster(nomad.NewAPI(nc), nomad.WithEventBufferSize(cfg.Nomad.EventBufferSize))
+	cluster := nomad.NewCluster(nomad.NewAPI(nc), nomad.WithEventBufferSize(cfg.Nomad.EventBufferSize), nomad.WithLogger(logger.Named("watcher")))
 	a, err := agent.New(agent.Options{
 		Logger:         logger,
 		Nomad:          cluster,

@@ -281,9 +281,9 @@ func waitScaleHealthy(b *testing.B, c *nomadapi.Client, what string, ids map[str
 	}
 }
 
-// streamResets reads the daemon's lost event streams by reason from
-// /v1/health.
-func streamResets(b *testing.B, d *Daemon) (map[string]uint64, *client.EventStreamReset) {
+// streamHealth reads what /v1/health says of the daemon's event stream:
+// its losses by reason, the last one, and the writes held for it.
+func streamHealth(b *testing.B, d *Daemon) *client.EventStreamHealth {
 	b.Helper()
 	resp, err := http.Get(d.Addr + "/v1/health")
 	if err != nil {
@@ -297,7 +297,7 @@ func streamResets(b *testing.B, d *Daemon) (map[string]uint64, *client.EventStre
 	if h.EventStream == nil {
 		b.Fatalf("/v1/health has no event_stream: the daemon does not lead")
 	}
-	return h.EventStream.Resets, h.EventStream.LastReset
+	return h.EventStream
 }
 
 // countDelta is after − before by key, without the keys that did not
@@ -622,7 +622,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	}
 
 	setPhase := func(v int, what string) (time.Duration, map[string]uint64) {
-		before, _ := streamResets(b, d)
+		before := streamHealth(b, d)
 		index := allocIndex(b, setClient)
 		registerAll(b, setClient, parents[v])
 		start, modify := firstSubmit(b, setClient, setPrefix, parentIDs)
@@ -636,11 +636,13 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		// The parents are Nomad's work too, and the natives have none:
 		// each registration is an evaluation in the same scheduler queue.
 		progress("set %s, the parents:%s", what, phaseTimeline(b, setClient, parentIDs, index, start))
-		after, lastReset := streamResets(b, d)
-		delta, total := countDelta(before, after)
-		if total > 0 && lastReset != nil {
+		after := streamHealth(b, d)
+		delta, total := countDelta(before.Resets, after.Resets)
+		if lastReset := after.LastReset; total > 0 && lastReset != nil {
 			b.Logf("set %s: the daemon's last lost stream: %s at %s: %s", what, lastReset.Reason, lastReset.At.Format(time.RFC3339Nano), lastReset.Message)
 		}
+		progress("set %s: the daemon's writes held for its event stream: %d, %.2f s in all; the most the stream trailed a write: %d indexes (since the daemon started)", what,
+			after.WriteHolds-before.WriteHolds, after.WriteHeldSeconds-before.WriteHeldSeconds, after.MaxBehind)
 		return last.Sub(start), delta
 	}
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -22,6 +21,7 @@ type Cluster struct {
 	// api is unpaced with its writes paced by pacer.
 	api, unpaced API
 	pacer        *StreamPacer
+	log          hclog.Logger
 }
 
 var _ backend.Cluster = (*Cluster)(nil)
@@ -36,6 +36,12 @@ func WithEventBufferSize(n int) ClusterOption {
 	return func(c *Cluster) { c.pacer = NewStreamPacer(n) }
 }
 
+// WithLogger gives the cluster a logger for what its writes wait for: the
+// watcher's, as holds concern the event stream.
+func WithLogger(log hclog.Logger) ClusterOption {
+	return func(c *Cluster) { c.log = log }
+}
+
 // NewCluster returns the agent's view of the Nomad behind a. Its writes
 // wait for the event stream when it trails them (StreamPacer).
 func NewCluster(a API, opts ...ClusterOption) *Cluster {
@@ -45,6 +51,9 @@ func NewCluster(a API, opts ...ClusterOption) *Cluster {
 	}
 	if c.pacer == nil {
 		c.pacer = NewStreamPacer(DefaultEventBufferSize)
+	}
+	if c.log != nil {
+		c.pacer.log = c.log
 	}
 	c.api = newPacedAPI(a, c.pacer)
 	return c
@@ -58,9 +67,11 @@ func (c *Cluster) API() API { return c.api }
 // paced: for wrapping in another API (a fault injector) and a new Cluster.
 func (c *Cluster) Unpaced() API { return c.unpaced }
 
-// WriteHolds implements backend.Cluster: how many writes waited for the
-// event stream, and for how long in all.
-func (c *Cluster) WriteHolds() (uint64, time.Duration) { return c.pacer.Holds() }
+// WritePacing implements backend.Cluster from the cluster's StreamPacer.
+func (c *Cluster) WritePacing() backend.WritePacing {
+	holds, held := c.pacer.Holds()
+	return backend.WritePacing{Holds: holds, Held: held, MaxBehind: c.pacer.MaxBehind()}
+}
 
 // RegisterChild implements backend.Children.
 func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (uint64, error) {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -49,6 +50,10 @@ type StreamPacer struct {
 	limit uint64
 	// maxHold is maxWriteHold, shorter in tests.
 	maxHold time.Duration
+	log     hclog.Logger
+	// logged is when a hold was last logged (unix nanoseconds): a burst
+	// holds many writes, and says so once every holdLogEvery.
+	logged atomic.Int64
 
 	mu sync.Mutex
 	// head is the highest index a write returned, seen the highest index
@@ -61,6 +66,9 @@ type StreamPacer struct {
 
 	holds atomic.Uint64
 	held  atomic.Int64 // nanoseconds
+	// maxBehind is the most the stream trailed a write that was about to
+	// be made.
+	maxBehind atomic.Uint64
 }
 
 // NewStreamPacer returns a pacer for servers whose event_buffer_size is
@@ -71,7 +79,27 @@ func NewStreamPacer(bufferSize int) *StreamPacer {
 	if bufferSize <= 0 {
 		bufferSize = DefaultEventBufferSize
 	}
-	return &StreamPacer{limit: uint64(max(bufferSize/2, 1)), maxHold: maxWriteHold, moved: make(chan struct{})}
+	return &StreamPacer{limit: uint64(max(bufferSize/2, 1)), maxHold: maxWriteHold, log: hclog.NewNullLogger(), moved: make(chan struct{})}
+}
+
+// holdLogEvery is how often holds are logged at most.
+const holdLogEvery = 10 * time.Second
+
+// logHold says, at most once every holdLogEvery, that writes wait for the
+// stream, or went ahead without it.
+func (p *StreamPacer) logHold(behind uint64, gaveUp bool) {
+	now := time.Now().UnixNano()
+	last := p.logged.Load()
+	if now-last < int64(holdLogEvery) || !p.logged.CompareAndSwap(last, now) {
+		return
+	}
+	if gaveUp {
+		p.log.Warn("a write waited for Nomad's event stream and went ahead without it: the stream is stalled, and Nomad may drop it (event_buffer_size)",
+			"waited", p.maxHold, "behind", behind, "limit", p.limit)
+		return
+	}
+	p.log.Info("writes to Nomad wait for its event stream, which trails them; they go on as it catches up",
+		"behind", behind, "limit", p.limit)
 }
 
 // Limit is how many indexes the daemon's writes may run ahead of its
@@ -141,7 +169,11 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
-		if p.behind() <= p.limit {
+		behind := p.behind()
+		if deadline == nil && behind > p.maxBehind.Load() {
+			p.maxBehind.Store(behind) // under p.mu: no lost update
+		}
+		if behind <= p.limit {
 			p.mu.Unlock()
 			break
 		}
@@ -153,6 +185,7 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 			defer t.Stop()
 			deadline = t.C
 			p.holds.Add(1)
+			p.logHold(behind, false)
 		}
 		select {
 		case <-ctx.Done():
@@ -160,6 +193,7 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-deadline:
 			p.held.Add(int64(time.Since(start)))
+			p.logHold(behind, true)
 			return nil
 		case <-moved:
 		}
@@ -169,6 +203,10 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// MaxBehind returns the most indexes the stream trailed the daemon's
+// newest write by when a write was about to be made.
+func (p *StreamPacer) MaxBehind() uint64 { return p.maxBehind.Load() }
 
 // Holds returns how many writes waited for the stream, and for how long
 // in all.

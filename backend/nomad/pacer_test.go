@@ -118,7 +118,7 @@ func TestPacedWritesKeepTheStream(t *testing.T) {
 				done <- nil
 			}()
 			if paced {
-				waitFor(t, "a write held for the stream", func() bool { n, _ := cluster.WriteHolds(); return n > 0 })
+				waitFor(t, "a write held for the stream", func() bool { return cluster.WritePacing().Holds > 0 })
 				// The limit's 5 writes ahead of the stream, and the one
 				// that found the stream within it.
 				if n := landed.Load(); n > int64(buffer/2+1) {
