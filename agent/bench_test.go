@@ -385,7 +385,7 @@ func runScale(b *testing.B, sets int, policy string, idle time.Duration, resyncs
 func runBenchAgent(b *testing.B, api nomad.API) (a *Agent, c *controller, stop func()) {
 	b.Helper()
 	a, err := New(Options{
-		Logger: benchLogger(), Nomad: nomad.NewCluster(api), PluginBuiltins: hostVolumeBuiltin(api), Store: memory.NewStore(),
+		Logger: benchLogger(), Nomad: nomad.NewCluster(api, nomad.WithEventBufferSize(benchPaceBuffer())), PluginBuiltins: hostVolumeBuiltin(api), Store: memory.NewStore(),
 		HTTPAddr: "127.0.0.1:0", Workers: 4, ResyncInterval: time.Hour,
 	})
 	if err != nil {
@@ -956,4 +956,11 @@ func BenchmarkSteadySync(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchPaceBuffer is the event_buffer_size the agent paces its writes by
+// (NSS_BENCH_PACE_BUFFER; default Nomad's 100, the simulator's too).
+func benchPaceBuffer() int {
+	n, _ := strconv.Atoi(os.Getenv("NSS_BENCH_PACE_BUFFER"))
+	return n
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/client"
@@ -46,7 +48,11 @@ const streamScaleReplicas = 5
 // NSS_BENCH_STREAM_STALL=100ms holds the simulator's events for that long
 // once a second (a busy Nomad encoding the stream late), and
 // NSS_BENCH_UNPACED=1 keeps the agent's writes from waiting for the
-// stream (create-holds, rollout-holds count the writes that did).
+// stream (create-holds, rollout-holds count the writes that did), and
+// NSS_BENCH_PACE_BUFFER sets the event_buffer_size they are paced by
+// (default 100, the simulator's). NSS_BENCH_STREAM_RATE=1000 lets the
+// agent's stream carry at most that many batches a second (a slow link,
+// or a busy server).
 // NSS_BENCH_STREAM_SETS (a comma list, default 200,1000) picks the sizes.
 func BenchmarkEventStreamAtScale(b *testing.B) {
 	if os.Getenv("NSS_BENCH_SIM_SERVE") != "" {
@@ -117,6 +123,9 @@ func runStreamScale(b *testing.B, sets int) streamScaleResult {
 		api = unpacedAPI{api}
 	}
 	stall := benchStreamStall(b, sim)
+	if rate := benchStreamRate(b); rate > 0 {
+		api = &slowStream{API: api, perBatch: time.Second / time.Duration(rate)}
+	}
 	a, c, stop := runBenchAgent(b, api)
 	defer stop()
 	// from is each set's update revision before a phase: a phase has
@@ -230,4 +239,64 @@ func stallEverySecond(sim *benchSim, stall time.Duration, stop <-chan struct{}) 
 		}
 	}()
 	return done
+}
+
+// benchStreamRate reads NSS_BENCH_STREAM_RATE: at most how many event
+// batches (Raft indexes) a second the agent's stream carries, as across a
+// slow link or from a busy server (0: as fast as it is read).
+func benchStreamRate(b *testing.B) int {
+	b.Helper()
+	v := os.Getenv("NSS_BENCH_STREAM_RATE")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("NSS_BENCH_STREAM_RATE=%q: want a positive number of batches a second", v)
+	}
+	return n
+}
+
+// slowStream relays each event stream at most one batch every perBatch:
+// Nomad's subscription then trails its buffer's head as it does behind a
+// slow reader, and drops the stream when it falls a buffer behind.
+type slowStream struct {
+	nomad.API
+	perBatch time.Duration
+}
+
+// LastWriteIndex passes the simulator's on, unless it is hidden
+// (NSS_BENCH_UNPACED).
+func (s *slowStream) LastWriteIndex() uint64 {
+	if w, ok := s.API.(nomad.WriteIndexer); ok {
+		return w.LastWriteIndex()
+	}
+	return 0
+}
+
+// Events implements nomad.API.
+func (s *slowStream) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	in, err := s.API.Events(ctx, index)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *api.Events)
+	go func() {
+		defer close(out)
+		next := time.Now()
+		for evs := range in {
+			// Sleep in steps of a millisecond or more: the timer's
+			// resolution, and the rate stays exact on average.
+			next = next.Add(s.perBatch)
+			if d := time.Until(next); d >= time.Millisecond {
+				time.Sleep(d)
+			}
+			select {
+			case out <- evs:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
 }
