@@ -33,14 +33,18 @@ type WriteIndexer interface {
 // Nomad keeps the last event_buffer_size indexes for its subscribers and
 // ends the stream of one that falls further behind (a reset, then a
 // re-list of every job). In a burst (hundreds of children registered at
-// once) most of those indexes are the daemon's own writes and what Nomad
-// writes because of them (evaluations, plans, allocation updates), and
-// on a busy machine the stream's reader can fall behind them. The daemon
+// once) the daemon's writes, and what Nomad writes because of them
+// (evaluations, plans, allocation updates), can come faster than the
+// stream is read: across a slow link, or from a busy server. The daemon
 // cannot make Nomad encode faster, but it can stop adding to the gap:
 // before each write it waits until the stream has delivered the index
 // of every earlier write but the last limit. It is client-go's
 // client-side rate limiting, with the stream's progress in place of a
-// fixed rate: a stream that keeps up is never waited for.
+// fixed rate: a stream that keeps up is never waited for, one that is
+// slow sets the pace. It cannot absorb a stall: while the reader stands
+// still, what Nomad writes on its own for writes already made keeps
+// filling the buffer (BENCHMARKS.md, issue 28); only the buffer's size
+// helps there.
 //
 // The watcher tells it what the stream delivered (Saw) and whether one is
 // being followed at all (Follow, Lost): without a stream there is
