@@ -137,14 +137,7 @@ func TestCallHealth(t *testing.T) {
 // /v1/health with a message that names event_buffer_size, re-lists, and
 // stays healthy.
 func TestLostStreamIsCountedAndShown(t *testing.T) {
-	sim := nomadsim.NewNomad(fastSim())
-	t.Cleanup(sim.Close)
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(srv.Close)
-	c, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, c := simOverHTTP(t)
 	a, stop := runAgent(t, testOptions(t, nomad.NewAPI(c), memory.NewStore()))
 	t.Cleanup(stop)
 	waitUntilT(t, "the agent to lead and list", func() bool {
@@ -185,14 +178,7 @@ func TestLostStreamIsCountedAndShown(t *testing.T) {
 // from Nomad's X-Nomad-Index header. The holds show in /v1/health and in
 // nomad_statefulset_nomad_write_holds_total, and the set converges.
 func TestHeldWritesAreCountedAndShown(t *testing.T) {
-	sim := nomadsim.NewNomad(fastSim())
-	t.Cleanup(sim.Close)
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(srv.Close)
-	c, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, c := simOverHTTP(t)
 	opts := testOptions(t, nomad.NewAPI(c), memory.NewStore())
 	cluster := nomad.NewCluster(nomad.NewAPI(c), nomad.WithEventBufferSize(10))
 	opts.Nomad, opts.PluginBuiltins = cluster, hostVolumeBuiltin(cluster.API())
@@ -240,6 +226,22 @@ func TestHeldWritesAreCountedAndShown(t *testing.T) {
 		d, ok := a.current.Load().sets.get(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok && d.Status.ReadyReplicas == 8
 	})
+}
+
+// simOverHTTP starts a simulated Nomad served over Nomad's HTTP API, and
+// an api client of it: the agent then talks to it through the real
+// nomad.Client, headers and stream encoding included.
+func simOverHTTP(t *testing.T) (*nomadsim.Nomad, *api.Client) {
+	t.Helper()
+	sim := nomadsim.NewNomad(fastSim())
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, c
 }
 
 // waitUntilT polls cond for up to 10 s.

@@ -15,48 +15,50 @@ import (
 
 // Cluster is backend.Cluster over an API: the agent's view of Nomad. It
 // renders and edits jobs with jobs/ and calls Nomad through the API, so the
-// agent handles none of Nomad's types. It holds no state of its own; a
-// term's state is in the Term it returns.
+// agent handles none of Nomad's types. Its one state is the StreamPacer
+// its writes wait on, which outlives leadership terms (its counters are
+// the agent's metrics); a term's state is in the Term it returns.
 type Cluster struct {
-	// api is unpaced with its writes paced by pacer.
+	// api is unpaced behind pacer: the API the cluster calls.
 	api, unpaced API
 	pacer        *StreamPacer
-	log          hclog.Logger
 }
 
 var _ backend.Cluster = (*Cluster)(nil)
 
 // ClusterOption configures a Cluster.
-type ClusterOption func(*Cluster)
+type ClusterOption func(*clusterOptions)
+
+type clusterOptions struct {
+	eventBufferSize int
+	log             hclog.Logger
+}
 
 // WithEventBufferSize tells the cluster the servers' event_buffer_size,
 // which the daemon's writes pace themselves by (StreamPacer); Nomad's
 // default, DefaultEventBufferSize, when not given.
 func WithEventBufferSize(n int) ClusterOption {
-	return func(c *Cluster) { c.pacer = NewStreamPacer(n) }
+	return func(o *clusterOptions) { o.eventBufferSize = n }
 }
 
 // WithLogger gives the cluster a logger for what its writes wait for: the
 // watcher's, as holds concern the event stream.
 func WithLogger(log hclog.Logger) ClusterOption {
-	return func(c *Cluster) { c.log = log }
+	return func(o *clusterOptions) { o.log = log }
 }
 
 // NewCluster returns the agent's view of the Nomad behind a. Its writes
 // wait for the event stream when it trails them (StreamPacer).
 func NewCluster(a API, opts ...ClusterOption) *Cluster {
-	c := &Cluster{unpaced: a}
-	for _, o := range opts {
-		o(c)
+	var o clusterOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	if c.pacer == nil {
-		c.pacer = NewStreamPacer(DefaultEventBufferSize)
+	pacer := NewStreamPacer(o.eventBufferSize)
+	if o.log != nil {
+		pacer.log = o.log
 	}
-	if c.log != nil {
-		c.pacer.log = c.log
-	}
-	c.api = newPacedAPI(a, c.pacer)
-	return c
+	return &Cluster{api: newPacedAPI(a, pacer), unpaced: a, pacer: pacer}
 }
 
 // API returns the API the cluster calls, its writes paced, for what is

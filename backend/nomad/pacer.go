@@ -30,9 +30,12 @@ type WriteIndexer interface {
 // StreamPacer holds the daemon's writes to Nomad while its event stream
 // trails them by more than half of the servers' event_buffer_size.
 //
-// Nomad keeps the last event_buffer_size indexes for its subscribers and
-// ends the stream of one that falls further behind (a reset, then a
-// re-list of every job). In a burst (hundreds of children registered at
+// Nomad keeps the events of the last event_buffer_size indexes for its
+// subscribers and ends the stream of one that falls further behind (a
+// reset, then a re-list of every job). An index that published no event
+// takes no room (stream/event_buffer.go; EventBroker.Publish skips it), so
+// counting indexes, as the pacer does, over-counts the buffer: it errs
+// toward waiting. In a burst (hundreds of children registered at
 // once) the daemon's writes, and what Nomad writes because of them
 // (evaluations, plans, allocation updates), can come faster than the
 // stream is read: across a slow link, or from a busy server. The daemon

@@ -46,7 +46,7 @@ type WatcherConfig struct {
 	OnRelist func()
 	// Pacer is told how far the stream has got, and whether one is
 	// followed, so that it can hold the daemon's writes while the stream
-	// trails them. Nil for none.
+	// trails them. Nil: one that no write waits on.
 	Pacer *StreamPacer
 }
 
@@ -117,6 +117,9 @@ func NewWatcher(a API, cache *Cache, cfg WatcherConfig, log hclog.Logger, onChan
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Pacer == nil {
+		cfg.Pacer = NewStreamPacer(0)
 	}
 	w := &Watcher{api: a, cache: cache, cfg: cfg, log: log, onChange: onChange, resync: make(chan struct{}, 1), settles: newSettleQueue()}
 	w.lastErr.Store("not yet synced")
@@ -293,9 +296,6 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 		return err
 	}
 	pacer := w.cfg.Pacer
-	if pacer == nil {
-		pacer = NewStreamPacer(0) // followed and seen, but never waited on
-	}
 	// Until the listing is in, and once the stream ends, no write waits.
 	defer pacer.Lost()
 	pump := startPump(sctx, stream, pacer.Saw)
