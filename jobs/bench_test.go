@@ -1,6 +1,9 @@
 package jobs
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // BenchmarkParseRender is the per-pod cost on the controller's hot path:
 // parse the parent's annotations and render one child from a revision.
@@ -33,4 +36,31 @@ func BenchmarkRevisionData(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDigestChild is what finding hand edits costs per child: the
+// digest of a child as Nomad sent it (an event's JSON, once per new spec)
+// and of one as rendered (once per revision and ordinal).
+func BenchmarkDigestChild(b *testing.B) {
+	reg := loadJob(b, "testdata/web.child.registered.json")
+	raw, err := json.Marshal(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DigestChildJSON(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("rendered", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DigestChild(reg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

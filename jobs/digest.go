@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -53,7 +54,11 @@ func DigestChildJSON(data []byte) (SpecDigest, error) {
 }
 
 // digestDoc digests a child's revision document, leaving out the group's
-// "!=" rules that spread says spreading added.
+// "!=" rules that spread says spreading added. A field's checksum is of its
+// JSON as json.Marshal writes it (compact, keys sorted). The document is
+// encoded once and split into fields at three levels (the job, the group,
+// each task), rather than each level encoded on its own and each field
+// again: the digest of every new child spec is on the watcher's path.
 func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDigest, error) {
 	g := doc.Group
 	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
@@ -62,60 +67,146 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
 		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
 	})
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
+	}
 	var fields []specdigest.Field
-	add := func(path string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("digest of child: %s: %w", path, err)
-		}
-		if string(b) == "null" || string(b) == "{}" || string(b) == "[]" {
-			return nil // absent, as prune leaves an empty value
+	add := func(path string, raw []byte) {
+		switch string(raw) {
+		case "null", "{}", "[]":
+			return // absent, as prune leaves an empty value
 		}
 		h := fnv.New64a()
-		h.Write(b)
+		h.Write(raw)
 		fields = append(fields, specdigest.Field{Path: internPath(path), Sum: h.Sum64()})
-		return nil
 	}
-	var top map[string]json.RawMessage
-	if err := remarshal(doc, &top); err != nil {
-		return SpecDigest{}, err
-	}
-	delete(top, "Group")
-	var group map[string]json.RawMessage
-	if err := remarshal(g, &group); err != nil {
-		return SpecDigest{}, err
-	}
-	delete(group, "Tasks")
-	for k, v := range top {
-		if err := add(k, v); err != nil {
-			return SpecDigest{}, err
+	var group, tasks []byte
+	err = splitJSON(b, func(k string, v []byte) {
+		if k == "Group" {
+			group = v
+			return
 		}
-	}
-	for k, v := range group {
-		if err := add("Group."+k, v); err != nil {
-			return SpecDigest{}, err
-		}
-	}
-	for i, t := range g.Tasks {
-		if t == nil {
-			continue
-		}
-		var task map[string]json.RawMessage
-		if err := remarshal(t, &task); err != nil {
-			return SpecDigest{}, err
-		}
-		delete(task, "Name")
-		name := t.Name
-		if name == "" {
-			name = fmt.Sprint(i)
-		}
-		for k, v := range task {
-			if err := add("Group.Tasks["+name+"]."+k, v); err != nil {
-				return SpecDigest{}, err
+		add(k, v)
+	})
+	if err == nil {
+		err = splitJSON(group, func(k string, v []byte) {
+			if k == "Tasks" {
+				tasks = v
+				return
 			}
+			add("Group."+k, v)
+		})
+	}
+	i := 0
+	var taskErr error
+	if err == nil && tasks != nil && string(tasks) != "null" {
+		err = splitJSON(tasks, func(_ string, task []byte) {
+			defer func() { i++ }()
+			if string(task) == "null" || i >= len(g.Tasks) {
+				return
+			}
+			name := g.Tasks[i].Name
+			if name == "" {
+				name = fmt.Sprint(i)
+			}
+			if e := splitJSON(task, func(k string, v []byte) {
+				if k != "Name" {
+					add("Group.Tasks["+name+"]."+k, v)
+				}
+			}); e != nil && taskErr == nil {
+				taskErr = e
+			}
+		})
+		if err == nil {
+			err = taskErr
 		}
+	}
+	if err != nil {
+		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
 	return specdigest.New(fields), nil
+}
+
+// splitJSON calls fn with each member of a JSON object (its key and its
+// value's bytes) or each element of an array (an empty key), in order.
+// It is for json.Marshal's own output, which is valid and compact, and so
+// only follows strings and nesting to find where each value ends: unlike
+// json.Unmarshal into raw messages, it neither validates nor copies, and
+// a digest splits three levels of one document.
+func splitJSON(b []byte, fn func(key string, value []byte)) error {
+	if len(b) < 2 || (b[0] != '{' && b[0] != '[') {
+		return fmt.Errorf("not a JSON object or array: %.20q", b)
+	}
+	object := b[0] == '{'
+	i := 1
+	for i < len(b)-1 {
+		var key string
+		if object {
+			end, err := endOfValue(b, i)
+			if err != nil {
+				return err
+			}
+			if name := b[i:end]; len(name) >= 2 && bytes.IndexByte(name, '\\') < 0 {
+				key = string(name[1 : len(name)-1]) // a Go field name: no escapes
+			} else if err := json.Unmarshal(name, &key); err != nil {
+				return fmt.Errorf("member name at %d: %w", i, err)
+			}
+			if end >= len(b) || b[end] != ':' {
+				return fmt.Errorf("no colon after member name at %d", i)
+			}
+			i = end + 1
+		}
+		end, err := endOfValue(b, i)
+		if err != nil {
+			return err
+		}
+		fn(key, b[i:end])
+		i = end
+		if i < len(b)-1 {
+			if b[i] != ',' {
+				return fmt.Errorf("no comma after the value at %d", i)
+			}
+			i++
+		}
+	}
+	return nil
+}
+
+// endOfValue returns where the compact JSON value that starts at b[i]
+// ends.
+func endOfValue(b []byte, i int) (int, error) {
+	depth, inString := 0, false
+	for j := i; j < len(b); j++ {
+		c := b[j]
+		switch {
+		case inString:
+			switch c {
+			case '\\':
+				j++
+			case '"':
+				inString = false
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return j + 1, nil
+			}
+			if depth < 0 {
+				return j, nil // the enclosing value's end: a scalar ends here
+			}
+		case depth == 0 && c == ',', depth == 0 && c == ':':
+			return j, nil
+		}
+	}
+	return 0, fmt.Errorf("JSON value at %d does not end", i)
 }
 
 func without[T any](in []T, drop func(T) bool) []T {
@@ -126,17 +217,6 @@ func without[T any](in []T, drop func(T) bool) []T {
 		}
 	}
 	return out
-}
-
-func remarshal(in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return fmt.Errorf("digest of child: %w", err)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("digest of child: %w", err)
-	}
-	return nil
 }
 
 // paths interns field paths: every child of every set shares them. Paths

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -37,6 +38,15 @@ func TestDigestOfRegisteredChildMatches(t *testing.T) {
 			}
 			if ch := want.Changed(got); len(ch) != 0 {
 				t.Fatalf("Nomad's own defaults read as edits of %v", ch)
+			}
+			// RenderedDigest digests its own rendering without a copy.
+			spread, recorded := sent.Meta[MetaSpreadAvoid]
+			rendered, err := RenderedDigest(spec, rev, ord, spread, recorded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rendered.Equal(want) {
+				t.Fatalf("RenderedDigest differs from DigestChild of the rendering in %v", rendered.Changed(want))
 			}
 		})
 	}
@@ -172,5 +182,165 @@ func TestPathInternTableIsBounded(t *testing.T) {
 	paths.Range(func(any, any) bool { n++; return true })
 	if n > maxInternedPaths {
 		t.Fatalf("the paths table holds %d entries, over its bound of %d", n, maxInternedPaths)
+	}
+}
+
+// TestDigestEncodesOnceAsEachFieldAlone: digestDoc encodes the document
+// once and splits it; its checksums are those of each field encoded on
+// its own (digestDocFieldByField, the plain way it was first written), so
+// that a field's checksum is its own JSON and nothing of its neighbours'.
+// Covered: every example, rendered for several ordinals and as Nomad read
+// it back, a task without a name, a nil task, and empty collections.
+func TestDigestEncodesOnceAsEachFieldAlone(t *testing.T) {
+	var cases []*api.Job
+	for _, name := range examples {
+		spec, rev := mustSpecRev(t, submitted(t, name))
+		for ord := range 3 {
+			c, err := RenderChild(spec, rev, ord)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases = append(cases, c)
+		}
+		cases = append(cases, loadJob(t, filepath.Join("testdata", name+".child.registered.json")))
+	}
+	spec, rev := mustSpecRev(t, submitted(t, "web"))
+	odd, err := RenderChild(spec, rev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := odd.TaskGroups[0]
+	g.Tasks = append(g.Tasks, &api.Task{Driver: "docker", Config: map[string]any{"image": "<redis>&"}}, nil)
+	g.Meta, g.Constraints = map[string]string{}, []*api.Constraint{}
+	odd.Meta["html"] = "<a href='x'>&</a>"
+	odd.Meta[`q"}]`] = `say "hi", \\ ]}{[:`
+	cases = append(cases, odd)
+
+	for i, job := range cases {
+		for _, spread := range []func(string, string) bool{
+			func(string, string) bool { return false },
+			func(string, string) bool { return true },
+		} {
+			docA, err := newRevisionDoc(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docB, err := newRevisionDoc(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := digestDoc(docA, spread)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := digestDocFieldByField(docB, spread)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Equal(want) || len(got.Changed(want)) != 0 {
+				t.Fatalf("case %d (%s): digest differs from each field encoded alone in %v", i, *job.ID, got.Changed(want))
+			}
+		}
+	}
+}
+
+// digestDocFieldByField is digestDoc as first written: each level
+// encoded on its own, each field encoded again. The reference of
+// TestDigestEncodesOnceAsEachFieldAlone.
+func digestDocFieldByField(doc *revisionDoc, spread func(attr, value string) bool) (SpecDigest, error) {
+	g := doc.Group
+	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
+		return c != nil && c.Operand == operandNotEqual && spread(c.LTarget, c.RTarget)
+	})
+	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
+		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
+	})
+	var fields []specdigest.Field
+	add := func(path string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if string(b) == "null" || string(b) == "{}" || string(b) == "[]" {
+			return nil
+		}
+		h := fnv.New64a()
+		h.Write(b)
+		fields = append(fields, specdigest.Field{Path: path, Sum: h.Sum64()})
+		return nil
+	}
+	remarshal := func(in, out any) error {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(b, out)
+	}
+	var top, group map[string]json.RawMessage
+	if err := remarshal(doc, &top); err != nil {
+		return SpecDigest{}, err
+	}
+	delete(top, "Group")
+	if err := remarshal(g, &group); err != nil {
+		return SpecDigest{}, err
+	}
+	delete(group, "Tasks")
+	for k, v := range top {
+		if err := add(k, v); err != nil {
+			return SpecDigest{}, err
+		}
+	}
+	for k, v := range group {
+		if err := add("Group."+k, v); err != nil {
+			return SpecDigest{}, err
+		}
+	}
+	for i, task := range g.Tasks {
+		if task == nil {
+			continue
+		}
+		var m map[string]json.RawMessage
+		if err := remarshal(task, &m); err != nil {
+			return SpecDigest{}, err
+		}
+		delete(m, "Name")
+		name := task.Name
+		if name == "" {
+			name = fmt.Sprint(i)
+		}
+		for k, v := range m {
+			if err := add("Group.Tasks["+name+"]."+k, v); err != nil {
+				return SpecDigest{}, err
+			}
+		}
+	}
+	return specdigest.New(fields), nil
+}
+
+// TestNullTaskIsNothing: a job whose group lists a null task (no Nomad
+// server accepts one, so only a hand-made payload has it) is read as if
+// the null were not there, by the parent's parser, its revision and a
+// child's digest from JSON, instead of panicking in the api package's
+// Canonicalize.
+func TestNullTaskIsNothing(t *testing.T) {
+	parent := submitted(t, "web")
+	want, err := RevisionData(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.TaskGroups[0].Tasks = append(parent.TaskGroups[0].Tasks, nil)
+	if _, err := Parse(parent); err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	got, err := RevisionData(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("a null task changed the revision:\n%s\nwant\n%s", got, want)
+	}
+	d, err := DigestChildJSON([]byte(`{"ID":"web-0","TaskGroups":[{"Name":"g","Tasks":[null,{"Name":"app","Driver":"docker"}]}]}`))
+	if err != nil || !d.Known() {
+		t.Fatalf("digest of a child with a null task: %v, known %v", err, d.Known())
 	}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -100,7 +101,13 @@ func RenderedDigest(spec reconciler.Spec, rev reconciler.Revision, ordinal int, 
 	} else {
 		delete(child.Meta, MetaSpreadAvoid)
 	}
-	return DigestChild(child)
+	// The rendering is this call's own: no copy to digest it.
+	spreadRules := spreadRulesOf(child.Meta)
+	doc, err := revisionDocOf(child)
+	if err != nil {
+		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
+	}
+	return digestDoc(doc, spreadRules)
 }
 
 var _ backend.ChildJob = (*ChildRecord)(nil)
