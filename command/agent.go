@@ -12,7 +12,6 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
-	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent"
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
@@ -126,7 +125,7 @@ func (c *AgentCommand) Run(args []string) int {
 
 // runAgent builds the backends from cfg and runs the agent until ctx is done.
 func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, reload func() (*config.Config, error)) error {
-	nc, err := nomadapi.NewClient(nomadAPIConfig(cfg))
+	nc, err := newNomadClient(cfg)
 	if err != nil {
 		return fmt.Errorf("configuring the Nomad client: %w", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +103,10 @@ func TestConsulAPIConfig_Fields(t *testing.T) {
   insecure_skip_verify = true
 }`)
 	got := consulAPIConfig(c)
+	if got.Transport == nil || got.Transport.MaxIdleConnsPerHost != idleConnections(c) {
+		t.Errorf("consul transport keeps %v idle connections, want %d", got.Transport, idleConnections(c))
+	}
+	got.Transport = nil // compared on its own above
 	want := &consulapi.Config{
 		Address: "consul.example:8501", Scheme: "https", Datacenter: "dc2", Token: "tok",
 		TLSConfig: consulapi.TLSConfig{
@@ -238,7 +244,7 @@ func TestNomadAPIConfig_MutualTLS(t *testing.T) {
 	}
 	leader := func(text string) (string, error) {
 		c := mustLoad(t, text)
-		client, err := nomadapi.NewClient(nomadAPIConfig(c))
+		client, err := newNomadClient(c)
 		if err != nil {
 			return "", err
 		}
@@ -293,6 +299,64 @@ func TestConsulAPIConfig_MutualTLS(t *testing.T) {
 			}
 			if token != "consul-acl-token" {
 				t.Errorf("server saw token %q", token)
+			}
+		})
+	}
+}
+
+// TestClientsReuseConnectionsAcrossWorkers: the daemon's Nomad and Consul
+// clients keep a connection per worker between calls. With the api
+// packages' default pool (GOMAXPROCS + 1 idle connections), workers that
+// call at once close most of their connections after each answer and dial
+// new ones: Nomad and Consul then accept a connection per write.
+func TestClientsReuseConnectionsAcrossWorkers(t *testing.T) {
+	const workers, rounds = 16, 10
+	var dialed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `"10.0.0.1:4647"`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := mustLoad(t, fmt.Sprintf("workers = %d\nnomad { address = %q }\nconsul { address = %q }", workers, srv.URL, strings.TrimPrefix(srv.URL, "http://")))
+
+	nc, err := newNomadClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := consulapi.NewClient(consulAPIConfig(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() (string, error){
+		"nomad":  func() (string, error) { return nc.Status().Leader() },
+		"consul": func() (string, error) { return cc.Status().Leader() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := dialed.Load()
+			for range rounds {
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := call(); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			// The first round dials one connection per worker; later
+			// rounds find them idle. Twice that leaves room for a
+			// connection not yet back in the pool when the next round
+			// starts; the default pool dials about 13 a round here.
+			if n := dialed.Load() - before; n > 2*workers {
+				t.Fatalf("%d calls by %d workers dialed %d connections; want at most %d", rounds*workers, workers, n, 2*workers)
 			}
 		})
 	}
