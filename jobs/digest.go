@@ -98,29 +98,26 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 			add("Group."+k, v)
 		})
 	}
-	i := 0
-	var taskErr error
+	var taskDocs [][]byte
 	if err == nil && tasks != nil && string(tasks) != "null" {
-		err = splitJSON(tasks, func(_ string, task []byte) {
-			defer func() { i++ }()
-			if string(task) == "null" || i >= len(g.Tasks) {
-				return
-			}
-			name := g.Tasks[i].Name
-			if name == "" {
-				name = fmt.Sprint(i)
-			}
-			if e := splitJSON(task, func(k string, v []byte) {
-				if k != "Name" {
-					add("Group.Tasks["+name+"]."+k, v)
-				}
-			}); e != nil && taskErr == nil {
-				taskErr = e
+		err = splitJSON(tasks, func(_ string, task []byte) { taskDocs = append(taskDocs, task) })
+	}
+	if err == nil && len(taskDocs) != len(g.Tasks) {
+		err = fmt.Errorf("%d tasks encoded as %d", len(g.Tasks), len(taskDocs))
+	}
+	for i := 0; err == nil && i < len(taskDocs); i++ {
+		if g.Tasks[i] == nil {
+			continue
+		}
+		name := g.Tasks[i].Name
+		if name == "" {
+			name = fmt.Sprint(i)
+		}
+		err = splitJSON(taskDocs[i], func(k string, v []byte) {
+			if k != "Name" {
+				add("Group.Tasks["+name+"]."+k, v)
 			}
 		})
-		if err == nil {
-			err = taskErr
-		}
 	}
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)

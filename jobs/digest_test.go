@@ -344,3 +344,52 @@ func TestNullTaskIsNothing(t *testing.T) {
 		t.Fatalf("digest of a child with a null task: %v, known %v", err, d.Known())
 	}
 }
+
+// FuzzSplitJSON: splitJSON finds the members of what json.Marshal
+// writes, whatever the strings hold, as json.Unmarshal into raw messages
+// does.
+func FuzzSplitJSON(f *testing.F) {
+	f.Add("Meta", `say "hi", \ ]}{[:`)
+	f.Add("", "")
+	f.Add(`q"}]`, "<a href='x'>&</a>\u2028")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		doc := map[string]any{
+			key:   value,
+			"arr": []any{value, map[string]string{key: value}, nil, 1.5, true},
+			"obj": map[string]any{"x": []string{value}, "e": map[string]string{}},
+		}
+		b, err := json.Marshal(doc) // strings and maps of strings: it never fails
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want map[string]json.RawMessage
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]json.RawMessage{}
+		if err := splitJSON(b, func(k string, v []byte) { got[k] = v }); err != nil {
+			t.Fatalf("splitJSON(%s): %v", b, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("splitJSON(%s) found %d members, want %d", b, len(got), len(want))
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Fatalf("splitJSON(%s)[%q] = %s, want %s", b, k, got[k], v)
+			}
+		}
+		var elems []json.RawMessage
+		if err := json.Unmarshal(want["arr"], &elems); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if err := splitJSON(want["arr"], func(_ string, v []byte) {
+			if n < len(elems) && string(v) != string(elems[n]) {
+				t.Fatalf("element %d = %s, want %s", n, v, elems[n])
+			}
+			n++
+		}); err != nil || n != len(elems) {
+			t.Fatalf("splitJSON(%s): %d elements, %v; want %d", want["arr"], n, err, len(elems))
+		}
+	})
+}
