@@ -113,8 +113,7 @@ func revisionDocOf(c *api.Job) (*revisionDoc, error) {
 	c.TaskGroups = groups
 	// A null task (JSON that no Nomad server accepts, so it can come only
 	// from a hand-made payload) would make Canonicalize panic; like a
-	// null group it is nothing, and dropping it keeps the digest of a
-	// child with one what it was.
+	// null group it is nothing.
 	groups[0].Tasks = slices.DeleteFunc(groups[0].Tasks, func(t *api.Task) bool { return t == nil })
 	// Only the service type makes sense for a set (Parse enforces it); fix
 	// it here so Canonicalize picks the service defaults on both sides.
