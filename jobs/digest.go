@@ -30,11 +30,11 @@ const operandNotEqual = "!="
 // recorded in MetaSpreadAvoid) from where its set's other ordinals run, so
 // its revision alone cannot say them.
 func DigestChild(job *api.Job) (SpecDigest, error) {
-	doc, err := newRevisionDoc(job)
+	c, err := copyJob(job)
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	return digestDoc(doc, spreadRulesOf(job.Meta))
+	return digestOwned(c)
 }
 
 // DigestChildJSON is DigestChild of a job's JSON (an event payload, as
@@ -46,11 +46,18 @@ func DigestChildJSON(data []byte) (SpecDigest, error) {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	doc, err := revisionDocOf(&j)
+	return digestOwned(&j)
+}
+
+// digestOwned is DigestChild of a job the caller owns (just decoded, or
+// just rendered): it changes c, and so needs no copy.
+func digestOwned(c *api.Job) (SpecDigest, error) {
+	spread := spreadRulesOf(c.Meta)
+	doc, err := revisionDocOf(c)
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	return digestDoc(doc, spreadRulesOf(j.Meta))
+	return digestDoc(doc, spread)
 }
 
 // digestDoc digests a child's revision document, leaving out the group's
@@ -61,12 +68,7 @@ func DigestChildJSON(data []byte) (SpecDigest, error) {
 // again: the digest of every new child spec is on the watcher's path.
 func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDigest, error) {
 	g := doc.Group
-	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
-		return c != nil && c.Operand == operandNotEqual && spread(c.LTarget, c.RTarget)
-	})
-	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
-		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
-	})
+	dropSpreadRules(g, spread)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
@@ -204,6 +206,17 @@ func endOfValue(b []byte, i int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("JSON value at %d does not end", i)
+}
+
+// dropSpreadRules removes the group's "!=" constraints and affinities
+// that spread says spreading added.
+func dropSpreadRules(g *api.TaskGroup, spread func(attr, value string) bool) {
+	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
+		return c != nil && c.Operand == operandNotEqual && spread(c.LTarget, c.RTarget)
+	})
+	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
+		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
+	})
 }
 
 func without[T any](in []T, drop func(T) bool) []T {

@@ -249,12 +249,7 @@ func TestDigestEncodesOnceAsEachFieldAlone(t *testing.T) {
 // TestDigestEncodesOnceAsEachFieldAlone.
 func digestDocFieldByField(doc *revisionDoc, spread func(attr, value string) bool) (SpecDigest, error) {
 	g := doc.Group
-	g.Constraints = without(g.Constraints, func(c *api.Constraint) bool {
-		return c != nil && c.Operand == operandNotEqual && spread(c.LTarget, c.RTarget)
-	})
-	g.Affinities = without(g.Affinities, func(a *api.Affinity) bool {
-		return a != nil && a.Operand == operandNotEqual && spread(a.LTarget, a.RTarget)
-	})
+	dropSpreadRules(g, spread)
 	var fields []specdigest.Field
 	add := func(path string, v any) error {
 		b, err := json.Marshal(v)

@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -101,13 +100,7 @@ func RenderedDigest(spec reconciler.Spec, rev reconciler.Revision, ordinal int, 
 	} else {
 		delete(child.Meta, MetaSpreadAvoid)
 	}
-	// The rendering is this call's own: no copy to digest it.
-	spreadRules := spreadRulesOf(child.Meta)
-	doc, err := revisionDocOf(child)
-	if err != nil {
-		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
-	}
-	return digestDoc(doc, spreadRules)
+	return digestOwned(child)
 }
 
 var _ backend.ChildJob = (*ChildRecord)(nil)
