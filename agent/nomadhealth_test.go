@@ -192,21 +192,18 @@ func TestHeldWritesAreCountedAndShown(t *testing.T) {
 		t.Fatalf("before any write, /v1/health's event_stream is %+v, want no holds", hl.EventStream)
 	}
 
-	sim.PauseEvents()
+	// A stream that delivers every event two seconds late: the agent sees
+	// the parent, then makes its eight creates while none of their events
+	// has come back, so the ones past the pacer's limit (5) are held. A
+	// delay, unlike pausing and resuming the stream around the parent,
+	// does not depend on how fast this host runs the agent.
+	sim.SetEventDelay(2 * time.Second)
 	if _, err := sim.RegisterJob(context.Background(), parentJob("web", map[string]string{
 		"statefulset_replicas": "8", "statefulset_pod_management_policy": "Parallel"}, "v1"), false, 0); err != nil {
 		t.Fatal(err)
 	}
-	// The watcher must see the parent before the agent writes anything:
-	// let the stream deliver it, then stall it again.
-	waitUntilT(t, "the stalled stream to hold a write", func() bool {
-		if cluster.WritePacing().Holds > 0 {
-			return true
-		}
-		sim.ResumeEvents()
-		time.Sleep(time.Millisecond)
-		sim.PauseEvents()
-		return false
+	waitUntilT(t, "the lagging stream to hold a write", func() bool {
+		return cluster.WritePacing().Holds > 0
 	})
 	hl, _ := getHealth(t, a)
 	if es := hl.EventStream; es == nil || es.WriteHolds == 0 || es.MaxBehind <= 5 {
@@ -221,8 +218,8 @@ func TestHeldWritesAreCountedAndShown(t *testing.T) {
 	if lines := grepLines(string(body), "nomad_statefulset_nomad_write_holds_total "); lines == "" || strings.HasSuffix(lines, " 0") {
 		t.Fatalf("/v1/metrics counts no held write:\n%s", grepLines(string(body), "write_h"))
 	}
-	sim.ResumeEvents()
-	waitUntilT(t, "the set to converge once the stream moves", func() bool {
+	sim.SetEventDelay(0)
+	waitUntilT(t, "the set to converge once the stream catches up", func() bool {
 		d, ok := a.current.Load().sets.get(backend.SetKey{Namespace: "default", Name: "web"})
 		return ok && d.Status.ReadyReplicas == 8
 	})
