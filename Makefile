@@ -145,7 +145,11 @@ bench:
 # register the set's parent jobs too, and NSS_BENCH_SCALE_NATIVE_STREAM=1,
 # another, has them serve the daemon's event stream to a reader, and
 # NSS_BENCH_SCALE_CONSUL_DIR=dir, a third, keeps the set's Consul's data in
-# dir (/dev/shm: no fsyncs on the disk the Nomads share).
+# dir (/dev/shm: no fsyncs on the disk the Nomads share);
+# NSS_BENCH_SCALE_EVENT_BUFFER=N gives the set's Nomad (and the daemon)
+# event_buffer_size = N, and NSS_BENCH_SCALE_SOCKETS=ms samples the
+# daemon's connections to its Nomad every ms milliseconds: the bytes each
+# side had not yet handed over, so a lost stream names who fell behind.
 # NSS_BENCH_SCALE_CREATE_ONLY=1 stops each run after its three creates
 # (4-5 minutes a run), to pool many more creates in the same time;
 # scripts/bench-pool.sh pools the ratios of the runs' logs.

@@ -514,7 +514,9 @@ func waitQuiet(b *testing.B, side []cpuUser) {
 // native-noise is the larger of the two phases' native B over native A,
 // inverted when below 1; stream-resets counts the daemon's lost event
 // streams over both phases (goal 0 at Nomad's default event_buffer_size of
-// 100), logged by reason. NSS_BENCH_SCALE_CREATE_ONLY skips the rollouts.
+// 100), logged by reason. NSS_BENCH_SCALE_CREATE_ONLY skips the rollouts;
+// NSS_BENCH_SCALE_EVENT_BUFFER and NSS_BENCH_SCALE_SOCKETS are the
+// diagnostics of a lost stream (Makefile, bench-cluster).
 func BenchmarkScaleVsNative(b *testing.B) {
 	sets := envInt(b, "NSS_BENCH_SCALE_SETS", 200)
 	replicas := envInt(b, "NSS_BENCH_SCALE_REPLICAS", 5)
@@ -552,12 +554,28 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		setConsulOpts = append(setConsulOpts, testagent.WithConsulDataDir(dir))
 	}
 	setConsul := testagent.Consul(b, setConsulOpts...)
-	setNomad := testagent.Nomad(b, scaleNomadOpts(testagent.WithConsul(setConsul))...)
+	setNomadOpts := scaleNomadOpts(testagent.WithConsul(setConsul))
+	// A diagnostic, not the comparison: the set's Nomad keeps a
+	// smaller (or larger) event buffer than Nomad's default, and the
+	// daemon is told, so that lost streams come often enough to see
+	// which side fell behind (NSS_BENCH_SCALE_SOCKETS).
+	eventBuffer := envInt(b, "NSS_BENCH_SCALE_EVENT_BUFFER", 0)
+	if eventBuffer > 0 {
+		progress("NSS_BENCH_SCALE_EVENT_BUFFER: the set's Nomad has event_buffer_size = %d; the ratios below are not the issue's", eventBuffer)
+		setNomadOpts = append(setNomadOpts, testagent.WithConfig(fmt.Sprintf("server {\n  event_buffer_size = %d\n}", eventBuffer)))
+	}
+	setNomad := testagent.Nomad(b, setNomadOpts...)
 	var daemonHCL []string
 	if w := envInt(b, "NSS_BENCH_SCALE_WORKERS", 0); w > 0 {
 		daemonHCL = append(daemonHCL, fmt.Sprintf("workers = %d", w))
 	}
 	d := NewDaemon(b, setNomad, setConsul, daemonHCL...)
+	if eventBuffer > 0 {
+		tellDaemonEventBuffer(b, d, eventBuffer)
+	}
+	// Where the bytes of the daemon's connections to its Nomad wait, in
+	// the set's phases: a lost stream's cause (socketSample).
+	sampleSocketsEvery := time.Duration(envInt(b, "NSS_BENCH_SCALE_SOCKETS", 0)) * time.Millisecond
 	if profileDir != "" {
 		// The daemon's own profile, beside its Nomad's: pprof in its
 		// http block, which NewDaemon writes.
@@ -624,6 +642,14 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	setPhase := func(v int, what string) (time.Duration, map[string]uint64) {
 		before := streamHealth(b, d)
 		index := allocIndex(b, setClient)
+		var sockets *socketSampler
+		if sampleSocketsEvery > 0 {
+			pid, err := d.Proc.PID()
+			if err != nil {
+				b.Fatal(err)
+			}
+			sockets = sampleSockets(pid, setNomad.HTTPPort, sampleSocketsEvery)
+		}
 		registerAll(b, setClient, parents[v])
 		start, modify := firstSubmit(b, setClient, setPrefix, parentIDs)
 		last := waitScaleHealthy(b, setClient, "set "+what, children, index)
@@ -640,6 +666,18 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		delta, total := countDelta(before.Resets, after.Resets)
 		if lastReset := after.LastReset; total > 0 && lastReset != nil {
 			b.Logf("set %s: the daemon's last lost stream: %s at %s: %s", what, lastReset.Reason, lastReset.At.Format(time.RFC3339Nano), lastReset.Message)
+		}
+		if sockets != nil {
+			samples, err := sockets.Stop()
+			if err != nil {
+				b.Fatalf("sampling the daemon's connections to Nomad: %v", err)
+			}
+			unread, unsent, n := socketPeaks(samples, start, last)
+			progress("set %s: the daemon's connections to Nomad, %d samples: at most %d bytes unread by the daemon, %d unsent by Nomad", what, n, unread, unsent)
+			if lastReset := after.LastReset; total > 0 && lastReset != nil {
+				unread, unsent, n := socketPeaks(samples, lastReset.At.Add(-3*time.Second), lastReset.At)
+				progress("set %s: in the 3 s before the last lost stream, %d samples: at most %d bytes unread by the daemon, %d unsent by Nomad", what, n, unread, unsent)
+			}
 		}
 		progress("set %s: the daemon's writes held for its event stream: %d, %.2f s in all; the most the stream trailed a write: %d indexes (since the daemon started)", what,
 			after.WriteHolds-before.WriteHolds, after.WriteHeldSeconds-before.WriteHeldSeconds, after.MaxBehind)
@@ -815,4 +853,21 @@ func watchEvents(b *testing.B, c *nomadapi.Client) {
 			}
 		}
 	}()
+}
+
+// tellDaemonEventBuffer sets the daemon's nomad { event_buffer_size }, for
+// a Nomad whose servers keep that many (NSS_BENCH_SCALE_EVENT_BUFFER).
+func tellDaemonEventBuffer(b *testing.B, d *Daemon, size int) {
+	b.Helper()
+	conf, err := os.ReadFile(d.ConfigPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withSize := strings.Replace(string(conf), "nomad {\n", fmt.Sprintf("nomad {\n  event_buffer_size = %d\n", size), 1)
+	if withSize == string(conf) {
+		b.Fatalf("the daemon's configuration %s has no nomad block to set event_buffer_size in", d.ConfigPath)
+	}
+	if err := os.WriteFile(d.ConfigPath, []byte(withSize), 0o644); err != nil {
+		b.Fatal(err)
+	}
 }

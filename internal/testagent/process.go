@@ -755,6 +755,17 @@ func (p *Process) SetArgs(args ...string) {
 	p.p.mu.Unlock()
 }
 
+// PID is the running process's ID, or an error when it is not running.
+func (p *Process) PID() (int, error) {
+	p.p.mu.Lock()
+	cmd := p.p.cmd
+	p.p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !p.p.running() {
+		return 0, fmt.Errorf("%s is not running", p.p.name)
+	}
+	return cmd.Process.Pid, nil
+}
+
 // CPUTime is the CPU time (user and system) the running process has used,
 // read from /proc/<pid>/stat. It counts the process itself and the children
 // it has waited for, not children still running, so it fits an agent that
