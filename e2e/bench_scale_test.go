@@ -648,7 +648,9 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			sockets = sampleSockets(pid, setNomad.HTTPPort, sampleSocketsEvery)
+			if sockets, err = sampleSockets(pid, setNomad.HTTPPort, sampleSocketsEvery); err != nil {
+				b.Fatal(err)
+			}
 		}
 		registerAll(b, setClient, parents[v])
 		start, modify := firstSubmit(b, setClient, setPrefix, parentIDs)
@@ -671,6 +673,9 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			samples, err := sockets.Stop()
 			if err != nil {
 				b.Fatalf("sampling the daemon's connections to Nomad: %v", err)
+			}
+			if dir := os.Getenv("NSS_BENCH_SCALE_LOGS"); dir != "" {
+				writeSocketSamples(b, filepath.Join(dir, "sockets-"+what+".tsv"), samples)
 			}
 			unread, unsent, n := socketPeaks(samples, start, last)
 			progress("set %s: the daemon's connections to Nomad, %d samples: at most %d bytes unread by the daemon, %d unsent by Nomad", what, n, unread, unsent)
