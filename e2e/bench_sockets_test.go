@@ -322,6 +322,29 @@ func socketPeaks(samples []socketSample, from, to time.Time) (unread, unsent uin
 	return unread, unsent, n
 }
 
+// longestBacklog returns the longest stretch of samples in [from, to] in
+// which the daemon's connections held more than over bytes (unread and
+// unsent): how long the daemon left Nomad's writes waiting. A reader that
+// keeps up drains each write within a sample.
+func longestBacklog(samples []socketSample, from, to time.Time, over uint64) time.Duration {
+	var longest time.Duration
+	var since time.Time
+	for _, s := range samples {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		if s.unread+s.unsent <= over {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = s.at
+		}
+		longest = max(longest, s.at.Sub(since))
+	}
+	return longest
+}
+
 // writeSocketSamples writes samples to path, one a line: the time (RFC
 // 3339, nanoseconds), the unread and the unsent bytes, tab-separated; to
 // be laid beside the times of the daemon's logged stream losses.
@@ -336,6 +359,28 @@ func writeSocketSamples(b *testing.B, path string, samples []socketSample) {
 	}
 	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
 		b.Fatal(err)
+	}
+}
+
+func TestLongestBacklog(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []socketSample{
+		{at: at(0), unread: 20_000}, {at: at(10), unread: 0}, // drained within a sample
+		{at: at(20), unsent: 30_000}, {at: at(30), unread: 10_000, unsent: 10_000}, {at: at(40), unread: 17_000}, {at: at(50)},
+		{at: at(60), unread: 99_000}, {at: at(70), unread: 99_000},
+	}
+	for _, c := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 100, 20 * time.Millisecond},
+		{0, 10, 0},
+		{55, 100, 10 * time.Millisecond},
+	} {
+		if got := longestBacklog(samples, at(c.from), at(c.to), 16<<10); got != c.want {
+			t.Errorf("longestBacklog from %d ms to %d ms = %v, want %v", c.from, c.to, got, c.want)
+		}
 	}
 }
 
