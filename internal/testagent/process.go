@@ -756,15 +756,7 @@ func (p *Process) SetArgs(args ...string) {
 }
 
 // PID is the running process's ID, or an error when it is not running.
-func (p *Process) PID() (int, error) {
-	p.p.mu.Lock()
-	cmd := p.p.cmd
-	p.p.mu.Unlock()
-	if cmd == nil || cmd.Process == nil || !p.p.running() {
-		return 0, fmt.Errorf("%s is not running", p.p.name)
-	}
-	return cmd.Process.Pid, nil
-}
+func (p *Process) PID() (int, error) { return p.p.pid() }
 
 // CPUTime is the CPU time (user and system) the running process has used,
 // read from /proc/<pid>/stat. It counts the process itself and the children
@@ -778,13 +770,22 @@ func (p *Process) CPUTime() (time.Duration, error) { return p.p.cpuTime() }
 const clockTicks = 100
 
 func (p *process) cpuTime() (time.Duration, error) {
+	pid, err := p.pid()
+	if err != nil {
+		return 0, err
+	}
+	return procCPUTime(pid)
+}
+
+// pid is the running process's ID.
+func (p *process) pid() (int, error) {
 	p.mu.Lock()
 	cmd := p.cmd
 	p.mu.Unlock()
 	if cmd == nil || cmd.Process == nil || !p.running() {
 		return 0, fmt.Errorf("%s is not running", p.name)
 	}
-	return procCPUTime(cmd.Process.Pid)
+	return cmd.Process.Pid, nil
 }
 
 // procCPUTime reads the CPU time of pid from /proc/pid/stat.
