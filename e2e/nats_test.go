@@ -43,7 +43,7 @@ type natsCluster struct {
 	m  *MultiCluster
 	d  *Daemon
 	w  *natsWriter
-	ev *natsEvents
+	ev *eventLog
 	t  *testing.T
 }
 
@@ -74,7 +74,7 @@ func startNATS(t *testing.T) *natsCluster {
 	start := time.Now()
 	RegisterFile(t, m.Server.Client, filepath.Join(root, natsExample))
 	nc := &natsCluster{m: m, d: d, t: t}
-	nc.startEvents(t)
+	nc.ev = recordEvents(t, nc.d, natsSet)
 	nc.waitSet(t, "")
 	nc.waitFormed(t)
 	t.Logf("the example converged and formed one JetStream cluster in %v", time.Since(start).Round(time.Second))
@@ -268,81 +268,6 @@ func (nc *natsCluster) podState(ordinal int) (client.Pod, error) {
 		}
 	}
 	return client.Pod{}, fmt.Errorf("no pod %d: %s", ordinal, natsPods(st))
-}
-
-// natsEvents collects the daemon's events of the set.
-type natsEvents struct {
-	mu     sync.Mutex
-	seen   map[string]bool
-	events []client.Event
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-func (nc *natsCluster) startEvents(t *testing.T) {
-	e := &natsEvents{seen: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	nc.ev = e
-	go func() {
-		defer close(e.done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if st, err := setStatus(nc.d, natsSet); err == nil {
-				e.mu.Lock()
-				for _, ev := range st.Events {
-					k := ev.Time.String() + ev.Type + ev.Message
-					if !e.seen[k] {
-						e.seen[k] = true
-						e.events = append(e.events, ev)
-					}
-				}
-				e.mu.Unlock()
-			}
-			select {
-			case <-e.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(e.stop)
-		<-e.done
-	})
-}
-
-// deletions is the order in which the daemon took pods down since from:
-// the ordinals of its DeletePod events.
-func (e *natsEvents) deletions(from time.Time) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	evs := append([]client.Event(nil), e.events...)
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time.Before(evs[j].Time) })
-	var out []string
-	for _, ev := range evs {
-		if ev.Time.Before(from) || ev.Type != "DeletePod" {
-			continue
-		}
-		if f := strings.Fields(ev.Message); len(f) > 1 {
-			out = append(out, strings.TrimPrefix(strings.TrimSuffix(f[1], ":"), natsSet+"-"))
-		}
-	}
-	return out
-}
-
-// lines are the events since from, one per line.
-func (e *natsEvents) lines(from time.Time) string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	evs := append([]client.Event(nil), e.events...)
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time.Before(evs[j].Time) })
-	var b strings.Builder
-	for _, ev := range evs {
-		if !ev.Time.Before(from) {
-			fmt.Fprintf(&b, "\n  %s %s %s", ev.Time.Format("15:04:05.000"), ev.Type, ev.Message)
-		}
-	}
-	return b.String()
 }
 
 // natsWriter publishes to a stream of three replicas for the whole test
@@ -753,8 +678,8 @@ func TestNATS(t *testing.T) {
 		})
 		nc.waitSet(t, st.Status.UpdateRevision)
 		nc.waitFormed(t)
-		if got := nc.ev.deletions(from); strings.Join(got, ",") != "2,1,0" {
-			t.Errorf("the rollout took pods down in the order %v, want 2,1,0; events:%s", got, nc.ev.lines(from))
+		if got := deletedOrdinals(nc.ev.since(from), natsSet); strings.Join(got, ",") != "2,1,0" {
+			t.Errorf("the rollout took pods down in the order %v, want 2,1,0; events:%s", got, eventLines(nc.ev.since(from)))
 		}
 	})
 
@@ -818,8 +743,8 @@ func TestNATS(t *testing.T) {
 		}
 		nc.waitSet(t, "")
 		nc.waitFormed(t)
-		if got := nc.ev.deletions(from); strings.Join(got, ",") != "2,1" {
-			t.Errorf("the drain took pods down in the order %v, want 2,1; events:%s", got, nc.ev.lines(from))
+		if got := deletedOrdinals(nc.ev.since(from), natsSet); strings.Join(got, ",") != "2,1" {
+			t.Errorf("the drain took pods down in the order %v, want 2,1; events:%s", got, eventLines(nc.ev.since(from)))
 		}
 	})
 

@@ -766,12 +766,37 @@ func steps(evs []client.Event) []string {
 				out = append(out, "switchover")
 			}
 		case "DeletePod":
-			if f := strings.Fields(e.Message); len(f) > 1 {
-				out = append(out, strings.TrimPrefix(strings.TrimSuffix(f[1], ":"), pgSet+"-"))
+			if o, ok := deletedOrdinal(e, pgSet); ok {
+				out = append(out, o)
 			}
 		}
 	}
 	return out
+}
+
+// deletedOrdinals is the order in which the daemon took set's pods down
+// among evs: the ordinals of its DeletePod events.
+func deletedOrdinals(evs []client.Event, set string) []string {
+	var out []string
+	for _, e := range evs {
+		if o, ok := deletedOrdinal(e, set); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// deletedOrdinal is the ordinal a DeletePod event ("deleting web-2: …")
+// took down.
+func deletedOrdinal(e client.Event, set string) (string, bool) {
+	if e.Type != "DeletePod" {
+		return "", false
+	}
+	f := strings.Fields(e.Message)
+	if len(f) < 2 {
+		return "", false
+	}
+	return strings.TrimPrefix(strings.TrimSuffix(f[1], ":"), set+"-"), true
 }
 
 func eventLines(evs []client.Event) string {

@@ -608,26 +608,11 @@ type eventLog struct {
 // (the daemon down for a restart) are skipped: the next poll catches up.
 func recordEvents(t *testing.T, d *Daemon, set string) *eventLog {
 	l := &eventLog{seen: map[string]bool{}}
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if st, err := setStatus(d, set); err == nil {
-				l.add(st.Events)
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+	t.Cleanup(pollUntilStopped(200*time.Millisecond, func() {
+		if st, err := setStatus(d, set); err == nil {
+			l.add(st.Events)
 		}
-	}()
-	t.Cleanup(func() {
-		close(done)
-		<-stopped
-	})
+	}))
 	return l
 }
 
