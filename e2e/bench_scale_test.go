@@ -677,14 +677,10 @@ func BenchmarkScaleVsNative(b *testing.B) {
 			if dir := os.Getenv("NSS_BENCH_SCALE_LOGS"); dir != "" {
 				writeSocketSamples(b, filepath.Join(dir, "sockets-"+what+".tsv"), samples)
 			}
-			unread, unsent, n := socketPeaks(samples, start, last)
-			progress("set %s: the daemon's connections to Nomad, %d samples: at most %d bytes unread by the daemon, %d unsent by Nomad; more than 16 KiB waited for at most %v", what, n, unread, unsent,
-				longestBacklog(samples, start, last, 16<<10))
+			progress("set %s: the daemon's connections to Nomad, %v", what, summarizeSockets(samples, start, last))
 			if lastReset := after.LastReset; total > 0 && lastReset != nil {
-				from := lastReset.At.Add(-3 * time.Second)
-				unread, unsent, n := socketPeaks(samples, from, lastReset.At)
-				progress("set %s: in the 3 s before the last lost stream, %d samples: at most %d bytes unread by the daemon, %d unsent by Nomad; more than 16 KiB waited for at most %v", what, n, unread, unsent,
-					longestBacklog(samples, from, lastReset.At, 16<<10))
+				progress("set %s: the daemon's connections to Nomad in the 3 s before the last lost stream, %v", what,
+					summarizeSockets(samples, lastReset.At.Add(-3*time.Second), lastReset.At))
 			}
 		}
 		progress("set %s: the daemon's writes held for its event stream: %d, %.2f s in all; the most the stream trailed a write: %d indexes (since the daemon started)", what,

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,8 +40,8 @@ type socketSample struct {
 // socketSampler samples the daemon's connections to one port until stopped.
 type socketSampler struct {
 	pid, port int
-	stop      chan struct{}
-	done      chan struct{}
+	// stopPolling ends sampleSockets' polling.
+	stopPolling func()
 
 	// diag is the sampler's sock_diag socket; its goroutine's alone.
 	diag int
@@ -71,7 +72,7 @@ func newSocketSampler(pid, port int) (*socketSampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening a sock_diag socket: %w", err)
 	}
-	return &socketSampler{pid: pid, port: port, diag: fd, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	return &socketSampler{pid: pid, port: port, diag: fd}, nil
 }
 
 // Close releases the sampler's socket.
@@ -84,35 +85,24 @@ func sampleSockets(pid, port int, every time.Duration) (*socketSampler, error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		defer close(s.done)
-		defer s.Close()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			sample, err := s.look()
-			s.mu.Lock()
-			if err != nil && s.err == nil {
-				s.err = err
-			}
-			if err == nil {
-				s.samples = append(s.samples, sample)
-			}
-			s.mu.Unlock()
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
+	s.stopPolling = pollUntilStopped(every, func() {
+		sample, err := s.look()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			s.err = cmp.Or(s.err, err)
+			return
 		}
-	}()
+		s.samples = append(s.samples, sample)
+	})
 	return s, nil
 }
 
-// Stop ends the sampling and returns what it saw, or the first error.
+// Stop ends the sampling, releases the sampler and returns what it saw,
+// or the first error.
 func (s *socketSampler) Stop() ([]socketSample, error) {
-	close(s.stop)
-	<-s.done
+	s.stopPolling()
+	s.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples, s.err
@@ -316,39 +306,49 @@ func parseInetDiagMsg(b []byte) (tcpConn, error) {
 	return c, nil
 }
 
-// socketPeaks returns the most unread and unsent bytes of the samples in
-// [from, to], and how many samples that was.
-func socketPeaks(samples []socketSample, from, to time.Time) (unread, unsent uint64, n int) {
-	for _, s := range samples {
-		if s.at.Before(from) || s.at.After(to) {
-			continue
-		}
-		unread, unsent, n = max(unread, s.unread), max(unsent, s.unsent), n+1
-	}
-	return unread, unsent, n
+// backlogOver is how many bytes waiting (unread and unsent) count as a
+// backlog: five or so events.
+const backlogOver = 16 << 10
+
+// socketSummary is what the samples of a window say.
+type socketSummary struct {
+	// samples is how many fell in the window.
+	samples int
+	// unread and unsent are the most bytes of either kind.
+	unread, unsent uint64
+	// longestBacklog is the longest stretch of samples in which the
+	// daemon's connections held more than backlogOver bytes: how long the
+	// daemon left Nomad's writes waiting. A reader that keeps up drains
+	// each write within a sample.
+	longestBacklog time.Duration
 }
 
-// longestBacklog returns the longest stretch of samples in [from, to] in
-// which the daemon's connections held more than over bytes (unread and
-// unsent): how long the daemon left Nomad's writes waiting. A reader that
-// keeps up drains each write within a sample.
-func longestBacklog(samples []socketSample, from, to time.Time, over uint64) time.Duration {
-	var longest time.Duration
+// summarizeSockets sums up the samples in [from, to].
+func summarizeSockets(samples []socketSample, from, to time.Time) socketSummary {
+	var sum socketSummary
 	var since time.Time
 	for _, s := range samples {
 		if s.at.Before(from) || s.at.After(to) {
 			continue
 		}
-		if s.unread+s.unsent <= over {
+		sum.samples++
+		sum.unread, sum.unsent = max(sum.unread, s.unread), max(sum.unsent, s.unsent)
+		if s.unread+s.unsent <= backlogOver {
 			since = time.Time{}
 			continue
 		}
 		if since.IsZero() {
 			since = s.at
 		}
-		longest = max(longest, s.at.Sub(since))
+		sum.longestBacklog = max(sum.longestBacklog, s.at.Sub(since))
 	}
-	return longest
+	return sum
+}
+
+// String reads as a clause of the benchmark's progress lines.
+func (s socketSummary) String() string {
+	return fmt.Sprintf("%d samples: at most %d bytes unread by the daemon, %d unsent by Nomad; more than %d KiB waited for at most %v",
+		s.samples, s.unread, s.unsent, backlogOver>>10, s.longestBacklog)
 }
 
 // writeSocketSamples writes samples to path, one a line: the time (RFC
@@ -368,7 +368,7 @@ func writeSocketSamples(b *testing.B, path string, samples []socketSample) {
 	}
 }
 
-func TestLongestBacklog(t *testing.T) {
+func TestSummarizeSockets(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	samples := []socketSample{
@@ -378,14 +378,15 @@ func TestLongestBacklog(t *testing.T) {
 	}
 	for _, c := range []struct {
 		from, to int
-		want     time.Duration
+		want     socketSummary
 	}{
-		{0, 100, 20 * time.Millisecond},
-		{0, 10, 0},
-		{55, 100, 10 * time.Millisecond},
+		{0, 100, socketSummary{samples: 8, unread: 99_000, unsent: 30_000, longestBacklog: 20 * time.Millisecond}},
+		{0, 10, socketSummary{samples: 2, unread: 20_000}},
+		{15, 45, socketSummary{samples: 3, unread: 17_000, unsent: 30_000, longestBacklog: 20 * time.Millisecond}},
+		{55, 100, socketSummary{samples: 2, unread: 99_000, longestBacklog: 10 * time.Millisecond}},
 	} {
-		if got := longestBacklog(samples, at(c.from), at(c.to), 16<<10); got != c.want {
-			t.Errorf("longestBacklog from %d ms to %d ms = %v, want %v", c.from, c.to, got, c.want)
+		if got := summarizeSockets(samples, at(c.from), at(c.to)); got != c.want {
+			t.Errorf("summarizeSockets from %d ms to %d ms = %+v, want %+v", c.from, c.to, got, c.want)
 		}
 	}
 }
@@ -413,34 +414,56 @@ func TestParseInetDiagMsg(t *testing.T) {
 	}
 }
 
-func TestSocketSamplerSeesUnreadBytes(t *testing.T) {
-	// This process's own connection to itself: bytes written and not read
-	// are the reader's rx_queue.
+// TestSocketSamplerSeesWaitingBytes: on this process's own loopback
+// connection, with the dialed end standing for the daemon's and the
+// accepted end for Nomad's, bytes written and not read are the daemon's
+// unread; written past what its socket takes, they are Nomad's unsent.
+func TestSocketSamplerSeesWaitingBytes(t *testing.T) {
 	ln, port, conn, peer := loopbackPair(t)
 	defer ln.Close()
 	defer conn.Close()
 	defer peer.Close()
-	if _, err := peer.Write(make([]byte, 1000)); err != nil {
-		t.Fatal(err)
-	}
 	s, err := newSocketSampler(os.Getpid(), port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sample, err := s.look()
-		if err != nil {
-			t.Fatal(err)
+	// waitFor looks again until ok holds of a sample (the kernel moves
+	// loopback bytes at once, but not within the write call).
+	waitFor := func(what string, ok func(socketSample) bool) socketSample {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			sample, err := s.look()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok(sample) {
+				return sample
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sampler saw %+v on the connection to port %d, want %s", sample, port, what)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if sample.unread == 1000 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sampler saw %d unread bytes on the connection to port %d, want 1000", sample.unread, port)
-		}
-		time.Sleep(10 * time.Millisecond)
+	}
+
+	if _, err := peer.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("1000 bytes unread and none unsent", func(s socketSample) bool { return s.unread == 1000 && s.unsent == 0 })
+
+	// Write until the connection is full: the write stops at its deadline.
+	if err := peer.SetWriteDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := peer.Write(make([]byte, 64<<20))
+	if err == nil {
+		t.Fatalf("wrote all %d bytes to a connection nobody reads", n)
+	}
+	sample := waitFor("bytes unsent once the daemon's end is full", func(s socketSample) bool { return s.unsent > 0 })
+	if total := sample.unread + sample.unsent; total != uint64(1000+n) {
+		t.Errorf("unread %d + unsent %d = %d bytes waiting, want the %d written", sample.unread, sample.unsent, total, 1000+n)
 	}
 }
 
@@ -500,5 +523,32 @@ func BenchmarkSocketSample(b *testing.B) {
 		if _, err := s.look(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSampleSocketsUntilStopped: the benchmark's way in, sampling on its
+// own until Stop, which hands back every sample.
+func TestSampleSocketsUntilStopped(t *testing.T) {
+	ln, port, conn, peer := loopbackPair(t)
+	defer ln.Close()
+	defer conn.Close()
+	defer peer.Close()
+	if _, err := peer.Write(make([]byte, 500)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sampleSockets(os.Getpid(), port, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	samples, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) < 2 {
+		t.Fatalf("%d samples in 100 ms at one a millisecond, want several", len(samples))
+	}
+	if sum := summarizeSockets(samples, samples[0].at, samples[len(samples)-1].at); sum.unread != 500 || sum.samples != len(samples) {
+		t.Fatalf("over all %d samples: %v; want 500 bytes unread in every sample's count", len(samples), sum)
 	}
 }
