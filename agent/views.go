@@ -75,6 +75,10 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 			pod.NotReady = p.NotReady
 		case "Blocked", "WaitingForNode":
 			pod.NotReady = p.Blocked
+		case "Pending":
+			if p.VolumePending != "" {
+				pod.NotReady = volumePendingReason(p.VolumePending)
+			}
 		}
 		pods = append(pods, pod)
 	}
@@ -144,6 +148,14 @@ func orUnknown(s string) string {
 		return "no reason known"
 	}
 	return s
+}
+
+// volumePendingReason is a Pending pod's NotReady while Nomad has not yet
+// marked its new volume ready, so that a new pod is not shown as a
+// placement failure for the few seconds every new host volume takes.
+func volumePendingReason(volume string) string {
+	return "waiting for Nomad to mark its new volume " + volume +
+		" ready (at its client's next node update, 5 to 10 s after it was made); Nomad places the pod then"
 }
 
 // nodeReason names why a pod's node keeps it down or moving: NodeDown (its

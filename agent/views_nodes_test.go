@@ -1,12 +1,13 @@
 package agent
 
 import (
-	"time"
-
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
@@ -47,5 +48,33 @@ func TestNodeReason(t *testing.T) {
 func TestStoppedChildIsNotSucceeded(t *testing.T) {
 	if got := podState(reconciler.Pod{Phase: reconciler.PhaseSucceeded}, 0, time.Time{}); got != "Stopped" {
 		t.Fatalf("state %q, want Stopped", got)
+	}
+}
+
+// TestPodStateOfAPlacementWait: a pod Nomad could not place is Blocked with
+// Nomad's reason; one that waits for Nomad to mark its new volume ready
+// (backend.PodDetail.VolumePending) is Pending and says which volume.
+func TestPodStateOfAPlacementWait(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	pending := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhasePending}
+	const failure = `Nomad could not place it: group "web": 1 of 1 nodes filtered (${meta.rack} = nowhere: 1)`
+	for _, tc := range []struct {
+		name          string
+		pod           nomad.PodDetail
+		state, reason string
+	}{
+		{"a placement failure", nomad.PodDetail{Pod: pending, Blocked: failure}, "Blocked", failure},
+		{"its new volume not ready yet", nomad.PodDetail{Pod: pending, VolumePending: "data-web-0"}, "Pending", volumePendingReason("data-web-0")},
+		{"pending with nothing to say", nomad.PodDetail{Pod: pending}, "Pending", ""},
+	} {
+		s := newSetStates(nil)
+		s.update(key, reconciler.Spec{Name: "web", Replicas: 1}, reconciler.Status{}, backend.Observation{Pods: []backend.PodDetail{tc.pod}}, nil, time.Unix(1000, 0))
+		d, _ := s.get(key)
+		if len(d.Pods) != 1 || d.Pods[0].State != tc.state || d.Pods[0].NotReady != tc.reason {
+			t.Errorf("%s: pods %+v, want state %q, reason %q", tc.name, d.Pods, tc.state, tc.reason)
+		}
+	}
+	if r := volumePendingReason("data-web-0"); !strings.Contains(r, "data-web-0") || !strings.Contains(r, "node update") {
+		t.Fatalf("the reason %q does not name the volume and what it waits for", r)
 	}
 }

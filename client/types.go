@@ -125,7 +125,9 @@ type Pod struct {
 	// NotReady says why a pod whose allocation runs is not Ready: the task
 	// that is restarting or dead, the Consul check that is critical, or the
 	// post_ready hook that holds it. For a Blocked pod (or one
-	// WaitingForNode) it is Nomad's placement failure. Empty otherwise.
+	// WaitingForNode) it is Nomad's placement failure. For a Pending pod
+	// it names the new volume Nomad has not yet marked ready, if that is
+	// what the pod waits for. Empty otherwise.
 	NotReady string   `json:"not_ready,omitempty"`
 	Volumes  []string `json:"volumes"`
 	// Leader is set on the pod whose leader check passes

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -472,5 +473,89 @@ func TestBlockedPodSaysWhy(t *testing.T) {
 	st, err := setStatus(d, "bk")
 	if err != nil || st.Pods[0].NotReady != "" {
 		t.Fatalf("bk-0 placed but still says %q (%v)", st.Pods[0].NotReady, err)
+	}
+}
+
+// TestNewVolumeIsAWaitNotABlock: Nomad creates a host volume "pending" and
+// marks it "ready" at its client's next node update, 5 to 10 s later. The
+// daemon registers a new pod right after its volume, so Nomad fails to
+// place it meanwhile ("missing compatible host volumes") and places it by
+// itself once the volume is ready. Status shows that wait as Pending,
+// naming the volume, not as Blocked. The volume's client is frozen
+// (SIGSTOP) as soon as the volume exists, so that it stays pending for as
+// long as the test looks, whatever the machine's speed.
+func TestNewVolumeIsAWaitNotABlock(t *testing.T) {
+	m := NewMultiCluster(t, 3)
+	d := StartDaemon(t, m.Server, m.Consul)
+	RegisterHCL(t, m.Server.Client, setSpec{name: "nv", meta: map[string]string{"statefulset_replicas": "1"}}.hcl())
+
+	var vol *nomadapi.HostVolumeStub
+	deadline := time.Now().Add(time.Minute)
+	for vol == nil {
+		if vols := HostVolumes(t, m.Server.Client, "default", "data-nv-0"); len(vols) == 1 {
+			vol = vols[0]
+		} else if time.Now().After(deadline) {
+			t.Fatal("timed out after 1m0s waiting for the daemon to create data-nv-0")
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	frozen := m.clientOf(vol.NodeID)
+	if frozen == nil {
+		t.Fatalf("no client holds data-nv-0 (node %s)", vol.NodeID)
+	}
+	frozen.Signal(syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			frozen.Signal(syscall.SIGCONT)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw)
+	if vol.State != nomadapi.HostVolumeStatePending {
+		thaw()
+		t.Fatalf("data-nv-0 was %q when first seen, not pending: its client's node update came within one poll of the create", vol.State)
+	}
+
+	// Nomad fails the placement: the premise.
+	Eventually(t, 30*time.Second, "Nomad to fail nv-0's placement for want of its volume", func() error {
+		evals, _, err := m.Server.Client.Jobs().Evaluations("nv-0", nil)
+		if err != nil {
+			return err
+		}
+		for _, e := range evals {
+			for _, metric := range e.FailedTGAllocs {
+				if metric != nil && metric.ConstraintFiltered["missing compatible host volumes"] > 0 {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%d evaluations, none failed for want of a host volume", len(evals))
+	})
+	// The daemon shows a wait for the volume, not a placement failure.
+	Eventually(t, 30*time.Second, "nv-0 to be Pending, waiting for data-nv-0", func() error {
+		st, err := setStatus(d, "nv")
+		if err != nil {
+			return err
+		}
+		if len(st.Pods) == 1 && st.Pods[0].State == "NodeDown" {
+			// Frozen past its heartbeats: the wait is no longer for the volume.
+			return fmt.Errorf("%w: the frozen client's node was marked down first: pods %+v", testagent.ErrGiveUp, st.Pods)
+		}
+		if len(st.Pods) != 1 || st.Pods[0].State != "Pending" || !strings.Contains(st.Pods[0].NotReady, "data-nv-0") {
+			return fmt.Errorf("pods %+v", st.Pods)
+		}
+		return nil
+	})
+	out, err := d.CLI("status", "nv")
+	if err != nil || strings.Contains(out, "Blocked") || !strings.Contains(out, "waiting for Nomad to mark its new volume data-nv-0 ready") {
+		t.Fatalf("status does not show nv-0 waiting for its volume: %v\n%s", err, out)
+	}
+
+	thaw()
+	waitConverged(t, m.Cluster, d, "nv", 1, nil)
+	if v := HostVolumes(t, m.Server.Client, "default", "data-nv-0"); len(v) != 1 || v[0].State != nomadapi.HostVolumeStateReady {
+		t.Fatalf("data-nv-0 after the thaw: %+v", v)
 	}
 }

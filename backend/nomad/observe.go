@@ -97,6 +97,11 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		}
 		if d, ok := podFromChild(ch, ord, now); ok {
 			d.Blocked = ch.blockedReason()
+			if d.Blocked != "" {
+				if pending, readied := c.volumeWaitLocked(key, claims, ord, ch.placement.evalIndex); pending != "" || readied {
+					d.Blocked, d.VolumePending = "", pending
+				}
+			}
 			obs.Pods = append(obs.Pods, d)
 		} else if _, unsettled := c.unsettled[key.Namespace+"/"+id]; unsettled {
 			// A deregister whose stop-or-purge Nomad has not told yet: a
@@ -133,6 +138,30 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 		c.noteNodeLocked(&obs, obs.Volumes[i].NodeID)
 	}
 	return obs
+}
+
+// volumeWaitLocked tells whether a child's placement failure at Raft index
+// failedAt is only the wait for its ordinal's own new volumes. Nomad
+// creates a host volume "pending" and marks it "ready" at its client's next
+// node update, 5 to 10 s later, in the Raft entry that also unblocks the
+// evaluations waiting for that node's class. A child registered right after
+// its volume, as every new pod is, fails placement meanwhile with "missing
+// compatible host volumes", and Nomad places it by itself once the volume
+// is ready: that is a wait, not a failure to show. pending names a volume
+// of ord still pending; readied is true when one turned ready after the
+// failure (Nomad is placing the child again). c.mu is held.
+func (c *Cache) volumeWaitLocked(key backend.SetKey, claims []string, ord int, failedAt uint64) (pending string, readied bool) {
+	for _, claim := range claims {
+		v := c.volumes[key.Namespace+"/"+claim+"-"+key.Name][ord]
+		switch {
+		case v == nil:
+		case v.State == api.HostVolumeStatePending:
+			return v.Name, false
+		case v.State == api.HostVolumeStateReady && v.ModifyIndex > failedAt:
+			readied = true
+		}
+	}
+	return "", readied
 }
 
 // noteNodeLocked adds node id to obs.Nodes unless it is plainly fine. c.mu

@@ -93,3 +93,76 @@ func TestPlacementFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestCachePlacementWaitsForNewVolume: Nomad creates a host volume
+// "pending" and marks it "ready" at its client's next node update, 5 to
+// 10 s later, in the Raft entry that unblocks the evaluations of that
+// node's class. A child registered in between, as every new pod is, fails
+// with "missing compatible host volumes" and is placed by Nomad once the
+// volume is ready. That wait is shown as such (VolumePending), not as
+// Blocked; a failure with its volumes ready is Blocked as before.
+func TestCachePlacementWaitsForNewVolume(t *testing.T) {
+	key := backend.SetKey{Namespace: "default", Name: "web"}
+	now := time.Unix(1000, 0)
+	failed := map[string]*api.AllocationMetric{"g": {NodesEvaluated: 1, NodesFiltered: 1,
+		ConstraintFiltered: map[string]int{"missing compatible host volumes": 1}}}
+	const want = `Nomad could not place it: group "g": 1 of 1 nodes filtered (missing compatible host volumes: 1)`
+	failure := func(c *Cache, idx uint64) {
+		c.notePlacement(&evalPayload{Namespace: "default", JobID: "web-0", Status: "complete", ModifyIndex: idx, JobModifyIndex: 10, FailedTGAllocs: failed}, idx)
+	}
+	volume := func(c *Cache, name string, state api.HostVolumeState, idx uint64) {
+		c.upsertVolume(&api.HostVolume{Namespace: "default", ID: "id-" + name, Name: name, NodeID: "n1", State: state,
+			CreateIndex: 9, ModifyIndex: idx}, false, idx)
+	}
+	for _, tc := range []struct {
+		name        string
+		events      func(c *Cache)
+		wantBlocked string
+		wantPending string
+	}{
+		{"failed while its volume is pending", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStatePending, 11)
+			failure(c, 12)
+		}, "", "data-web-0"},
+		{"the volume turned ready after the failure: Nomad places it again", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStatePending, 11)
+			failure(c, 12)
+			volume(c, "data-web-0", api.HostVolumeStateReady, 15)
+		}, "", ""},
+		{"failed with its volume ready", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStateReady, 11)
+			failure(c, 12)
+		}, want, ""},
+		{"failed again after the volume turned ready", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStatePending, 11)
+			failure(c, 12)
+			volume(c, "data-web-0", api.HostVolumeStateReady, 15)
+			failure(c, 17)
+		}, want, ""},
+		{"another ordinal's volume is pending", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStateReady, 11)
+			volume(c, "data-web-1", api.HostVolumeStatePending, 11)
+			failure(c, 12)
+		}, want, ""},
+		{"its volume is unavailable", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStateUnavailable, 11)
+			failure(c, 12)
+		}, want, ""},
+		{"pending but not failed: nothing to explain", func(c *Cache) {
+			volume(c, "data-web-0", api.HostVolumeStatePending, 11)
+		}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache()
+			c.Replace(Snapshot{Index: 10, At: now, Jobs: []*api.Job{childJob("web", "0", "r", false, 10)}})
+			tc.events(c)
+			obs := c.Observe(key, []string{"data"}, now)
+			if len(obs.Pods) != 1 {
+				t.Fatalf("pods %+v", obs.Pods)
+			}
+			if got := obs.Pods[0]; got.Blocked != tc.wantBlocked || got.VolumePending != tc.wantPending {
+				t.Fatalf("Blocked %q, VolumePending %q; want %q, %q", got.Blocked, got.VolumePending, tc.wantBlocked, tc.wantPending)
+			}
+		})
+	}
+}

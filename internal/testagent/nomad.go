@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,6 +369,10 @@ func (a *NomadAgent) nodeReady() error {
 // allocations keep running, as with a real agent, and the data directory is
 // kept for Restart.
 func (a *NomadAgent) Stop() { a.proc.stop(30 * time.Second) }
+
+// Signal sends sig to the agent's process, if it runs: SIGSTOP and SIGCONT
+// freeze a client between two of its node updates.
+func (a *NomadAgent) Signal(sig syscall.Signal) { a.proc.signal(sig) }
 
 // CPUTime is the CPU time the agent's process has used (see Process.CPUTime).
 func (a *NomadAgent) CPUTime() (time.Duration, error) { return a.proc.cpuTime() }
