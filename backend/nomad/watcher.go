@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -238,6 +239,19 @@ func (w *Watcher) fail(err error) {
 	w.lastErr.Store(err.Error())
 }
 
+// StreamFromNewest is the index the watcher subscribes at. It is beyond
+// any Raft index, so Nomad's broker (eventBuffer.StartAtClosest) starts the
+// stream at the newest event it holds, with the whole event_buffer_size
+// between the reader and the end of the buffer. Any index the buffer no
+// longer holds would start it at the oldest event held instead, with no
+// room at all: the next event Nomad appends drops the reader. That is
+// where the last applied index is after a stream lost in a burst, and the
+// new stream was lost again within 1 to 2 s, three and four times in a row
+// (BENCHMARKS.md). The listing that follows the subscription holds
+// everything before it, so nothing older is needed. Nomad parses the index
+// as a signed 64-bit integer.
+const StreamFromNewest uint64 = math.MaxInt64
+
 // Run lists and watches until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
 	settled := make(chan struct{})
@@ -280,14 +294,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 // then follows the stream until it ends, the periodic resync is due, or a
 // resync is requested. It returns nil when it stopped on purpose.
 //
-// The subscription comes first (see eventPump): it starts at the last
-// index the cache applied, and what it carries below the listing's index
-// the listing already holds, so only events from that index on are
-// applied, as when the stream was opened at it.
+// The subscription comes first (see eventPump): it starts at the newest
+// event Nomad holds (StreamFromNewest), and what it carries below the
+// listing's index the listing already holds, so only events from that
+// index on are applied, as when the stream was opened at it.
 func (w *Watcher) listAndWatch(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := w.api.Events(sctx, w.cache.Index())
+	stream, err := w.api.Events(sctx, StreamFromNewest)
 	if err != nil {
 		if errors.As(err, new(*PermissionError)) {
 			return lostStream(err) // the operator must grant it: say so

@@ -907,3 +907,76 @@ func TestListingThatOutlastsTheBufferMissesNothing(t *testing.T) {
 		t.Fatalf("%d listings, want 1: nothing was lost, so nothing needs listing again", n)
 	}
 }
+
+// TestStreamLostInABurstIsLostOnce: after Nomad drops the watcher's stream
+// in a burst, the new subscription must not be dropped again at once.
+// Nomad's broker starts a subscription at an index it no longer holds at
+// the oldest event it holds, and the next event it appends drops a reader
+// still there; subscribed at the last index it applied, the watcher was
+// lost three and four times in a row on a real Nomad (BENCHMARKS.md). It
+// subscribes at StreamFromNewest instead. Here the stream is paused while
+// the buffer (4) overflows, which drops it once; the watcher subscribes
+// again while the stream is still paused, and one more event is written
+// before the new stream delivers anything.
+func TestStreamLostInABurstIsLostOnce(t *testing.T) {
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true, EventBufferSize: 4, DropSlowSubscribers: true})
+	defer sim.Close()
+	subscribedAt := make(chan uint64, 16)
+	cache := nomad.NewCache()
+	w := nomad.NewWatcher(&recordingSubscriptions{API: sim, at: subscribedAt}, cache, nomad.WatcherConfig{
+		ResyncInterval: time.Hour, MinBackoff: time.Second, MaxBackoff: time.Second,
+	}, hclog.NewNullLogger(), func(backend.SetKey) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	register := func(i int) uint64 {
+		t.Helper()
+		j := parentOf(fmt.Sprintf("other-%d", i))
+		j.Meta = nil // not a set: the watcher only follows the index
+		resp, err := sim.RegisterJob(ctx, j, false, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.JobModifyIndex
+	}
+	waitFor(t, "the first subscription and listing", func() bool { return w.Relists() == 1 })
+	first := register(0)
+	waitFor(t, "the stream to deliver", func() bool { return cache.Index() >= first })
+
+	sim.PauseEvents()
+	for i := 1; i <= 6; i++ {
+		register(i)
+	}
+	sim.ResumeEvents()
+	waitFor(t, "the first lost stream", func() bool { return w.Resets()[nomad.ResetBufferOverflow] == 1 })
+	sim.PauseEvents()
+	// MinBackoff (1 s) keeps the watcher from subscribing again before
+	// the stream is paused.
+	waitFor(t, "a new subscription and listing", func() bool { return w.Relists() == 2 })
+	newest := register(7)
+	sim.ResumeEvents()
+	waitFor(t, "the new stream to deliver the newest event", func() bool { return cache.Index() >= newest })
+
+	if got := w.Resets(); got[nomad.ResetBufferOverflow] != 1 || len(got) != 1 {
+		t.Fatalf("the stream was lost %v times, want once (buffer_overflow)", got)
+	}
+	close(subscribedAt)
+	for at := range subscribedAt {
+		if at != nomad.StreamFromNewest {
+			t.Errorf("subscribed at index %d, want StreamFromNewest", at)
+		}
+	}
+}
+
+// recordingSubscriptions is a nomad.API that sends the index of each
+// subscription to at.
+type recordingSubscriptions struct {
+	nomad.API
+	at chan<- uint64
+}
+
+// Events implements nomad.API.
+func (r *recordingSubscriptions) Events(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	r.at <- index
+	return r.API.Events(ctx, index)
+}
