@@ -57,30 +57,14 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 		volumeNodes[vol.Volume.Ordinal] = append(volumeNodes[vol.Volume.Ordinal], vol.NodeID)
 	}
 	for _, p := range obs.Pods {
-		state := podState(p.Pod, spec.MinReadySeconds, now)
-		if why := nodeReason(p, obs.Nodes, volumeNodes[p.Pod.Ordinal]); why != "" && state != "Terminating" {
-			state = why
-		} else if state == "Pending" && p.Blocked != "" {
-			state = "Blocked"
-		}
+		state, notReady := podStateAndReason(p, spec.MinReadySeconds, obs.Nodes, volumeNodes[p.Pod.Ordinal], now)
 		counts[state]++
-		pod := client.Pod{
+		pods = append(pods, client.Pod{
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
-			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state,
+			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state, NotReady: notReady,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal], Leader: p.Pod.Leader,
 			Claims: claimsByOrd[p.Pod.Ordinal],
-		}
-		switch state {
-		case "Running":
-			pod.NotReady = p.NotReady
-		case "Blocked", "WaitingForNode":
-			pod.NotReady = p.Blocked
-		case "Pending":
-			if p.VolumePending != "" {
-				pod.NotReady = volumePendingReason(p.VolumePending)
-			}
-		}
-		pods = append(pods, pod)
+		})
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
 	rv := make([]client.Revision, 0, len(revs))
@@ -148,6 +132,27 @@ func orUnknown(s string) string {
 		return "no reason known"
 	}
 	return s
+}
+
+// podStateAndReason is the state status shows for a pod, and why it is not
+// ready when that has a reason to show (client.Pod.NotReady): the node
+// that keeps it down or moving comes before Nomad's placement failure.
+func podStateAndReason(p backend.PodDetail, minReady int, nodes map[string]backend.NodeState, volumeNodes []string, now time.Time) (state, notReady string) {
+	state = podState(p.Pod, minReady, now)
+	if why := nodeReason(p, nodes, volumeNodes); why != "" && state != "Terminating" {
+		state = why
+	} else if state == "Pending" && p.Blocked != "" {
+		state = "Blocked"
+	}
+	switch {
+	case state == "Running":
+		notReady = p.NotReady
+	case state == "Blocked" || state == "WaitingForNode":
+		notReady = p.Blocked
+	case state == "Pending" && p.VolumePending != "":
+		notReady = volumePendingReason(p.VolumePending)
+	}
+	return state, notReady
 }
 
 // volumePendingReason is a Pending pod's NotReady while Nomad has not yet
