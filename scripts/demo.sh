@@ -98,6 +98,18 @@ start() {
 	echo $! >"${dir}/${name}.pid"
 }
 
+# up_or_exited URL SECONDS PIDFILE: waits until URL answers (true) or the
+# process of PIDFILE has exited (false); false too after SECONDS.
+up_or_exited() {
+	local url="$1" secs="$2" pidfile="$3"
+	for _ in $(seq 1 $((secs * 2))); do
+		alive "${pidfile}" || return 1
+		http_get "${url}" >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	return 1
+}
+
 wait_http() { # what url seconds [pidfile]
 	local what="$1" url="$2" secs="$3" pidfile="${4:-}"
 	for _ in $(seq 1 $((secs * 2))); do
@@ -382,9 +394,16 @@ EOF
 		return 0
 	fi
 
-	say "starting nomad-statefulset on 127.0.0.1:${nss_http}"
-	mkdir -p "${demo}/daemon"
-	cat >"${demo}/daemon/agent.hcl" <<EOF
+	# The daemon's port was picked before Consul and Nomad started, seconds
+	# ago: another program can have taken it since (a CI run's TestDemo
+	# lost it to a test beside it, whose agents pick from the same range).
+	# Then the daemon says "address already in use", and it is started
+	# again on another port, up to three times.
+	local attempt
+	for attempt in 1 2 3; do
+		say "starting nomad-statefulset on 127.0.0.1:${nss_http}"
+		mkdir -p "${demo}/daemon"
+		cat >"${demo}/daemon/agent.hcl" <<EOF
 data_dir = "${demo}/daemon/data"
 nomad {
   address = "http://127.0.0.1:${nomad_http}"
@@ -397,7 +416,16 @@ http {
 }
 ${ex_agent_hcl}
 EOF
-	start nomad-statefulset "${demo}/daemon" "${nss}" agent -config "${demo}/daemon/agent.hcl"
+		start nomad-statefulset "${demo}/daemon" "${nss}" agent -config "${demo}/daemon/agent.hcl"
+		if ((attempt < 3)) && ! up_or_exited "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid" &&
+			grep -q "127.0.0.1:${nss_http}: bind: address already in use" "${demo}/daemon/nomad-statefulset.log"; then
+			echo "  port ${nss_http} was taken before the daemon could listen on it; picking another" >&2
+			nss_http=$(free_port)
+			sed -i "s#^export NOMAD_STATEFULSET_ADDR=.*#export NOMAD_STATEFULSET_ADDR=http://127.0.0.1:${nss_http}#" "${demo}/env.sh"
+			continue
+		fi
+		break
+	done
 	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
 
 	say "nomad job run ${ex_file}"
