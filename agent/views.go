@@ -149,18 +149,10 @@ func podStateAndReason(p backend.PodDetail, minReady int, nodes map[string]backe
 		notReady = p.NotReady
 	case state == "Blocked" || state == "WaitingForNode":
 		notReady = p.Blocked
-	case state == "Pending" && p.VolumePending != "":
-		notReady = volumePendingReason(p.VolumePending)
+	case state == "Pending":
+		notReady = p.Waiting
 	}
 	return state, notReady
-}
-
-// volumePendingReason is a Pending pod's NotReady while Nomad has not yet
-// marked its new volume ready, so that a new pod is not shown as a
-// placement failure for the few seconds every new host volume takes.
-func volumePendingReason(volume string) string {
-	return "waiting for Nomad to mark its new volume " + volume +
-		" ready (at its client's next node update, 5 to 10 s after it was made); Nomad places the pod then"
 }
 
 // nodeReason names why a pod's node keeps it down or moving: NodeDown (its

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +52,7 @@ func TestStoppedChildIsNotSucceeded(t *testing.T) {
 
 // TestPodStateOfAPlacementWait: a pod Nomad could not place is Blocked with
 // Nomad's reason; one that waits for Nomad to mark its new volume ready
-// (backend.PodDetail.VolumePending) is Pending and says which volume.
+// (backend.PodDetail.Waiting) is Pending and says so.
 func TestPodStateOfAPlacementWait(t *testing.T) {
 	key := backend.SetKey{Namespace: "default", Name: "web"}
 	pending := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhasePending}
@@ -64,7 +63,7 @@ func TestPodStateOfAPlacementWait(t *testing.T) {
 		state, reason string
 	}{
 		{"a placement failure", nomad.PodDetail{Pod: pending, Blocked: failure}, "Blocked", failure},
-		{"its new volume not ready yet", nomad.PodDetail{Pod: pending, VolumePending: "data-web-0"}, "Pending", volumePendingReason("data-web-0")},
+		{"its new volume not ready yet", nomad.PodDetail{Pod: pending, Waiting: "waiting for data-web-0"}, "Pending", "waiting for data-web-0"},
 		{"pending with nothing to say", nomad.PodDetail{Pod: pending}, "Pending", ""},
 	} {
 		s := newSetStates(nil)
@@ -73,8 +72,5 @@ func TestPodStateOfAPlacementWait(t *testing.T) {
 		if len(d.Pods) != 1 || d.Pods[0].State != tc.state || d.Pods[0].NotReady != tc.reason {
 			t.Errorf("%s: pods %+v, want state %q, reason %q", tc.name, d.Pods, tc.state, tc.reason)
 		}
-	}
-	if r := volumePendingReason("data-web-0"); !strings.Contains(r, "data-web-0") || !strings.Contains(r, "node update") {
-		t.Fatalf("the reason %q does not name the volume and what it waits for", r)
 	}
 }

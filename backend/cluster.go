@@ -190,11 +190,10 @@ type PodDetail struct {
 	// allocation since Nomad last failed to place it; empty otherwise, and
 	// empty while the failure is only the wait for its own new volume.
 	Blocked string
-	// VolumePending names the pod's volume that Nomad created but has not
-	// yet marked ready, while the pod is not placed because of it: a new
-	// host volume turns ready at its client's next node update, 5 to 10 s
-	// after it was made, and Nomad then places the pod by itself.
-	VolumePending string
+	// Waiting says what a pod that is not placed waits for when that is no
+	// failure (Nomad marking its new volume ready), in words for status;
+	// empty otherwise.
+	Waiting string
 }
 
 // Judge sets the pod's Ready, ReadySince and NotReady from its Facts, as

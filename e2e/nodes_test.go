@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -489,32 +490,25 @@ func TestNewVolumeIsAWaitNotABlock(t *testing.T) {
 	d := StartDaemon(t, m.Server, m.Consul)
 	RegisterHCL(t, m.Server.Client, setSpec{name: "nv", meta: map[string]string{"statefulset_replicas": "1"}}.hcl())
 
+	// Eventually looks every 250 ms, well within the 5 to 10 s before the
+	// volume's client marks it ready.
 	var vol *nomadapi.HostVolumeStub
-	deadline := time.Now().Add(time.Minute)
-	for vol == nil {
-		if vols := HostVolumes(t, m.Server.Client, "default", "data-nv-0"); len(vols) == 1 {
-			vol = vols[0]
-		} else if time.Now().After(deadline) {
-			t.Fatal("timed out after 1m0s waiting for the daemon to create data-nv-0")
-		} else {
-			time.Sleep(20 * time.Millisecond)
+	Eventually(t, time.Minute, "the daemon to create data-nv-0", func() error {
+		vols := HostVolumes(t, m.Server.Client, "default", "data-nv-0")
+		if len(vols) != 1 {
+			return fmt.Errorf("%d volumes data-nv-0", len(vols))
 		}
-	}
+		vol = vols[0]
+		return nil
+	})
 	frozen := m.clientOf(vol.NodeID)
 	if frozen == nil {
 		t.Fatalf("no client holds data-nv-0 (node %s)", vol.NodeID)
 	}
 	frozen.Signal(syscall.SIGSTOP)
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			frozen.Signal(syscall.SIGCONT)
-			thawed = true
-		}
-	}
+	thaw := sync.OnceFunc(func() { frozen.Signal(syscall.SIGCONT) })
 	t.Cleanup(thaw)
 	if vol.State != nomadapi.HostVolumeStatePending {
-		thaw()
 		t.Fatalf("data-nv-0 was %q when first seen, not pending: its client's node update came within one poll of the create", vol.State)
 	}
 

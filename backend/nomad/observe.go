@@ -99,7 +99,7 @@ func (c *Cache) Observe(key backend.SetKey, claims []string, now time.Time) Obse
 			d.Blocked = ch.blockedReason()
 			if d.Blocked != "" {
 				if pending, readied := c.volumeWaitLocked(key, claims, ord, ch.placement.evalIndex); pending != "" || readied {
-					d.Blocked, d.VolumePending = "", pending
+					d.Blocked, d.Waiting = "", volumePendingReason(pending)
 				}
 			}
 			obs.Pods = append(obs.Pods, d)
@@ -162,6 +162,16 @@ func (c *Cache) volumeWaitLocked(key backend.SetKey, claims []string, ord int, f
 		}
 	}
 	return "", readied
+}
+
+// volumePendingReason is a pod's Waiting while Nomad has not yet marked its
+// new volume ready (volumeWaitLocked); "" when it has.
+func volumePendingReason(volume string) string {
+	if volume == "" {
+		return ""
+	}
+	return "waiting for Nomad to mark its new volume " + volume +
+		" ready (at its client's next node update, 5 to 10 s after it was made); Nomad places the pod then"
 }
 
 // noteNodeLocked adds node id to obs.Nodes unless it is plainly fine. c.mu

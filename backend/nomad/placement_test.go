@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +100,8 @@ func TestPlacementFailure(t *testing.T) {
 // 10 s later, in the Raft entry that unblocks the evaluations of that
 // node's class. A child registered in between, as every new pod is, fails
 // with "missing compatible host volumes" and is placed by Nomad once the
-// volume is ready. That wait is shown as such (VolumePending), not as
+// volume is ready. That wait is shown as such (Waiting, naming the
+// volume), not as
 // Blocked; a failure with its volumes ready is Blocked as before.
 func TestCachePlacementWaitsForNewVolume(t *testing.T) {
 	key := backend.SetKey{Namespace: "default", Name: "web"}
@@ -160,8 +162,9 @@ func TestCachePlacementWaitsForNewVolume(t *testing.T) {
 			if len(obs.Pods) != 1 {
 				t.Fatalf("pods %+v", obs.Pods)
 			}
-			if got := obs.Pods[0]; got.Blocked != tc.wantBlocked || got.VolumePending != tc.wantPending {
-				t.Fatalf("Blocked %q, VolumePending %q; want %q, %q", got.Blocked, got.VolumePending, tc.wantBlocked, tc.wantPending)
+			got := obs.Pods[0]
+			if got.Blocked != tc.wantBlocked || (got.Waiting != "") != (tc.wantPending != "") || !strings.Contains(got.Waiting, tc.wantPending) {
+				t.Fatalf("Blocked %q, Waiting %q; want %q, and waiting for %q", got.Blocked, got.Waiting, tc.wantBlocked, tc.wantPending)
 			}
 		})
 	}
