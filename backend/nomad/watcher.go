@@ -239,23 +239,22 @@ func (w *Watcher) fail(err error) {
 	w.lastErr.Store(err.Error())
 }
 
-// StreamFromNewest is the index the watcher subscribes at after Nomad
-// dropped its stream for falling behind. It is beyond any Raft index, so
-// Nomad's broker (eventBuffer.StartAtClosest) starts the stream at the
-// newest event it holds, with the whole event_buffer_size between the
-// reader and the end of the buffer. The last applied index is no longer
-// held then, and an index the buffer no longer holds starts the stream at
-// the oldest event held instead, with no room at all: the next event Nomad
-// appends drops the reader. Subscribed so, the new stream was lost again
-// within 1 to 2 s, three and four times in a row (BENCHMARKS.md). The
-// listing that follows the subscription holds everything before it.
+// StreamFromNewest is the index the watcher subscribes at. It is beyond
+// any Raft index, so Nomad's broker (eventBuffer.StartAtClosest) starts the
+// stream at the newest event it holds, with the whole event_buffer_size
+// between the reader and the end of the buffer. Any index the buffer no
+// longer holds would start it at the oldest event held instead, with no
+// room at all: the next event Nomad appends drops the reader. That is
+// where the last applied index is after a stream lost in a burst, and the
+// new stream was lost again within 1 to 2 s, three and four times in a row
+// (BENCHMARKS.md). So is index 0, the first subscription's. The listing
+// that follows the subscription holds everything before it, so nothing
+// older is needed. Nomad parses the index as a signed 64-bit integer.
 //
-// It is not used otherwise: Nomad sends nothing, not even the response's
-// headers, until the first event that matches the topics (or its 30 s
-// heartbeat), and the subscribe call waits for them. At the newest event
-// of a quiet cluster, which can be of a topic the daemon does not follow,
-// that would hold up the listing; after an overflow Nomad is busy. Nomad
-// parses the index as a signed 64-bit integer.
+// Subscribing at the newest event never waits for a new one: Nomad sends
+// a heartbeat as the first message of every stream (stream.NewJsonStream),
+// so the response's headers come at once even when the newest event is of
+// a topic the daemon does not follow.
 const StreamFromNewest uint64 = math.MaxInt64
 
 // Run lists and watches until ctx is done.
@@ -269,27 +268,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// onChange follows Run's return.
 	defer func() { <-settled }()
 	backoff := w.cfg.MinBackoff
-	overflowed := false
 	for {
-		from := w.cache.Index()
-		if overflowed {
-			from = StreamFromNewest
-		}
-		err := w.listAndWatch(ctx, from)
+		err := w.listAndWatch(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err == nil {
 			// A resync that was asked for or due: list again at once.
-			backoff, overflowed = w.cfg.MinBackoff, false
+			backoff = w.cfg.MinBackoff
 			continue
 		}
 		w.fail(err)
 		var reset *streamReset
 		if errors.As(err, &reset) {
-			// A failed listing leaves overflowed as it was: the cache's
-			// index is no newer for it.
-			overflowed = reset.reason == ResetBufferOverflow
 			w.countReset(reset)
 			w.log.Warn(reset.message, "reason", reset.reason, "error", reset.err, "retry_in", backoff)
 		} else {
@@ -308,15 +299,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 // then follows the stream until it ends, the periodic resync is due, or a
 // resync is requested. It returns nil when it stopped on purpose.
 //
-// The subscription comes first (see eventPump): it starts at index from
-// (the last index the cache applied, or StreamFromNewest), and what it
-// carries below the listing's index the listing already holds, so only
-// events from that index on are applied, as when the stream was opened at
-// it.
-func (w *Watcher) listAndWatch(ctx context.Context, from uint64) error {
+// The subscription comes first (see eventPump): it starts at the newest
+// event Nomad holds (StreamFromNewest), and what it carries below the
+// listing's index the listing already holds, so only events from that
+// index on are applied, as when the stream was opened at it.
+func (w *Watcher) listAndWatch(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := w.api.Events(sctx, from)
+	stream, err := w.api.Events(sctx, StreamFromNewest)
 	if err != nil {
 		if errors.As(err, new(*PermissionError)) {
 			return lostStream(err) // the operator must grant it: say so
