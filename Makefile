@@ -145,7 +145,12 @@ bench:
 # register the set's parent jobs too, and NSS_BENCH_SCALE_NATIVE_STREAM=1,
 # another, has them serve the daemon's event stream to a reader, and
 # NSS_BENCH_SCALE_CONSUL_DIR=dir, a third, keeps the set's Consul's data in
-# dir (/dev/shm: no fsyncs on the disk the Nomads share);
+# dir (/dev/shm: no fsyncs on the disk the Nomads share), and
+# NSS_BENCH_SCALE_PARENT_EVAL_PRIORITY=N, a fourth, registers every side's
+# parents with evaluation priority N (below the children's 50: their
+# evaluations, which place nothing, go after every child's), and
+# NSS_BENCH_SCALE_NATIVE_A_WORKERS=N, a fifth, has native A register N jobs
+# at a time (B keeps 4);
 # NSS_BENCH_SCALE_EVENT_BUFFER=N gives the set's Nomad (and the daemon)
 # event_buffer_size = N, and NSS_BENCH_SCALE_SOCKETS=ms samples the
 # daemon's connections to its Nomad every ms milliseconds: the bytes each

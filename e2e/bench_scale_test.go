@@ -165,18 +165,19 @@ func withID(b *testing.B, job *nomadapi.Job, id string) *nomadapi.Job {
 	return &out
 }
 
-// registerAll registers jobs with scaleRegisterWorkers calls at a time.
-func registerAll(b *testing.B, c *nomadapi.Client, all []*nomadapi.Job) {
+// registerAll registers jobs with workers calls at a time, each with opts
+// (nil for Nomad's defaults).
+func registerAll(b *testing.B, c *nomadapi.Client, all []*nomadapi.Job, workers int, opts *nomadapi.RegisterOptions) {
 	b.Helper()
 	work := make(chan *nomadapi.Job)
 	errs := make(chan error, len(all))
 	var wg sync.WaitGroup
-	for w := 0; w < scaleRegisterWorkers; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range work {
-				if _, _, err := c.Jobs().Register(j, nil); err != nil {
+				if _, _, err := c.Jobs().RegisterOpts(j, opts, nil); err != nil {
 					errs <- fmt.Errorf("registering %s: %w", *j.ID, err)
 				}
 			}
@@ -422,6 +423,11 @@ type scaleNative struct {
 	prefix string
 	ids    []string
 	idSet  map[string]bool
+	// parentOpts registers the parents (NSS_BENCH_SCALE_PARENT_EVAL_PRIORITY).
+	parentOpts *nomadapi.RegisterOptions
+	// registerWorkers is how many of the side's jobs are registered at a
+	// time (NSS_BENCH_SCALE_NATIVE_A_WORKERS).
+	registerWorkers int
 }
 
 // phase registers tmpl under every ID and returns register → last healthy.
@@ -436,8 +442,8 @@ func (n *scaleNative) phase(b *testing.B, tmpl *nomadapi.Job, what string, paren
 	}
 	c := n.nomad.Client
 	index := allocIndex(b, c)
-	registerAll(b, c, parents)
-	registerAll(b, c, all)
+	registerAll(b, c, parents, scaleRegisterWorkers, n.parentOpts)
+	registerAll(b, c, all, n.registerWorkers, nil)
 	start, _ := firstSubmit(b, c, n.prefix, n.idSet)
 	if len(parents) > 0 {
 		ids := map[string]bool{}
@@ -532,6 +538,17 @@ func BenchmarkScaleVsNative(b *testing.B) {
 	if nativeParents {
 		progress("NSS_BENCH_SCALE_NATIVE_PARENTS: the native sides register the %d parent jobs too; the ratios below are not the issue's", sets)
 	}
+	// A diagnostic, not the comparison: every side registers the
+	// parents with this evaluation priority, below the children's (the
+	// job's, 50), so that Nomad's scheduler takes their evaluations, which
+	// place nothing (count = 0), after every child's. Nomad's broker
+	// dequeues by priority first. It tells how much of the set's time is
+	// the parents' evaluations waiting in the same queue as the children's.
+	var parentOpts *nomadapi.RegisterOptions
+	if p := envInt(b, "NSS_BENCH_SCALE_PARENT_EVAL_PRIORITY", 0); p > 0 {
+		parentOpts = &nomadapi.RegisterOptions{EvalPriority: p}
+		progress("NSS_BENCH_SCALE_PARENT_EVAL_PRIORITY: the parents are registered with evaluation priority %d; the ratios below are not the issue's", p)
+	}
 	// Every side's Nomad has the same configuration.
 	scaleNomadOpts := func(opts ...testagent.NomadOption) []testagent.NomadOption {
 		opts = append(opts, testagent.WithConfig(scaleTelemetry))
@@ -587,6 +604,8 @@ func BenchmarkScaleVsNative(b *testing.B) {
 		n.consul = testagent.Consul(b)
 		n.nomad = testagent.Nomad(b, scaleNomadOpts(testagent.WithConsul(n.consul))...)
 		n.prefix = fmt.Sprintf("nat%c%d-", 'a'+k, run)
+		n.parentOpts = parentOpts
+		n.registerWorkers = scaleRegisterWorkers
 		n.idSet = map[string]bool{}
 		for s := 0; s < sets; s++ {
 			for o := 0; o < replicas; o++ {
@@ -595,6 +614,15 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				n.idSet[id] = true
 			}
 		}
+	}
+
+	// A diagnostic, not the comparison: native A registers its
+	// jobs with this many calls at a time (B keeps scaleRegisterWorkers),
+	// as the daemon registers with its 16 workers, to tell whether a faster
+	// burst of registrations slows Nomad's scheduler.
+	if w := envInt(b, "NSS_BENCH_SCALE_NATIVE_A_WORKERS", 0); w > 0 {
+		natives[0].registerWorkers = w
+		progress("NSS_BENCH_SCALE_NATIVE_A_WORKERS: native A registers %d jobs at a time, native B %d; the ratios below are not the issue's", w, scaleRegisterWorkers)
 	}
 
 	if os.Getenv("NSS_BENCH_SCALE_NATIVE_STREAM") != "" {
@@ -652,7 +680,7 @@ func BenchmarkScaleVsNative(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		registerAll(b, setClient, parents[v])
+		registerAll(b, setClient, parents[v], scaleRegisterWorkers, parentOpts)
 		start, modify := firstSubmit(b, setClient, setPrefix, parentIDs)
 		last := waitScaleHealthy(b, setClient, "set "+what, children, index)
 		// The phase starts at the parents' SubmitTime: nothing but the
