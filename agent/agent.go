@@ -138,7 +138,7 @@ func New(opts Options) (*Agent, error) {
 	}, func() float64 { return float64(a.consulQueries.Load()) }))
 	a.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nomad_statefulset_nomad_write_holds_total",
-		Help: "Writes to Nomad that waited for the event stream, which trailed the daemon's earlier writes by more than half of event_buffer_size.",
+		Help: "Writes to Nomad that waited for the event stream, which trailed the daemon's earlier writes, those in flight counted, by a quarter of event_buffer_size.",
 	}, func() float64 { return float64(opts.Nomad.WritePacing().Holds) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "nomad_statefulset_nomad_write_held_seconds_total",

@@ -289,9 +289,10 @@ type WritePacing struct {
 	// waited in all.
 	Holds uint64
 	Held  time.Duration
-	// MaxBehind is the most indexes the stream trailed the daemon's
-	// newest write by when a write was about to be made: how close the
-	// stream came to Nomad's event_buffer_size.
+	// MaxBehind is the most the daemon's writes were ahead of the
+	// stream when a write was about to be made (the indexes the stream
+	// trailed the newest write by, and the writes then in flight): how
+	// close the stream came to Nomad's event_buffer_size.
 	MaxBehind uint64
 }
 

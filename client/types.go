@@ -42,9 +42,10 @@ type EventStreamHealth struct {
 	// nomad_statefulset_nomad_write_held_seconds_total).
 	WriteHolds       uint64  `json:"write_holds"`
 	WriteHeldSeconds float64 `json:"write_held_seconds"`
-	// MaxBehind is the most indexes the stream trailed the daemon's
-	// newest write by, when a write was about to be made: compare it
-	// with the servers' event_buffer_size.
+	// MaxBehind is the most the daemon's writes were ahead of the
+	// stream when a write was about to be made (the indexes the stream
+	// trailed the newest write by, and the writes then in flight):
+	// compare it with the servers' event_buffer_size.
 	MaxBehind uint64 `json:"max_behind"`
 }
 

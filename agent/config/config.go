@@ -198,8 +198,9 @@ type NomadConfig struct {
 	// SkipVerify disables server certificate checks (NOMAD_SKIP_VERIFY).
 	SkipVerify bool `hcl:"skip_verify"`
 	// EventBufferSize is the servers' event_buffer_size. The daemon's
-	// writes wait while its event stream trails them by more than half
-	// of it, so that Nomad does not drop the stream in a burst.
+	// writes wait while its event stream trails them, those in flight
+	// counted, by a quarter of it, so that Nomad does not drop the
+	// stream in a burst.
 	EventBufferSize int `hcl:"event_buffer_size"`
 }
 

@@ -97,7 +97,7 @@ func (v *validator) validateNomad() {
 	}
 	v.pair(n.ClientCert, n.ClientKey, "nomad.client_cert", "nomad.client_key")
 	if n.EventBufferSize < 2 {
-		v.fail("Invalid nomad event_buffer_size", fmt.Sprintf("%d: set the servers' event_buffer_size (Nomad's default is %d); the daemon's writes wait while its event stream trails them by half of it.",
+		v.fail("Invalid nomad event_buffer_size", fmt.Sprintf("%d: set the servers' event_buffer_size (Nomad's default is %d); the daemon's writes wait while its event stream trails them by a quarter of it.",
 			n.EventBufferSize, DefaultEventBufferSize), "nomad.event_buffer_size")
 	}
 }
