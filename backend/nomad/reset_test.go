@@ -18,7 +18,7 @@ func TestLostStreamReasons(t *testing.T) {
 		want string
 	}{
 		{"Nomad dropped events, mid-stream", &StreamError{Body: "event dropped from buffer"}, ResetBufferOverflow},
-		{"Nomad dropped events, in process", fmt.Errorf("following the event stream from index 3: %w", errors.New("event dropped from buffer")), ResetBufferOverflow},
+		{"Nomad dropped events, in process", fmt.Errorf("following the event stream after a listing at index 3: %w", errors.New("event dropped from buffer")), ResetBufferOverflow},
 		{"Nomad closed the subscription", &StreamError{Body: "subscription closed by server, client should resubscribe"}, ResetServerClosed},
 		{"another error of Nomad's", &StreamError{Body: "rpc error: No cluster leader"}, ResetServerError},
 		{"a permission error", &PermissionError{Verb: VerbEvents, Err: errors.New("Permission denied")}, ResetDenied},

@@ -352,7 +352,7 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 		batches, ended := pump.take()
 		for _, evs := range batches {
 			if evs.Err != nil {
-				return lostStream(fmt.Errorf("following the event stream from index %d: %w", snap.Index, evs.Err))
+				return lostStream(fmt.Errorf("following the event stream after a listing at index %d: %w", snap.Index, evs.Err))
 			}
 			if evs.Index >= snap.Index {
 				w.apply(evs)
