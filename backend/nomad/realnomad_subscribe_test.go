@@ -61,10 +61,14 @@ func TestRealNomadSubscriptionStartsWhereTheWatcherNeedsIt(t *testing.T) {
 		held = got
 		return nil
 	})
+	// Nomad 1.10.5 holds one index more than event_buffer_size once it
+	// has dropped any: eventBuffer.advanceHead counts the buffer's first,
+	// empty, item out when it drops it, though appendItem never counted
+	// it in (nomad/stream/event_buffer.go). A CI run read 9 through 8.
 	oldest, newest := held[0], held[len(held)-1]
-	if oldest <= first || len(held) > buffer {
+	if oldest <= first || len(held) > buffer+1 {
 		t.Fatalf("subscribed at %d, no longer held: the stream started at %d and delivered %d batches %v; want it to start at the oldest held, past %d, and at most %d batches",
-			first, oldest, len(held), held, first, buffer)
+			first, oldest, len(held), held, first, buffer+1)
 	}
 
 	fromNewest, err := client.Events(ctx, nomad.StreamFromNewest)
