@@ -14,3 +14,11 @@ func DeregisterKindOf(job *api.Job, index uint64) string {
 
 // SetMaxHold shortens how long one write may wait for the stream.
 func (p *StreamPacer) SetMaxHold(d time.Duration) { p.maxHold = d }
+
+// Wrote records the index of a write made without Wait, as if Nomad had
+// returned it: the tests' way to put the pacer ahead of the stream.
+func (p *StreamPacer) Wrote(index uint64) {
+	p.mu.Lock()
+	p.head = max(p.head, index)
+	p.mu.Unlock()
+}

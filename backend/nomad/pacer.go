@@ -74,7 +74,8 @@ type StreamPacer struct {
 	// inflight counts the writes Wait let go that have not returned
 	// (Done).
 	inflight uint64
-	// moved is closed, and replaced, whenever seen or following change.
+	// moved is closed, and replaced, whenever seen, following or the
+	// writes in flight change.
 	moved chan struct{}
 
 	holds atomic.Uint64
@@ -90,9 +91,9 @@ type StreamPacer struct {
 // Nomad writes after them (each child registered is followed by its
 // evaluation's and its allocation's updates) and for everyone else's
 // writes. With half, and the writes in flight not counted, a real Nomad
-// on a fast host dropped the stream in 5 of 10 creates of 1,000 children,
-// each time in the first 200 ms of the burst (BENCHMARKS.md, runs
-// 149-164).
+// on a fast host dropped the stream in 5 of 12 creates of 1,000 children,
+// each time in the first 200 ms of the burst; with this, in none of 9
+// (BENCHMARKS.md, runs 156-176).
 func NewStreamPacer(bufferSize int) *StreamPacer {
 	if bufferSize <= 0 {
 		bufferSize = DefaultEventBufferSize
@@ -105,7 +106,7 @@ const holdLogEvery = 10 * time.Second
 
 // logHold says, at most once every holdLogEvery, that writes wait for the
 // stream, or went ahead without it.
-func (p *StreamPacer) logHold(behind uint64, gaveUp bool) {
+func (p *StreamPacer) logHold(ahead uint64, gaveUp bool) {
 	now := time.Now().UnixNano()
 	last := p.logged.Load()
 	if now-last < int64(holdLogEvery) || !p.logged.CompareAndSwap(last, now) {
@@ -113,11 +114,11 @@ func (p *StreamPacer) logHold(behind uint64, gaveUp bool) {
 	}
 	if gaveUp {
 		p.log.Warn("a write waited for Nomad's event stream and went ahead without it: the stream is stalled, and Nomad may drop it (event_buffer_size)",
-			"waited", p.maxHold, "behind", behind, "limit", p.limit)
+			"waited", p.maxHold, "ahead", ahead, "limit", p.limit)
 		return
 	}
 	p.log.Info("writes to Nomad wait for its event stream, which trails them; they go on as it catches up",
-		"behind", behind, "limit", p.limit)
+		"ahead", ahead, "limit", p.limit)
 }
 
 // Limit is how many indexes the daemon's writes may run ahead of its
@@ -130,13 +131,6 @@ func (p *StreamPacer) wake() {
 	p.moved = make(chan struct{})
 }
 
-// Wrote records the index a write returned.
-func (p *StreamPacer) Wrote(index uint64) {
-	p.mu.Lock()
-	p.head = max(p.head, index)
-	p.mu.Unlock()
-}
-
 // Done records the end of a write that Wait let go, and the index Nomad
 // returned for it (or the newest any write returned, if it failed).
 func (p *StreamPacer) Done(index uint64) {
@@ -147,13 +141,6 @@ func (p *StreamPacer) Done(index uint64) {
 		p.inflight--
 	}
 	p.wake()
-}
-
-// InFlight returns how many writes Wait let go that are not Done.
-func (p *StreamPacer) InFlight() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.inflight
 }
 
 // Saw records the index of a batch of events the stream delivered.
@@ -183,19 +170,14 @@ func (p *StreamPacer) Lost() {
 	p.wake()
 }
 
-// Behind returns how many indexes the stream trails the daemon's newest
-// write by (0 when no stream is followed).
-func (p *StreamPacer) Behind() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.behind()
-}
-
-func (p *StreamPacer) behind() uint64 {
-	if !p.following || p.head <= p.seen {
+// ahead is how far the daemon's writes are ahead of the stream: the
+// indexes the stream trails the newest returned write by, and one for
+// each write in flight (0 when no stream is followed). Callers hold p.mu.
+func (p *StreamPacer) ahead() uint64 {
+	if !p.following {
 		return 0
 	}
-	return p.head - p.seen
+	return p.head - min(p.seen, p.head) + p.inflight
 }
 
 // Wait returns once the stream trails the daemon's writes, those in
@@ -205,19 +187,21 @@ func (p *StreamPacer) behind() uint64 {
 func (p *StreamPacer) Wait(ctx context.Context) error {
 	var start time.Time
 	var deadline <-chan time.Time
+	defer func() {
+		if deadline != nil {
+			p.held.Add(int64(time.Since(start)))
+		}
+	}()
 	for {
 		p.mu.Lock()
-		behind := p.behind()
-		if p.following {
-			behind += p.inflight
+		ahead := p.ahead()
+		if deadline == nil && ahead > p.maxBehind.Load() {
+			p.maxBehind.Store(ahead) // under p.mu: no lost update
 		}
-		if deadline == nil && behind > p.maxBehind.Load() {
-			p.maxBehind.Store(behind) // under p.mu: no lost update
-		}
-		if behind < p.limit || !p.following {
+		if ahead < p.limit || !p.following {
 			p.inflight++
 			p.mu.Unlock()
-			break
+			return nil
 		}
 		moved := p.moved
 		p.mu.Unlock()
@@ -227,15 +211,13 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 			defer t.Stop()
 			deadline = t.C
 			p.holds.Add(1)
-			p.logHold(behind, false)
+			p.logHold(ahead, false)
 		}
 		select {
 		case <-ctx.Done():
-			p.held.Add(int64(time.Since(start)))
 			return ctx.Err()
 		case <-deadline:
-			p.held.Add(int64(time.Since(start)))
-			p.logHold(behind, true)
+			p.logHold(ahead, true)
 			p.mu.Lock()
 			p.inflight++
 			p.mu.Unlock()
@@ -243,10 +225,6 @@ func (p *StreamPacer) Wait(ctx context.Context) error {
 		case <-moved:
 		}
 	}
-	if deadline != nil {
-		p.held.Add(int64(time.Since(start)))
-	}
-	return nil
 }
 
 // MaxBehind returns the most the daemon's writes were ahead of the stream
