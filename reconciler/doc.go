@@ -79,7 +79,10 @@
 //
 // A set whose parent job is gone (Spec.Deleted) is torn down instead: pods in
 // reverse ordinal order (all at once under Parallel), volumes as WhenDeleted
-// says once their pods are gone, and its stored state last.
+// says once their pods are gone, and its stored state last. A set whose
+// parent exists but is not annotated (Spec.Detached), or went away while the
+// set was detached, is detached instead (IsDetached): no action at all, and
+// the Detached condition.
 //
 // # Everything the caller writes is decided here
 //

@@ -11,6 +11,16 @@ import (
 // the revision a new pod gets, and the maxUnavailable budget.
 func checkDecision(w *world, in Input, out Output) error {
 	spec := in.Spec
+	// DESIGN §1: a set whose parent is not annotated gets no action, and
+	// neither does one whose parent was purged after the detachment was
+	// recorded: detaching is not deleting.
+	if w.unannotated && (spec.Detached || StatusDetached(w.status)) && len(out.Actions) > 0 {
+		return fmt.Errorf("detached (parent not annotated, detached=%v deleted=%v gone=%v): %d actions, first %s %d (%s)",
+			spec.Detached, spec.Deleted, spec.ParentGone, len(out.Actions), out.Actions[0].Type, out.Actions[0].Ordinal, out.Actions[0].Reason)
+	}
+	if w.unannotated && spec.Detached && !StatusDetached(out.Status) {
+		return fmt.Errorf("detached, but the status has no Detached condition: %s", conditionMessages(out.Status))
+	}
 	start, n := spec.OrdinalsStart, spec.Replicas
 	inRange := func(o int) bool { return o >= start && o < start+n }
 	byOrd := map[int][]Pod{}

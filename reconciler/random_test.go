@@ -171,7 +171,11 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(17) {
+		switch rng.IntN(18) {
+		case 17:
+			// The parent's annotation is mistyped or removed, or put
+			// back: the set detaches and is adopted again.
+			w.setAnnotated(w.unannotated)
 		case 0:
 			w.spec.Replicas = rng.IntN(6)
 			w.logf("spec: replicas=%d", w.spec.Replicas)
@@ -266,6 +270,9 @@ func randomRun(seed uint64) (err error) {
 	// Calm: a good template (a revert, if it was broken), the drains
 	// lifted, and the set must converge with nothing else changing.
 	phase = "calm"
+	if w.unannotated {
+		w.setAnnotated(true)
+	}
 	w.liftDrains()
 	w.appFails, w.leaderUnknown = false, false
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
@@ -292,7 +299,36 @@ func randomRun(seed uint64) (err error) {
 		return err
 	}
 
-	// Cascading delete, half of the time.
+	// Detached, a quarter of the time: the annotation is removed and the
+	// parent is purged while detached, which deletes nothing, and some time
+	// later a job of the set's name is annotated again. Then, half of the
+	// time, the cascading delete.
+	if rng.IntN(4) == 0 {
+		phase = "detach"
+		w.setAnnotated(false)
+		for i := 0; i < 3+rng.IntN(5); i++ {
+			if i == 2 {
+				// The agent sees no parent at all now, so it cannot tell
+				// the set is detached: only the stored status says so.
+				w.spec.Deleted, w.spec.ParentGone, w.spec.Detached = true, true, false
+				w.logf("user: the unannotated parent is purged")
+			}
+			if err := w.step(); err != nil {
+				return err
+			}
+			w.advance(rng)
+			w.now = w.now.Add(time.Second)
+		}
+		if len(w.last.Actions) > 0 {
+			return fmt.Errorf("a detached set acted: %d actions", len(w.last.Actions))
+		}
+		phase = "re-annotated"
+		w.setAnnotated(true)
+		w.spec.Deleted, w.spec.ParentGone = false, false
+		if err := w.settle(rng, calm()); err != nil {
+			return err
+		}
+	}
 	if rng.IntN(2) == 0 {
 		phase = "delete"
 		w.spec.Deleted = true

@@ -82,6 +82,9 @@ func Reconcile(in Input) Output {
 	r := reconciler{in: in, now: in.Now, waitPod: -1, awaitingApproval: -1}
 	r.status.ApprovalUsed = in.Previous.ApprovalUsed
 	r.spec = normalize(in.Spec)
+	if IsDetached(r.spec, in.Previous) {
+		return r.detach()
+	}
 	if r.spec.Deleted {
 		return r.teardown()
 	}

@@ -92,8 +92,20 @@ type Spec struct {
 	// JobModifyIndex); it is echoed into Status.ObservedGeneration.
 	Generation uint64
 	// Deleted is true once the parent job is stopped or purged: the set is
-	// then torn down (cascading delete).
+	// then torn down (cascading delete), unless it is detached
+	// (IsDetached).
 	Deleted bool
+	// ParentGone is true, with Deleted, when Nomad holds no parent job at
+	// all (purged, or never seen), as opposed to an annotated parent that
+	// was stopped. A set detached before its parent went stays detached.
+	ParentGone bool
+	// Detached is true when the parent job exists but is not annotated:
+	// its meta statefulset is missing or is not "true" (a typo, a removed
+	// key). The set is detached, not deleted (DESIGN §1): it gets no
+	// action at all. DetachedBecause says what the parent holds, for the
+	// condition's message.
+	Detached        bool
+	DetachedBecause string
 	// Spread is the node attribute the set's ordinals are spread over
 	// (statefulset_spread, default ${node.unique.id}); SpreadRequired makes
 	// it a hard rule. Placement is the agent's: the reconciler ignores them.
@@ -291,6 +303,11 @@ const (
 	// ConditionInvalidSpec is true when the parent job's annotations do not
 	// parse or break a rule; the set is then left untouched.
 	ConditionInvalidSpec ConditionType = "InvalidSpec"
+	// ConditionDetached is true while the set is detached (IsDetached): its
+	// parent is not annotated, or went away after it stopped being
+	// annotated. Nothing of the set is touched until a job of its name is
+	// annotated again. It is absent otherwise.
+	ConditionDetached ConditionType = "Detached"
 )
 
 // Condition is one status condition, in the Kubernetes style.

@@ -26,6 +26,10 @@ type world struct {
 	now        time.Time
 	// stateDeleted is set once DeleteSetState ran.
 	stateDeleted bool
+	// unannotated is the truth about the parent's annotation: set when the
+	// world's user mistypes or removes it (spec.Detached), cleared when it
+	// is annotated again. A parent purged meanwhile keeps it set.
+	unannotated bool
 
 	// calls counts the actions attempted; failAt fails the action with that
 	// number (1-based), once. failAt 0 never fails.
@@ -408,8 +412,12 @@ func (w *world) step() error {
 		k += size
 	}
 	if !w.dropStatus {
+		if !w.unannotated {
+			// A detached set's status records no membership: what the
+			// spec says meanwhile counts from its adoption on.
+			w.members, w.condemnedDelete = members, condemnedAll
+		}
 		w.status = out.Status
-		w.members, w.condemnedDelete = members, condemnedAll
 	}
 	return w.checkState()
 }
@@ -862,6 +870,19 @@ func (w *world) chaos(rng *rand.Rand) {
 		w.logf("chaos: pod %d drifted", p.Ordinal)
 		p.Drifted = true
 	}
+}
+
+// setAnnotated plays the user editing the parent's meta statefulset: a typo
+// or a removed key (false), or "true" again. The spec the agent would parse
+// says Detached while it is not annotated.
+func (w *world) setAnnotated(annotated bool) {
+	w.unannotated = !annotated
+	w.spec.Detached = !annotated
+	w.spec.DetachedBecause = ""
+	if !annotated {
+		w.spec.DetachedBecause = `statefulset = "True"`
+	}
+	w.logf("user: parent annotated=%v", annotated)
 }
 
 // converged reports whether the set is at rest: the last reconcile had
