@@ -235,6 +235,13 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	if ok, err := c.readStore(ctx, p); !ok {
 		return nil, err
 	}
+	if reconciler.IsDetached(p.spec, p.prev) {
+		// A detached set's decision reads its stored state only. The
+		// rest of the input would ask its pods' post_ready hooks and
+		// watch its checks: nothing of a detached set is touched.
+		p.in = reconciler.Input{Spec: p.spec, Revisions: p.revs, Previous: p.prev, Now: now}
+		return p, nil
+	}
 	if ok, err := c.buildInput(ctx, p); !ok {
 		return nil, err
 	}
@@ -483,6 +490,7 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		c.forget(key)
 		return nil
 	}
+	c.noteDetached(p, out.Status)
 	if len(res.held) == 0 && (!p.found || !reconciler.StatusEqual(p.prev, out.Status)) {
 		if err := c.store.PutStatus(ctx, key, out.Status); err != nil {
 			return fmt.Errorf("writing status of %s: %w", key, err)
@@ -503,6 +511,30 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		}
 	}
 	return nil
+}
+
+// noteDetached announces, once per term, that a set is detached (the
+// Detached event and a warning: an operator who mistyped the annotation must
+// hear of it), and that it is adopted again once its parent is annotated.
+func (c *controller) noteDetached(p *pass, next reconciler.Status) {
+	detached := reconciler.StatusDetached(next)
+	if detached == p.st.detached {
+		return
+	}
+	p.st.detached = detached
+	if !detached {
+		c.log.Info("the set's parent is annotated again; its children are adopted as they are", "set", p.key.String())
+		c.sets.event(p.key, p.now, "Adopted", "the parent job is annotated again: its children are adopted as they are")
+		return
+	}
+	msg := ""
+	for _, cond := range next.Conditions {
+		if cond.Type == reconciler.ConditionDetached {
+			msg = cond.Message
+		}
+	}
+	c.log.Warn("the set is detached: nothing of it is changed, stopped or deleted", "set", p.key.String(), "why", msg)
+	c.sets.event(p.key, p.now, string(reconciler.ConditionDetached), msg)
 }
 
 // showOutcome updates the set's view. After acting, the view shows what the
@@ -546,7 +578,8 @@ func (c *controller) forget(key backend.SetKey) {
 }
 
 // specFor parses the set's parent, or falls back to the last known spec when
-// the parent was purged. It returns nil, nil when the set is unknown.
+// the parent was purged (Deleted, ParentGone) or is not annotated
+// (Detached). It returns nil, nil when the set is unknown.
 func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Observation) (*reconciler.Spec, error) {
 	if obs.Parent != nil && !obs.ParentPurged && obs.Parent.Managed() {
 		spec, err := obs.Parent.Spec()
@@ -565,6 +598,19 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Obser
 			last, ok = s, true
 		}
 	}
+	if obs.Parent != nil && !obs.ParentPurged {
+		// The parent is there but not annotated: a typo or a removed
+		// key detaches the set (reconciler.IsDetached), it never deletes
+		// it. The spec is the last known one, if any; a detached set's
+		// decision reads none of it.
+		if !ok {
+			last = reconciler.Spec{Namespace: key.Namespace, Name: key.Name}
+		}
+		last.Detached, last.DetachedBecause = true, obs.Parent.NotAnnotatedBecause()
+		last.Deleted, last.ParentGone = false, false
+		return &last, nil
+	}
+	last.ParentGone = true
 	if !ok {
 		if len(obs.Pods) == 0 && len(obs.Stopped) == 0 {
 			return nil, nil
@@ -574,10 +620,10 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Obser
 		last = reconciler.Spec{
 			Namespace: key.Namespace, Name: key.Name,
 			PodManagementPolicy: reconciler.OrderedReady, UpdateStrategy: reconciler.RollingUpdate,
-			WhenDeleted: reconciler.Retain, WhenScaled: reconciler.Retain,
+			WhenDeleted: reconciler.Retain, WhenScaled: reconciler.Retain, ParentGone: true,
 		}
 	}
-	last.Deleted = true
+	last.Deleted, last.Detached = true, false
 	return &last, nil
 }
 
@@ -589,11 +635,16 @@ func (c *controller) forgetOrphanState(ctx context.Context, key backend.SetKey) 
 	if err != nil {
 		return fmt.Errorf("reading revisions of %s: %w", key, err)
 	}
-	_, found, err := c.store.GetStatus(ctx, key)
+	st, found, err := c.store.GetStatus(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading status of %s: %w", key, err)
 	}
 	if len(revs) == 0 && !found {
+		return nil
+	}
+	if reconciler.StatusDetached(st) {
+		// Detached, then its parent purged: the revisions wait for a job
+		// of its name to be annotated again (docs: uninstalling).
 		return nil
 	}
 	c.log.Info("removing the state of a set whose job is gone", "set", key.String())

@@ -30,6 +30,10 @@ type setState struct {
 	rendered renderedDigests
 	// children holds what is remembered per child job, by job ID.
 	children map[string]*childMemo
+	// detached says this term has announced the set as detached (an
+	// event and a warning), so that it is announced once per term, and
+	// its adoption when it is annotated again.
+	detached bool
 	// vanished holds the ordinals found missing at the set's first pass in
 	// this term and when each may be created again (unwatchedGone);
 	// vanishedKnown says that first pass happened.

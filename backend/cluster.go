@@ -102,6 +102,10 @@ type ParentJob interface {
 	// Managed reports whether the job carries the statefulset annotations
 	// that make it a set's parent.
 	Managed() bool
+	// NotAnnotatedBecause says what the job's meta holds when it is not
+	// Managed ("its meta says statefulset = \"True\", …"), for the
+	// Detached condition.
+	NotAnnotatedBecause() string
 	// Spec parses the set's spec from the job's annotations.
 	Spec() (reconciler.Spec, error)
 	// Version returns the job's version and its JobModifyIndex.

@@ -187,6 +187,19 @@ func IsManaged(job *api.Job) bool {
 	return job != nil && job.Meta[KeyManaged] == managedValue
 }
 
+// NotAnnotatedBecause says, for a job that IsManaged does not take, what its
+// meta holds instead: the reason a set of its name is detached.
+func NotAnnotatedBecause(job *api.Job) string {
+	if job == nil {
+		return "no job"
+	}
+	v, ok := job.Meta[KeyManaged]
+	if !ok {
+		return "its meta has no " + KeyManaged + " key"
+	}
+	return fmt.Sprintf("its meta says %s = %q, not %q", KeyManaged, v, managedValue)
+}
+
 // Parse reads the parent job's annotations into a Spec with every DESIGN §1
 // default applied, and checks the rules a parent job must follow. It never
 // stops at the first problem: all of them come back in one

@@ -29,6 +29,9 @@ func (p Parent) Job() *api.Job { return p.job }
 // Managed implements backend.ParentJob (IsManaged).
 func (p Parent) Managed() bool { return IsManaged(p.job) }
 
+// NotAnnotatedBecause implements backend.ParentJob (NotAnnotatedBecause).
+func (p Parent) NotAnnotatedBecause() string { return NotAnnotatedBecause(p.job) }
+
 // Spec implements backend.ParentJob (Parse).
 func (p Parent) Spec() (reconciler.Spec, error) { return Parse(p.job) }
 

@@ -321,14 +321,43 @@ func (c *Cache) Replace(s Snapshot) []backend.SetKey {
 	}
 	stopping := c.stoppingChildrenLocked(s.Index, s.At)
 	placements := c.placementsLocked()
+	wasParent := make(map[backend.SetKey]bool, len(c.parents)+len(c.purged))
+	for k := range c.parents {
+		wasParent[k] = true
+	}
+	for k := range purged {
+		wasParent[k] = true
+	}
 	c.reset()
+	// Children first: a parent that is not annotated is kept only for a set
+	// that has children or had a parent (upsertParentLocked), whatever the
+	// listing's order.
+	var parents []*api.Job
 	for _, j := range s.Jobs {
+		if j == nil || j.ID == nil {
+			continue
+		}
+		if _, child := parentOf(j); !child {
+			parents = append(parents, j)
+			continue
+		}
 		if k, ok := c.upsertJobLocked(j); ok {
 			touched[k] = struct{}{}
 		}
 	}
 	for _, r := range s.kept {
 		if k, ok := c.upsertRecordLocked(r); ok {
+			touched[k] = struct{}{}
+		}
+	}
+	for _, j := range parents {
+		k := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
+		if wasParent[k] && !isParent(j) {
+			c.parents[k] = j // known as the set's parent: it stays so
+			touched[k] = struct{}{}
+			continue
+		}
+		if k, ok := c.upsertParentLocked(j); ok {
 			touched[k] = struct{}{}
 		}
 	}
@@ -501,28 +530,51 @@ func (c *Cache) upsertJobLocked(j *api.Job) (backend.SetKey, bool) {
 	if j == nil || j.ID == nil {
 		return backend.SetKey{}, false
 	}
-	if isParent(j) {
-		k := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
-		if old, ok := c.parents[k]; ok && u64(old.ModifyIndex) > u64(j.ModifyIndex) {
-			return k, true
-		}
-		c.parents[k] = j
-		delete(c.purged, k)
-		delete(c.unsettled, k.Namespace+"/"+k.Name)
-		return k, true
-	}
 	k, ok := parentOf(j)
 	if !ok {
-		// A job that was a parent and lost its annotation is no longer ours.
-		pk := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
-		if _, was := c.parents[pk]; was {
-			delete(c.parents, pk)
-			delete(c.unsettled, pk.Namespace+"/"+pk.Name)
-			return pk, true
-		}
-		return backend.SetKey{}, false
+		return c.upsertParentLocked(j)
 	}
 	return c.upsertChildLocked(k, *j.ID, u64(j.ModifyIndex), u64(j.CreateIndex), func() *jobs.ChildRecord { return jobs.NewChildRecord(j) })
+}
+
+// upsertParentLocked records a job that is no set's child. An annotated one
+// is a set's parent. One that is not annotated is kept as its set's parent
+// too when it was one, or when the set has children: the set is then
+// detached, not deleted (reconciler.IsDetached), and only a parent that the
+// cache holds tells the one from the other. Any other job is none of ours.
+func (c *Cache) upsertParentLocked(j *api.Job) (backend.SetKey, bool) {
+	k := backend.SetKey{Namespace: jobNamespace(j), Name: *j.ID}
+	if !isParent(j) && !c.mayBeParentLocked(k) {
+		return backend.SetKey{}, false
+	}
+	if old, ok := c.parents[k]; ok && u64(old.ModifyIndex) > u64(j.ModifyIndex) {
+		return k, true
+	}
+	c.parents[k] = j
+	delete(c.purged, k)
+	delete(c.unsettled, k.Namespace+"/"+k.Name)
+	return k, true
+}
+
+// mayBeParentLocked reports whether a job that is not annotated, of set k's
+// name, is that set's parent as far as the cache knows: it holds the set's
+// parent, a purged one, or children. The caller holds mu.
+func (c *Cache) mayBeParentLocked(k backend.SetKey) bool {
+	_, parent := c.parents[k]
+	_, purged := c.purged[k]
+	return parent || purged || len(c.children[k]) > 0
+}
+
+// knowsParent reports whether the cache holds a parent, annotated or not, or
+// a purged parent, of set ns/id: a re-list must read such a job even when it
+// is not annotated, or the set would look deleted.
+func (c *Cache) knowsParent(ns, id string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	k := backend.SetKey{Namespace: ns, Name: id}
+	_, parent := c.parents[k]
+	_, purged := c.purged[k]
+	return parent || purged
 }
 
 // upsertChildLocked records child id of set k at modifyIndex, unless the

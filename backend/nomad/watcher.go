@@ -380,13 +380,21 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 	namespaces := map[string]struct{}{}
 	children := map[string]struct{}{}
 	sets := map[string]bool{} // "namespace/set" of every parent
+	// A job that is not annotated is read too when it is a set's parent
+	// all the same: children name it, or the cache held it as a parent. Its
+	// set is detached, not deleted, and the cache must hold the job to
+	// tell.
+	named := map[string]bool{}
 	for _, s := range stubs {
-		if s.Meta[jobs.KeyManaged] != "true" && s.Meta[jobs.MetaParent] == "" {
-			continue
+		if p := s.Meta[jobs.MetaParent]; p != "" {
+			named[stubNamespace(s)+"/"+p] = true
 		}
-		ns := s.Namespace
-		if ns == "" {
-			ns = "default"
+	}
+	for _, s := range stubs {
+		ns := stubNamespace(s)
+		if s.Meta[jobs.KeyManaged] != "true" && s.Meta[jobs.MetaParent] == "" &&
+			!named[ns+"/"+s.ID] && !w.cache.knowsParent(ns, s.ID) {
+			continue
 		}
 		if s.Meta[jobs.MetaParent] == "" {
 			sets[ns+"/"+s.ID] = true
@@ -446,6 +454,14 @@ func (w *Watcher) list(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// stubNamespace is a listed job's namespace, "default" when it has none.
+func stubNamespace(s *api.JobListStub) string {
+	if s.Namespace == "" {
+		return "default"
+	}
+	return s.Namespace
 }
 
 // readVolumeClasses reads, one by one, the listed volumes of the sets whose
