@@ -141,8 +141,13 @@ func (c *ValidateCommand) Run(args []string) int {
 			out.Problems = append(out.Problems, validateProblem{Key: p.Key, Value: p.Value, Rule: p.Rule})
 		}
 	case errors.Is(err, jobs.ErrNotManaged):
-		out.Problems = append(out.Problems, validateProblem{Key: jobs.KeyManaged, Value: job.Meta[jobs.KeyManaged],
-			Rule: `is not "true": the job is not managed by nomad-statefulset (set meta statefulset = "true")`})
+		rule := `is not "true": the job is not managed by nomad-statefulset (set meta statefulset = "true"); ` +
+			`run as it is, it detaches a running set of its name: nothing of that set is changed, stopped or deleted until the job says "true" again`
+		if jobs.LooksMeantToBeManaged(job) {
+			rule = `is not "true" (did you mean "true"? the value is exact): ` +
+				`run as it is, this job detaches a running set of its name: nothing of that set is changed, stopped or deleted until the job says statefulset = "true"`
+		}
+		out.Problems = append(out.Problems, validateProblem{Key: jobs.KeyManaged, Value: job.Meta[jobs.KeyManaged], Rule: rule})
 	default:
 		return c.report(fmt.Errorf("%s: %w", displayPath(path), err))
 	}

@@ -170,3 +170,41 @@ func TestValidateStdinAndMissingFile(t *testing.T) {
 		t.Errorf("bad JSON: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// A statefulset value that looks meant ("True", "yes", "1", the key missing
+// beside other statefulset_* keys) is named, with what running the job does
+// to a set of its name: it detaches it (DESIGN §1), it never deletes it.
+func TestValidateWarnsOfAnAnnotationThatDetaches(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		remove      bool
+		meant       bool
+	}{
+		{name: "True", value: "True", meant: true},
+		{name: "yes", value: "yes", meant: true},
+		{name: "1", value: "1", meant: true},
+		{name: "removed", remove: true, meant: true},
+		{name: "false", value: "false", meant: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := parentJob("web")
+			j.Meta["statefulset"] = tc.value
+			if tc.remove {
+				delete(j.Meta, "statefulset")
+			}
+			code, out, errOut := runValidate(t, closedAddress(t), writeJSONJob(t, j, true))
+			if code != ExitError {
+				t.Fatalf("exit %d, want %d; stderr %q", code, ExitError, errOut)
+			}
+			if !strings.Contains(out, `  - statefulset = "`+tc.value+`": is not "true"`) {
+				t.Errorf("the problem does not name the key and value:\n%s", out)
+			}
+			if !strings.Contains(out, "detaches a running set of its name") || !strings.Contains(out, "deleted") {
+				t.Errorf("the problem does not say a running set is detached, not deleted:\n%s", out)
+			}
+			if got := strings.Contains(out, `did you mean "true"?`); got != tc.meant {
+				t.Errorf("did-you-mean shown=%v, want %v:\n%s", got, tc.meant, out)
+			}
+		})
+	}
+}

@@ -200,6 +200,30 @@ func NotAnnotatedBecause(job *api.Job) string {
 	return fmt.Sprintf("its meta says %s = %q, not %q", KeyManaged, v, managedValue)
 }
 
+// LooksMeantToBeManaged reports whether a job that IsManaged does not take
+// was most likely meant to be a set's parent: its statefulset value is
+// "true" in another spelling ("True", "yes", "1", "on"), or the key is
+// missing while other statefulset_* keys are set.
+func LooksMeantToBeManaged(job *api.Job) bool {
+	if job == nil || IsManaged(job) {
+		return false
+	}
+	v, ok := job.Meta[KeyManaged]
+	if !ok {
+		for k := range job.Meta {
+			if strings.HasPrefix(k, KeyManaged+"_") {
+				return true
+			}
+		}
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "yes", "y", "1", "on", "t", "enabled", "enable":
+		return true
+	}
+	return false
+}
+
 // Parse reads the parent job's annotations into a Spec with every DESIGN §1
 // default applied, and checks the rules a parent job must follow. It never
 // stops at the first problem: all of them come back in one
