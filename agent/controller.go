@@ -316,9 +316,13 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 		if r, ok := revByName[pod.Revision]; ok && !pod.Terminating {
 			if d.Job == nil || !d.Job.Matches(p.spec, r, pod.Ordinal) {
 				pod.Drifted = true
-			} else if changed := rendered.changed(c.render, p.spec, r, d, p.st.isOwn(d)); len(changed) > 0 {
-				pod.Drifted = true
-				c.noteEdit(p, d, r, changed)
+			} else {
+				changed, older := rendered.changed(c.render, p.spec, r, d, p.st.isOwn(d))
+				if len(changed) > 0 {
+					pod.Drifted = true
+					c.noteEdit(p, d, r, changed)
+				}
+				rendered.noteOlder(d.JobID, older)
 			}
 		}
 		if d.NodeID != "" && !pod.Terminating {

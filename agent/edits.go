@@ -20,6 +20,23 @@ type renderedDigests struct {
 	pass uint64
 	// claims is the set's claims of the current pass, joined.
 	claims string
+	// older are the children, by job ID, whose record of what the daemon
+	// registered differs from this release's rendering of their revision:
+	// status shows them, and they take this rendering at their next
+	// replacement (a rollout, `rollout restart`), never by themselves.
+	older map[string]bool
+}
+
+// noteOlder records whether child jobID carries an older rendering.
+func (r *renderedDigests) noteOlder(jobID string, older bool) {
+	switch {
+	case older && r.older == nil:
+		r.older = map[string]bool{jobID: true}
+	case older:
+		r.older[jobID] = true
+	default:
+		delete(r.older, jobID)
+	}
 }
 
 type renderedDigest struct {
@@ -39,23 +56,33 @@ type renderKey struct {
 	legacy bool
 }
 
-// changed returns the fields of pod d's child that differ from its
-// revision rendered for its ordinal: a hand edit (`nomad job run` of a
-// changed child, `nomad job revert`). Nil when they match, or when either
-// digest is unknown: an unreadable spec is never a reason to replace a pod.
+// changed returns the fields of pod d's child that differ from what the
+// daemon registered for it: a hand edit (`nomad job run` of a changed
+// child, `nomad job revert`). Nil when they match, or when a digest is
+// unknown: an unreadable spec is never a reason to replace a pod.
+//
+// What was registered is the child's own record of it (jobs.MetaRendered),
+// not what this release would render for its revision today: a release
+// that renders children differently must not restart every pod it finds
+// (DESIGN §2). older reports whether that record differs from this
+// release's rendering, which the child takes at its next replacement. A
+// child registered before the record existed is compared with this
+// release's rendering, as it was then.
 //
 // own says the child Nomad holds is the daemon's own registration. Its
 // digest is then what Nomad made of this rendering, and becomes the one
 // later versions are compared with: should Nomad ever store a child in a
 // way the normal form does not model, that is learnt from the daemon's own
 // registration instead of being replaced, again and again, as an edit.
-func (r *renderedDigests) changed(render renderFunc, spec reconciler.Spec, rev reconciler.Revision, d backend.PodDetail, own bool) []string {
+func (r *renderedDigests) changed(render renderFunc, spec reconciler.Spec, rev reconciler.Revision, d backend.PodDetail, own bool) (changed []string, older bool) {
 	if !d.Digest.Known() {
-		return nil
+		return nil, false
 	}
 	spread, recorded := "", false
+	var registered specdigest.Digest
 	if d.Job != nil {
 		spread, recorded = d.Job.SpreadRecord()
+		registered = d.Job.Rendered()
 	}
 	k := renderKey{revision: rev.Name, ordinal: d.Pod.Ordinal, claims: r.claims, spread: spread, legacy: !recorded}
 	e, ok := r.m[k]
@@ -64,17 +91,25 @@ func (r *renderedDigests) changed(render renderFunc, spec reconciler.Spec, rev r
 		// revision's own rendering errors show when a pod is created.
 		e.digest, _ = render(spec, rev, d.Pod.Ordinal, spread, recorded)
 	}
-	if own && !e.digest.Equal(d.Digest) {
-		e.digest, ok = d.Digest, false
-	}
 	if !ok || e.pass != r.pass {
 		e.pass = r.pass
 		r.m[k] = e
 	}
-	if e.digest.Equal(d.Digest) {
-		return nil
+	if registered.Known() {
+		older = e.digest.Known() && !e.digest.Equal(registered)
+		if own || registered.Equal(d.Digest) {
+			return nil, older
+		}
+		return registered.Changed(d.Digest), older
 	}
-	return e.digest.Changed(d.Digest)
+	if own && !e.digest.Equal(d.Digest) {
+		e.digest = d.Digest
+		r.m[k] = e
+	}
+	if e.digest.Equal(d.Digest) {
+		return nil, false
+	}
+	return e.digest.Changed(d.Digest), false
 }
 
 // renderFunc is the digest of rev rendered for ordinal, with a child's

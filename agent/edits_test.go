@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // TestHandEditedChildIsReplacedAndNamed is issue 20's `nomad job run` of
@@ -50,46 +53,64 @@ func TestHandEditedChildIsReplacedAndNamed(t *testing.T) {
 				&api.Affinity{LTarget: "${node.unique.id}", RTarget: "n2", Operand: "!=", Weight: ptr(int8(100))})
 		}, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
-			r := newSyncRig(t, parent)
-			child := r.firstChild(t, parent, 0)
-			tc.edit(child)
-			child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(1)), ptr(uint64(30)), ptr(uint64(30)), ptr(uint64(20))
-			child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
-			alloc := r.healthyAlloc("web-0", 31)
-			vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
-			r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, child},
-				Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
+		for _, recorded := range []bool{true, false} {
+			// With the record of what was registered, as this release
+			// registers children, and without it, as a child of a release
+			// before the record: then this release's rendering is the
+			// baseline.
+			t.Run(fmt.Sprintf("%s/recorded=%v", tc.name, recorded), func(t *testing.T) {
+				handEdited(t, tc.edit, tc.field, recorded)
+			})
+		}
+	}
+}
 
-			r.sync(t)
-			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
-			d, _ := r.c.sets.get(r.key)
-			if tc.field == "" {
-				if replaced || hasEvent(d, "Edited") {
-					t.Fatalf("a child as rendered was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
-				}
-				return
-			}
-			if !replaced {
-				t.Fatalf("an edited child was not replaced: calls %v", r.eff.calls)
-			}
-			if !hasEvent(d, "Edited", "web-0 was changed outside nomad-statefulset", tc.field) {
-				t.Fatalf("no event names %s: %+v", tc.field, d.Events)
-			}
-			// Once per edit, however many passes see it.
-			r.sync(t)
-			d, _ = r.c.sets.get(r.key)
-			n := 0
-			for _, e := range d.Events {
-				if e.Type == "Edited" {
-					n++
-				}
-			}
-			if n != 1 {
-				t.Fatalf("%d Edited events for one edit, want 1", n)
-			}
-		})
+// handEdited syncs a set whose one child was changed by edit (its record
+// of what was registered kept when recorded) and checks that the child is
+// replaced and field named once, or, for field "", left alone.
+func handEdited(t *testing.T, edit func(j *api.Job), field string, recorded bool) {
+	parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
+	r := newSyncRig(t, parent)
+	child := r.firstChild(t, parent, 0)
+	if recorded {
+		if err := jobs.RecordRendering(child); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(child)
+	child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(1)), ptr(uint64(30)), ptr(uint64(30)), ptr(uint64(20))
+	child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
+	alloc := r.healthyAlloc("web-0", 31)
+	vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
+	r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, child},
+		Allocs: []*api.AllocationListStub{alloc}, Volumes: []*api.HostVolumeStub{vol}})
+
+	r.sync(t)
+	replaced := slices.Contains(r.eff.calls, "DeletePod 0")
+	d, _ := r.c.sets.get(r.key)
+	if field == "" {
+		if replaced || hasEvent(d, "Edited") {
+			t.Fatalf("a child as rendered was taken for an edit: calls %v, events %+v", r.eff.calls, d.Events)
+		}
+		return
+	}
+	if !replaced {
+		t.Fatalf("an edited child was not replaced: calls %v", r.eff.calls)
+	}
+	if !hasEvent(d, "Edited", "web-0 was changed outside nomad-statefulset", field) {
+		t.Fatalf("no event names %s: %+v", field, d.Events)
+	}
+	// Once per edit, however many passes see it.
+	r.sync(t)
+	d, _ = r.c.sets.get(r.key)
+	n := 0
+	for _, e := range d.Events {
+		if e.Type == "Edited" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d Edited events for one edit, want 1", n)
 	}
 }
 
@@ -156,5 +177,67 @@ func TestForgetKeepsOtherSetsChildren(t *testing.T) {
 	}
 	if got := *r.c.sets.of(db).child("web-db-0"); got != (childMemo{own: 40, edited: 41, evaluated: 42}) {
 		t.Fatalf("forgetting web changed web-db-0's memo: %+v", got)
+	}
+}
+
+// TestAnUpgradeRestartsNothing: a release that renders children differently
+// (here: one more env var in every rendering) must not replace a child that
+// an earlier release registered and recorded (DESIGN §2). Kubernetes learnt
+// this with the pod-template hash: pods are compared by the revision they
+// record, not with what the running controller would make of it. The child
+// is shown as carrying an older rendering instead; a hand edit of it is still
+// found against its record and named.
+func TestAnUpgradeRestartsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(j *api.Job)
+		field string
+	}{
+		{"as the earlier release registered it", func(*api.Job) {}, ""},
+		{"edited by hand since", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "sleep 1"} }, "Group.Tasks[app].Config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
+			r := newSyncRig(t, parent)
+			child := r.firstChild(t, parent, 0) // as the earlier release rendered it
+			if err := jobs.RecordRendering(child); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(child)
+			r.c.render = func(spec reconciler.Spec, rev reconciler.Revision, ord int, spread string, recorded bool) (specdigest.Digest, error) {
+				c, err := jobs.RenderChild(spec, rev, ord)
+				if err != nil {
+					return specdigest.Digest{}, err
+				}
+				c.TaskGroups[0].Tasks[0].Env["RENDERED_BY"] = "a later release"
+				return jobs.DigestChild(c)
+			}
+			child.Version, child.JobModifyIndex, child.ModifyIndex, child.CreateIndex = ptr(uint64(1)), ptr(uint64(30)), ptr(uint64(30)), ptr(uint64(20))
+			child.SubmitTime = ptr(r.now.Add(-time.Hour).UnixNano())
+			vol := &api.HostVolumeStub{Namespace: "default", ID: "vol-0", Name: "data-web-0", NodeID: "n1", State: api.HostVolumeStateReady}
+			r.cache.Replace(nomad.Snapshot{Index: 100, Jobs: []*api.Job{parent, child},
+				Allocs: []*api.AllocationListStub{r.healthyAlloc("web-0", 31)}, Volumes: []*api.HostVolumeStub{vol}})
+
+			r.sync(t)
+			replaced := slices.Contains(r.eff.calls, "DeletePod 0")
+			d, _ := r.c.sets.get(r.key)
+			if tc.field == "" {
+				if replaced || hasEvent(d, "Edited") {
+					t.Fatalf("the upgrade replaced a child: calls %v, events %+v", r.eff.calls, d.Events)
+				}
+				if len(d.Pods) != 1 || !d.Pods[0].OlderRendering {
+					t.Fatalf("the child is not shown as carrying an older rendering: %+v", d.Pods)
+				}
+				return
+			}
+			if !replaced || !hasEvent(d, "Edited", tc.field) {
+				t.Fatalf("a hand edit went unseen: calls %v, events %+v", r.eff.calls, d.Events)
+			}
+			for _, e := range d.Events {
+				if e.Type == "Edited" && strings.Contains(e.Message, "Env") {
+					t.Fatalf("the edit is named by what the new release renders, not what was registered: %s", e.Message)
+				}
+			}
+		})
 	}
 }

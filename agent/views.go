@@ -47,6 +47,7 @@ func (s *setStates) setStatus(key backend.SetKey, st reconciler.Status) {
 // also clears an error an earlier pass showed (an invalid spec, a corrupt
 // stored value).
 func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconciler.Status, obs backend.Observation, revs []reconciler.Revision, now time.Time) {
+	set := s.of(key)
 	counts := map[string]int{}
 	pods := make([]client.Pod, 0, len(obs.Pods))
 	claimsByOrd := claimViews(spec, obs.Volumes)
@@ -63,7 +64,7 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 			Ordinal: p.Pod.Ordinal, Name: reconciler.PodName(spec.Name, p.Pod.Ordinal),
 			Revision: p.Pod.Revision, AllocID: p.AllocID, NodeID: p.NodeID, State: state, NotReady: notReady,
 			ReadySince: p.Pod.ReadySince, Volumes: volumesByOrd[p.Pod.Ordinal], Leader: p.Pod.Leader,
-			Claims: claimsByOrd[p.Pod.Ordinal],
+			Claims: claimsByOrd[p.Pod.Ordinal], OlderRendering: set.rendered.older[p.JobID],
 		})
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Ordinal < pods[j].Ordinal })
@@ -73,10 +74,9 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 	}
 	sort.Slice(rv, func(i, j int) bool { return rv[i].Number < rv[j].Number })
 
-	state := s.of(key)
-	state.viewMu.Lock()
-	defer state.viewMu.Unlock()
-	d := &state.view
+	set.viewMu.Lock()
+	defer set.viewMu.Unlock()
+	d := &set.view
 	for _, e := range readinessEvents(d.Pods, pods) {
 		d.Events = append(d.Events, client.Event{Time: now, Type: e[0], Message: e[1]})
 	}
@@ -89,7 +89,7 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 	d.Revisions = rv
 	d.Error = ""
 	if s.onPods != nil {
-		state.podStates = s.onPods(key, state.podStates, counts)
+		set.podStates = s.onPods(key, set.podStates, counts)
 	}
 }
 

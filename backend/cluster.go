@@ -156,6 +156,10 @@ type ChildJob interface {
 	// spread away from, and whether the child has the record at all (one
 	// registered before the record existed has not).
 	SpreadRecord() (record string, recorded bool)
+	// Rendered is the digest of the child as the daemon registered it,
+	// which the child records (jobs.MetaRendered); unknown for a child
+	// registered before the record existed.
+	Rendered() specdigest.Digest
 }
 
 // PodDetail is one observed pod plus the Nomad facts behind it.

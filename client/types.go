@@ -136,6 +136,11 @@ type Pod struct {
 	Leader bool `json:"leader,omitempty"`
 	// Claims are the pod's volumes with their class and sizes.
 	Claims []ClaimVolume `json:"claims,omitempty"`
+	// OlderRendering is set when the child was registered by a release
+	// that rendered it differently from this one: it keeps running as it
+	// is and takes this release's rendering at its next replacement (a
+	// rollout, `rollout restart`).
+	OlderRendering bool `json:"older_rendering,omitempty"`
 }
 
 // ClaimVolume is one per-ordinal volume of a pod as its claim template

@@ -242,6 +242,12 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 	if d.Error != "" {
 		pairs = append(pairs, [2]string{"Error", d.Error})
 	}
+	if older := olderRendering(d.Pods); len(older) > 0 {
+		// An upgrade of the daemon restarts nothing: these keep running as
+		// an earlier release rendered them.
+		pairs = append(pairs, [2]string{"Older Rendering", fmt.Sprintf(
+			"%s registered by an earlier release; rendered anew at the next rollout or `rollout restart`", strings.Join(older, ", "))})
+	}
 	b.WriteString(formatKV(pairs))
 
 	b.WriteString("\n\nPods\n")
@@ -362,4 +368,16 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// olderRendering names the pods whose child an earlier release rendered
+// differently (client.Pod.OlderRendering), in ordinal order.
+func olderRendering(pods []client.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if p.OlderRendering {
+			out = append(out, p.Name)
+		}
+	}
+	return out
 }

@@ -332,3 +332,26 @@ func TestFormatAgentShowsLostStreams(t *testing.T) {
 		t.Fatalf("the agent line is\n%s\nwant it to hold\n%s", got, want)
 	}
 }
+
+// Children an earlier release rendered differently are named: an upgrade
+// restarts none of them (DESIGN §2), so the operator must learn which still
+// run an older rendering, and when they take the new one.
+func TestStatusSetNamesOlderRenderings(t *testing.T) {
+	agent := newFakeAgent(t)
+	d := webDetail()
+	d.Pods[0].OlderRendering = true
+	agent.add(d)
+	code, out, errOut := runStatus(t, agent, "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	want := "Older Rendering   = " + d.Pods[0].Name + " registered by an earlier release; rendered anew at the next rollout or `rollout restart`"
+	if !strings.Contains(out, want) {
+		t.Fatalf("status does not name the older rendering (%q):\n%s", want, out)
+	}
+	agent2 := newFakeAgent(t)
+	agent2.add(webDetail())
+	if _, out, _ := runStatus(t, agent2, "web"); strings.Contains(out, "Older Rendering") {
+		t.Fatalf("status names older renderings when there are none:\n%s", out)
+	}
+}

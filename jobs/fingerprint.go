@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs/specdigest"
 )
 
 // CompactChild returns a copy of a child job read from Nomad that keeps only
@@ -47,6 +48,10 @@ type ChildRecord struct {
 	// digest is the whole spec's SpecDigest, which finds hand edits of
 	// any field; unknown for a record made from a compact job.
 	digest SpecDigest
+	// rendered is what the child's MetaRendered says the daemon
+	// registered; unknown for a child without it (registered by a release
+	// before the record) or whose record does not decode.
+	rendered SpecDigest
 }
 
 type groupRecord struct {
@@ -222,6 +227,11 @@ func NewChildRecord(j *api.Job) *ChildRecord {
 // record was made from a compact job).
 func (r *ChildRecord) Digest() SpecDigest { return r.digest }
 
+// Rendered implements backend.ChildJob: the digest of the child as the
+// daemon registered it (MetaRendered), unknown when the child has no such
+// record.
+func (r *ChildRecord) Rendered() SpecDigest { return r.rendered }
+
 func newChildRecord(j *api.Job) *ChildRecord {
 	r := &ChildRecord{
 		id: optOf(j.ID), namespace: optOf(j.Namespace), status: optOf(j.Status),
@@ -230,8 +240,12 @@ func newChildRecord(j *api.Job) *ChildRecord {
 		jobModifyIndex: optOf(j.JobModifyIndex), submitTime: optOf(j.SubmitTime),
 		// The managed flag and every statefulset_* key: the identity keys
 		// plus the parent's annotations, which tell parents from children.
-		meta:      keep(j.Meta, isSetKey),
+		meta:      keep(j.Meta, func(k string) bool { return isSetKey(k) && k != MetaRendered }),
 		hasGroups: j.TaskGroups != nil,
+	}
+	if v, ok := j.Meta[MetaRendered]; ok {
+		// Kept decoded, its paths interned: the text is a kilobyte a child.
+		r.rendered, _ = specdigest.Decode(v, internPath)
 	}
 	if len(j.TaskGroups) > 0 {
 		r.groups = make([]*groupRecord, len(j.TaskGroups))

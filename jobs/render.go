@@ -20,6 +20,12 @@ const (
 	MetaOrdinal  = "statefulset_ordinal"
 	MetaPodName  = "statefulset_pod_name"
 	MetaRevision = "statefulset_revision"
+	// MetaRendered records in a child what the daemon registered for it:
+	// the SpecDigest of the child as sent (RecordRendering). Drift is
+	// judged against it, not against what the running release would render
+	// now, so that a release that renders children differently restarts
+	// nothing by itself (DESIGN §2).
+	MetaRendered = "statefulset_rendered"
 
 	EnvName    = "STATEFULSET_NAME"
 	EnvOrdinal = "STATEFULSET_ORDINAL"
@@ -110,6 +116,23 @@ func RenderChild(spec reconciler.Spec, rev reconciler.Revision, ordinal int) (*a
 		Meta:        meta,
 		TaskGroups:  []*api.TaskGroup{g},
 	}, nil
+}
+
+// RecordRendering sets child's MetaRendered to the digest of the child as it
+// is: call it last, on the job exactly as it is registered. The digest
+// leaves out the statefulset meta, the record itself included, and the
+// spreading rules MetaSpreadAvoid names, as the digest of the child read
+// back from Nomad does.
+func RecordRendering(child *api.Job) error {
+	d, err := DigestChild(child)
+	if err != nil {
+		return fmt.Errorf("recording the rendering of %s: %w", deref(child.ID), err)
+	}
+	if child.Meta == nil {
+		child.Meta = map[string]string{}
+	}
+	child.Meta[MetaRendered] = d.Encode()
+	return nil
 }
 
 // restoreGroupZeros re-applies explicit zeros that prune removed, comparing

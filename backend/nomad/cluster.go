@@ -84,6 +84,9 @@ func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev r
 	if spread != nil {
 		jobs.SpreadChild(child, spread.Attr, spread.Required, spread.Used)
 	}
+	if err := jobs.RecordRendering(child); err != nil {
+		return 0, err
+	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
 		if IsConflict(err) {

@@ -5,8 +5,12 @@
 package specdigest
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"sort"
+	"strings"
 )
 
 // Digest is a child job's spec reduced to one checksum per field, in the
@@ -95,4 +99,55 @@ func (d Digest) Changed(other Digest) []string {
 		}
 	}
 	return out
+}
+
+// encodingV1 prefixes the first encoding of a digest (Encode). A later
+// encoding gets another prefix; Decode refuses what it does not know, which
+// leaves the digest unknown: never a reason to replace a pod.
+const encodingV1 = "1."
+
+// Encode writes the digest as text that fits a Nomad meta value: the
+// version prefix, then, base64url without padding, each field as its path's
+// length (uvarint), its path and its checksum (8 bytes, little-endian), in
+// path order. It is how a child records what the daemon registered for it.
+// An unknown digest encodes as "".
+func (d Digest) Encode() string {
+	if !d.Known() {
+		return ""
+	}
+	var b []byte
+	for _, f := range d.fields {
+		b = binary.AppendUvarint(b, uint64(len(f.Path)))
+		b = append(b, f.Path...)
+		b = binary.LittleEndian.AppendUint64(b, f.Sum)
+	}
+	return encodingV1 + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Decode reads a digest that Encode wrote. intern, when not nil, returns the
+// string to keep for a path (the same path of many children then shares one
+// string). Any other text is an error.
+func Decode(s string, intern func(string) string) (Digest, error) {
+	rest, ok := strings.CutPrefix(s, encodingV1)
+	if !ok {
+		return Digest{}, fmt.Errorf("spec digest %.12q…: not an encoding this release knows", s)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return Digest{}, fmt.Errorf("spec digest: %w", err)
+	}
+	fields := []Field{}
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) || uint64(len(b)-k)-n < 8 {
+			return Digest{}, fmt.Errorf("spec digest: field %d is cut short", len(fields))
+		}
+		f := Field{Path: string(b[k : k+int(n)]), Sum: binary.LittleEndian.Uint64(b[k+int(n):])}
+		if intern != nil {
+			f.Path = intern(f.Path)
+		}
+		fields = append(fields, f)
+		b = b[k+int(n)+8:]
+	}
+	return New(fields), nil
 }
