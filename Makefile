@@ -11,7 +11,8 @@
 #                   cache in front of it), elector and ACLs, the Nomad client
 #   make test-e2e   end-to-end scenarios against real Nomad and Consul agents
 #                   (installs Debian's PostgreSQL 15 first if it is missing:
-#                   make postgres)
+#                   make postgres; builds the previous release to upgrade
+#                   from: make previous-release)
 #   make lint       gofmt, go vet, staticcheck
 #   make test       lint + test-unit + test-integration + test-e2e (what CI runs)
 #   make bench      benchmarks, -cpu 1, written to .cache/bench.txt
@@ -46,7 +47,7 @@ export CONSUL_BIN ?= $(BIN_DIR)/consul
 # Nomad's AWS fingerprinter aborts the client when this is set.
 unexport AWS_CA_BUNDLE
 
-.PHONY: all tools postgres build release test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
+.PHONY: all tools postgres previous-release build release test-unit test-integration test-e2e lint test bench bench-cluster demo demo-down clean
 
 # The version comes from git (a tag, else the commit, "-dirty" for local
 # changes) and is stamped into the binary with -ldflags.
@@ -103,9 +104,25 @@ postgres:
 # bin/nomad-statefulset (scripts/e2e.sh says why). E2E_RUN=regexp runs some.
 # E2E_TIMEOUT bounds each test, not the whole run (the longest, TestPostgres,
 # takes about 5.5 minutes two at a time).
-test-e2e: tools build postgres
+test-e2e: tools build postgres previous-release
 	E2E_JOBS=$(E2E_JOBS) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_RUN='$(E2E_RUN)' NSS_E2E_DAEMON=$(CURDIR)/bin/nomad-statefulset \
-		bash scripts/e2e.sh
+		NSS_E2E_PREVIOUS_DAEMON=$(PREVIOUS_DAEMON) bash scripts/e2e.sh
+
+# The release an upgrade is tested from (e2e
+# TestUpgradeFromThePreviousReleaseRestartsNothing: sets made by it, then
+# this build started on the same state, must see no child touched). It is
+# built once from git into .cache/previous/<commit>/; a new release moves
+# PREVIOUS_RELEASE to the commit of the one before it.
+PREVIOUS_RELEASE ?= f70fa2eff312a89a23d519ef3b6a4e7d3cb47655
+PREVIOUS_DAEMON := $(CACHE)/previous/$(PREVIOUS_RELEASE)/nomad-statefulset
+previous-release: $(PREVIOUS_DAEMON)
+$(PREVIOUS_DAEMON):
+	@git cat-file -e '$(PREVIOUS_RELEASE)^{commit}' 2>/dev/null || { \
+		echo "previous-release: commit $(PREVIOUS_RELEASE) is not in this clone (a shallow clone? git fetch --unshallow)" >&2; exit 1; }
+	rm -rf $(CACHE)/previous/src && mkdir -p $(CACHE)/previous/src $(dir $@)
+	git archive $(PREVIOUS_RELEASE) | tar -x -C $(CACHE)/previous/src
+	cd $(CACHE)/previous/src && $(GO) build -o $@ ./cmd/nomad-statefulset
+	rm -rf $(CACHE)/previous/src
 
 $(STATICCHECK):
 	@mkdir -p $(BIN_DIR)
