@@ -132,6 +132,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Logger, store: opts.Store, elector: opts.Elector}
 	a.metrics = newMetrics(func() float64 { return float64(a.depth.Load()) })
+	a.metrics.reg.MustRegister(setCollector{views: a.setMetrics, now: time.Now})
 	a.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "nomad_statefulset_consul_health_queries_total",
 		Help: "Blocking queries of Consul service health made for pod readiness (one per watched service per change or wait time).",

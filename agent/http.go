@@ -162,6 +162,16 @@ func (a *Agent) viewList() client.SetList {
 	return client.SetList{Sets: []client.SetSummary{}}
 }
 
+// setMetrics returns every set's metrics: none while this agent does not
+// lead (a follower publishes no per-set series, so each series has one
+// source across the agents).
+func (a *Agent) setMetrics() []setMetrics {
+	if c := a.current.Load(); c != nil {
+		return c.sets.metricsViews()
+	}
+	return nil
+}
+
 // view returns what this agent shows of one set; false while it does not
 // lead or does not know the set.
 func (a *Agent) view(key backend.SetKey) (client.SetDetail, bool) {

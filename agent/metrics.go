@@ -94,3 +94,83 @@ func (m *metrics) observeNomadCall(_ context.Context, verb string, write bool, e
 func (m *metrics) streamReset(reason string) {
 	m.streamResets.WithLabelValues(reason).Inc()
 }
+
+// Per-set series, read from the sets' views at each scrape (setCollector).
+// Their names follow kube-state-metrics' kube_statefulset_* so that the
+// kubernetes-mixin alerts translate one for one; every one carries the
+// labels namespace and set, and the reference (docs/monitoring.md) lists
+// them with their label values.
+var (
+	descReplicas = prometheus.NewDesc("nomad_statefulset_replicas",
+		"Desired replicas (statefulset_replicas).", []string{"namespace", "set"}, nil)
+	descStatusReplicas = prometheus.NewDesc("nomad_statefulset_status_replicas",
+		"Pods the set has (children of a valid ordinal, terminating ones too).", []string{"namespace", "set"}, nil)
+	descReady = prometheus.NewDesc("nomad_statefulset_status_replicas_ready",
+		"Pods Running and Ready.", []string{"namespace", "set"}, nil)
+	descAvailable = prometheus.NewDesc("nomad_statefulset_status_replicas_available",
+		"Pods Ready for statefulset_min_ready_seconds.", []string{"namespace", "set"}, nil)
+	descUpdated = prometheus.NewDesc("nomad_statefulset_status_replicas_updated",
+		"Pods at the update revision.", []string{"namespace", "set"}, nil)
+	descCurrent = prometheus.NewDesc("nomad_statefulset_status_replicas_current",
+		"Pods at the current revision.", []string{"namespace", "set"}, nil)
+	descCurrentRevision = prometheus.NewDesc("nomad_statefulset_status_current_revision",
+		"1 for the set's current revision.", []string{"namespace", "set", "revision"}, nil)
+	descUpdateRevision = prometheus.NewDesc("nomad_statefulset_status_update_revision",
+		"1 for the set's update revision.", []string{"namespace", "set", "revision"}, nil)
+	descCondition = prometheus.NewDesc("nomad_statefulset_status_condition",
+		"1 for each condition of the set, with its status (true, false) and reason.", []string{"namespace", "set", "type", "status", "reason"}, nil)
+	descLeaderOrdinal = prometheus.NewDesc("nomad_statefulset_leader_ordinal",
+		"The ordinal of the pod whose leader check passes; -1 while none does. Only for sets with statefulset_leader_check.", []string{"namespace", "set"}, nil)
+	descRolloutAge = prometheus.NewDesc("nomad_statefulset_rollout_age_seconds",
+		"Seconds since this leader saw the set's rollout to its update revision begin; 0 while no rollout is under way.", []string{"namespace", "set"}, nil)
+)
+
+// setCollector publishes the per-set series from views, which returns
+// every set's metrics at the moment of a scrape.
+type setCollector struct {
+	views func() []setMetrics
+	now   func() time.Time
+}
+
+// Describe implements prometheus.Collector.
+func (c setCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReplicas, descStatusReplicas, descReady, descAvailable, descUpdated, descCurrent,
+		descCurrentRevision, descUpdateRevision, descCondition, descLeaderOrdinal, descRolloutAge} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c setCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.now()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, m := range c.views() {
+		ns, set := m.key.Namespace, m.key.Name
+		st := m.status
+		gauge(descReplicas, float64(m.desired), ns, set)
+		gauge(descStatusReplicas, float64(st.Replicas), ns, set)
+		gauge(descReady, float64(st.ReadyReplicas), ns, set)
+		gauge(descAvailable, float64(st.AvailableReplicas), ns, set)
+		gauge(descUpdated, float64(st.UpdatedReplicas), ns, set)
+		gauge(descCurrent, float64(st.CurrentReplicas), ns, set)
+		if st.CurrentRevision != "" {
+			gauge(descCurrentRevision, 1, ns, set, st.CurrentRevision)
+		}
+		if st.UpdateRevision != "" {
+			gauge(descUpdateRevision, 1, ns, set, st.UpdateRevision)
+		}
+		for _, cond := range st.Conditions {
+			gauge(descCondition, 1, ns, set, cond.Type, strconv.FormatBool(cond.Status), cond.Reason)
+		}
+		if m.hasCheck {
+			gauge(descLeaderOrdinal, float64(m.leader), ns, set)
+		}
+		age := 0.0
+		if !m.rollout.IsZero() {
+			age = now.Sub(m.rollout).Seconds()
+		}
+		gauge(descRolloutAge, age, ns, set)
+	}
+}

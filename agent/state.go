@@ -73,6 +73,13 @@ type setState struct {
 	// podStates are the pod states last published as metrics, so that a
 	// state no pod is in any more is removed.
 	podStates map[string]bool
+	// rolloutSince is when this term first saw the set rolling out to
+	// rolloutTo (its update revision differing from its current one); zero
+	// while it is not. hasLeaderCheck says the set declares a leader check.
+	// Both are for the metrics.
+	rolloutSince   time.Time
+	rolloutTo      string
+	hasLeaderCheck bool
 }
 
 // childMemo is what the agent remembers of one child job, each as the Nomad

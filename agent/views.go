@@ -83,6 +83,13 @@ func (s *setStates) update(key backend.SetKey, spec reconciler.Spec, st reconcil
 	if len(d.Events) > maxEvents {
 		d.Events = append([]client.Event(nil), d.Events[len(d.Events)-maxEvents:]...)
 	}
+	switch {
+	case st.UpdateRevision == "" || st.UpdateRevision == st.CurrentRevision:
+		set.rolloutSince, set.rolloutTo = time.Time{}, ""
+	case set.rolloutTo != st.UpdateRevision:
+		set.rolloutSince, set.rolloutTo = now, st.UpdateRevision
+	}
+	set.hasLeaderCheck = spec.LeaderCheck != ""
 	d.Spec = client.SpecOf(spec)
 	d.Status = statusView(st)
 	d.Pods = pods
@@ -223,6 +230,39 @@ func (s *setStates) list() client.SetList {
 		}
 		return out.Sets[i].Name < out.Sets[j].Name
 	})
+	return out
+}
+
+// setMetrics is what the metrics say of one set, read at a scrape.
+type setMetrics struct {
+	key      backend.SetKey
+	desired  int
+	status   client.Status
+	leader   int // the leading pod's ordinal; -1 for none
+	leads    bool
+	rollout  time.Time
+	hasCheck bool
+}
+
+// metricsViews returns every set's metrics, as its view says now: a set
+// that is dropped has none, so its series go with it.
+func (s *setStates) metricsViews() []setMetrics {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]setMetrics, 0, len(s.m))
+	for key, st := range s.m {
+		st.viewMu.Lock()
+		m := setMetrics{key: key, desired: st.view.Spec.Replicas, status: st.view.Status, leader: -1,
+			rollout: st.rolloutSince, hasCheck: st.hasLeaderCheck}
+		m.status.Conditions = slices.Clone(m.status.Conditions)
+		for _, p := range st.view.Pods {
+			if p.Leader {
+				m.leader, m.leads = p.Ordinal, true
+			}
+		}
+		st.viewMu.Unlock()
+		out = append(out, m)
+	}
 	return out
 }
 
