@@ -48,6 +48,12 @@ func newMetrics(queueDepth func() float64) *metrics {
 			Help: "Times the Nomad event stream was lost and Nomad re-listed, by reason (buffer_overflow: Nomad dropped events the daemon had not read; raise event_buffer_size on the servers).",
 		}, []string{"reason"}),
 	}
+	for _, reason := range backend.StreamResetReasons {
+		// At 0 from the start: increase() over a series that first
+		// appears at 1 sees no increase, and the first loss would raise
+		// no alert.
+		m.streamResets.WithLabelValues(reason)
+	}
 	m.reg.MustRegister(m.reconcileDuration, m.pods, m.apiCalls, m.apiErrors, m.leader, m.streamResets,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nomad_statefulset_queue_depth", Help: "Sets waiting to be reconciled.",

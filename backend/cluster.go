@@ -437,3 +437,30 @@ type LeaderChecks interface {
 	// Wait returns once every read has ended.
 	Wait()
 }
+
+// The reasons the watcher loses Nomad's event stream and re-lists: the
+// values of the metric nomad_statefulset_nomad_event_stream_resets_total's
+// reason label.
+const (
+	// StreamResetBufferOverflow is Nomad dropping events the daemon had
+	// not read yet: the subscriber fell further behind than the servers'
+	// event_buffer_size. The daemon must raise it, or keep up.
+	StreamResetBufferOverflow = "buffer_overflow"
+	// StreamResetServerClosed is Nomad closing the subscription itself, as
+	// it does when the token's ACLs change or a server steps down.
+	StreamResetServerClosed = "server_closed"
+	// StreamResetServerError is Nomad ending the stream, or refusing it,
+	// with another error of its own.
+	StreamResetServerError = "server_error"
+	// StreamResetDenied is Nomad refusing the stream to the daemon's token.
+	StreamResetDenied = "denied"
+	// StreamResetDecode is the stream carrying something that is neither
+	// an event nor an error Nomad wrote.
+	StreamResetDecode = "decode"
+	// StreamResetDisconnect is the connection to Nomad failing or ending.
+	StreamResetDisconnect = "disconnect"
+)
+
+// StreamResetReasons are every StreamReset* reason.
+var StreamResetReasons = []string{StreamResetBufferOverflow, StreamResetServerClosed, StreamResetServerError,
+	StreamResetDenied, StreamResetDecode, StreamResetDisconnect}

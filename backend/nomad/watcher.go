@@ -52,25 +52,15 @@ type WatcherConfig struct {
 }
 
 // The reasons of a reset: why the watcher lost the event stream and
-// re-lists, as Resets counts them and OnReset reports them.
+// re-lists, as Resets counts them and OnReset reports them (backend's
+// StreamReset* say what each means).
 const (
-	// ResetBufferOverflow is Nomad dropping events the daemon had not read
-	// yet: the subscriber fell further behind than the servers'
-	// event_buffer_size. The daemon must raise it, or keep up.
-	ResetBufferOverflow = "buffer_overflow"
-	// ResetServerClosed is Nomad closing the subscription itself, as it
-	// does when the token's ACLs change or a server steps down.
-	ResetServerClosed = "server_closed"
-	// ResetServerError is Nomad ending the stream, or refusing it, with
-	// another error of its own.
-	ResetServerError = "server_error"
-	// ResetDenied is Nomad refusing the stream to the daemon's token.
-	ResetDenied = "denied"
-	// ResetDecode is the stream carrying something that is neither an
-	// event nor an error Nomad wrote.
-	ResetDecode = "decode"
-	// ResetDisconnect is the connection to Nomad failing or ending.
-	ResetDisconnect = "disconnect"
+	ResetBufferOverflow = backend.StreamResetBufferOverflow
+	ResetServerClosed   = backend.StreamResetServerClosed
+	ResetServerError    = backend.StreamResetServerError
+	ResetDenied         = backend.StreamResetDenied
+	ResetDecode         = backend.StreamResetDecode
+	ResetDisconnect     = backend.StreamResetDisconnect
 )
 
 // Watcher keeps a Cache current: a subscription to the event stream, a full
