@@ -209,5 +209,21 @@ nats-server:
 	fi
 test-e2e: nats-server
 
+# Debian's prometheus (with promtool) for e2e/monitoring_test.go
+# (examples/monitoring), installed non-interactively when missing; a no-op
+# when present. Debian's package would start a server on :9090 under
+# systemd; the tests start their own on loopback.
+PROMETHEUS := /usr/bin/prometheus
+.PHONY: prometheus
+prometheus:
+	@if [ ! -x $(PROMETHEUS) ] || [ ! -x /usr/bin/promtool ]; then \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+		echo "installing prometheus (apt-get install prometheus)"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+		[ -x $(PROMETHEUS) ] || { echo "$(PROMETHEUS) is still missing after apt-get" >&2; exit 1; }; \
+	fi
+test-e2e: prometheus
+
 clean:
 	rm -rf bin $(CACHE)/demo
