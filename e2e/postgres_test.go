@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,18 +30,42 @@ import (
 // clients, each with its own Consul agent, against real PostgreSQL 15 from
 // Debian's postgresql-15 package. The job runs as the file says, its
 // variables at their defaults: nothing in it is substituted (its ports are
-// dynamic, and the members find each other through Consul).
+// dynamic, and the members find each other through Consul). Its passwords
+// come from the Nomad Variable pgCredentials, which the test writes
+// through Nomad's API, as a user would with nomad var put.
 
 const (
 	pgBinDir  = "/usr/lib/postgresql/15/bin"
 	pgSet     = "postgres"
 	pgExample = "examples/postgres/postgres.nomad.hcl"
-	pgInstall = "`make test-e2e` installs it (apt-get install -y postgresql-15), or run that apt-get yourself"
+	// pgCredentials is the Nomad Variable the example reads its passwords
+	// from (its variable "credentials" at the default).
+	pgCredentials = "nomad/jobs/postgres"
+	pgInstall     = "`make test-e2e` installs it (apt-get install -y postgresql-15), or run that apt-get yourself"
 	// pgWaitLong bounds a rollout, a member's return or the cluster's
 	// forming: a rollout of three members at the example's defaults takes
 	// about a minute and a half, several times that on a loaded machine.
 	pgWaitLong = 8 * time.Minute
 )
+
+// pgSuperuserPassword and pgReplicationPassword are the passwords the test
+// writes to pgCredentials: new for every run, each with the characters a
+// libpq password file escapes (':' and '\'), a quote (which SQL doubles)
+// and a space, so that the example's templates must get them right.
+var pgSuperuserPassword, pgReplicationPassword = pgNewPassword("su"), pgNewPassword("repl")
+
+func pgNewPassword(prefix string) string {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + `:it's \ ` + hex.EncodeToString(b)
+}
+
+// pgQuote quotes a value for a libpq (and lib/pq) connection string.
+func pgQuote(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
 
 // requirePostgres fails the test, saying how to get it, when PostgreSQL 15
 // or its user is missing.
@@ -134,8 +160,13 @@ func startPostgres(t *testing.T) *pgCluster {
 	pc := &pgCluster{m: m, d: d, consul: m.Consul.Client}
 	pc.ev = recordEvents(t, d, pgSet)
 	t.Cleanup(func() { pc.explainFailure(t) })
+	checkPostgresJob(t, m.Server.Client, filepath.Join(root, pgExample))
 	start := time.Now()
 	RegisterFile(t, m.Server.Client, filepath.Join(root, pgExample))
+	// The passwords are not there yet: the first member waits for them,
+	// and says so.
+	pc.waitMissingCredentials(t)
+	putPostgresCredentials(t, m.Server.Client)
 	pc.waitRollout(t, "", pgWaitLong)
 	f := pc.waitFormed(t)
 	if f.primary != 0 {
@@ -143,8 +174,154 @@ func startPostgres(t *testing.T) *pgCluster {
 	}
 	pc.sysid = f.sysid
 	t.Logf("the example converged and formed one cluster (system identifier %d) in %v", pc.sysid, time.Since(start).Round(time.Second))
+	pc.checkAuthentication(t)
 	pc.waitLeader(t, 0)
 	return pc
+}
+
+// checkPostgresJob checks what the example's file promises before it runs:
+// the PostgreSQL version is a variable (15 by default) that picks the
+// programs' directory, and kill_timeout is within Nomad's default
+// max_kill_timeout (30s), beyond which a client would cut it.
+func checkPostgresJob(t *testing.T, nc *nomadapi.Client, path string) {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ vars, want string }{{"", "/usr/lib/postgresql/15/bin"}, {`postgres_version = "16"`, "/usr/lib/postgresql/16/bin"}} {
+		job, err := nc.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Canonicalize: true, Variables: tc.vars})
+		if err != nil {
+			t.Fatalf("parsing %s with variables %q: %v", path, tc.vars, err)
+		}
+		task := job.TaskGroups[0].Tasks[0]
+		lib := ""
+		for _, tm := range task.Templates {
+			if tm.DestPath != nil && *tm.DestPath == "local/lib.sh" && tm.EmbeddedTmpl != nil {
+				lib = *tm.EmbeddedTmpl
+			}
+		}
+		if !strings.Contains(lib, "export PATH="+tc.want+":") {
+			t.Errorf("with variables %q, lib.sh does not put %s first on PATH:\n%s", tc.vars, tc.want, lib)
+		}
+		if task.KillTimeout == nil || *task.KillTimeout > 30*time.Second {
+			t.Errorf("kill_timeout %v, beyond Nomad's default max_kill_timeout of 30s", task.KillTimeout)
+		}
+	}
+	if _, err := nc.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Variables: `postgres_version = "15.4"`}); err == nil {
+		t.Errorf("postgres_version = \"15.4\" was accepted; it is a major version")
+	}
+}
+
+// waitMissingCredentials waits until the first member's allocation, run
+// before the Nomad Variable with the passwords exists, reports that its
+// template waits for it (Nomad's task event "Missing: nomad.var.block(…)"),
+// and checks that its task has not started meanwhile.
+func (pc *pgCluster) waitMissingCredentials(t *testing.T) {
+	t.Helper()
+	pod := pgSet + "-0"
+	want := fmt.Sprintf("Missing: nomad.var.block(%s@default.global)", pgCredentials)
+	start := time.Now()
+	var seen string
+	Eventually(t, 4*time.Minute, pod+" to wait for the Nomad Variable "+pgCredentials, func() error {
+		allocs, _, err := pc.m.Server.Client.Jobs().Allocations(pod, true, nil)
+		if err != nil || len(allocs) == 0 {
+			return fmt.Errorf("no allocation of %s yet (%v)", pod, err)
+		}
+		a, _, err := pc.m.Server.Client.Allocations().Info(allocs[0].ID, nil)
+		if err != nil {
+			return err
+		}
+		ts := a.TaskStates["postgres"]
+		if ts == nil {
+			return fmt.Errorf("allocation %s has no task state yet", a.ID[:8])
+		}
+		var msgs []string
+		for _, e := range ts.Events {
+			msgs = append(msgs, e.DisplayMessage)
+			if strings.Contains(e.DisplayMessage, want) {
+				seen = e.DisplayMessage
+			}
+		}
+		if seen == "" {
+			return fmt.Errorf("task %s, events %q", ts.State, msgs)
+		}
+		if ts.State != "pending" || !ts.StartedAt.IsZero() {
+			return fmt.Errorf("%w: the task is %s (started %v) without the passwords", ErrGiveUp, ts.State, ts.StartedAt)
+		}
+		return nil
+	})
+	t.Logf("without the variable, %s waits %v in: %s", pod, time.Since(start).Round(time.Second), seen)
+}
+
+// putPostgresCredentials writes the Nomad Variable the example reads its
+// passwords from, as nomad var put would.
+func putPostgresCredentials(t *testing.T, nc *nomadapi.Client) {
+	t.Helper()
+	// A fresh Nomad answers "keyring has not been initialized yet" for a
+	// moment after its leader is elected.
+	Eventually(t, 30*time.Second, "the passwords to be stored in the Nomad Variable "+pgCredentials, func() error {
+		_, _, err := nc.Variables().Create(&nomadapi.Variable{Path: pgCredentials, Items: nomadapi.VariableItems{
+			"postgres_password": pgSuperuserPassword, "replication_password": pgReplicationPassword}}, nil)
+		if err != nil && !strings.Contains(err.Error(), "keyring has not been initialized") {
+			return fmt.Errorf("%w: %w", ErrGiveUp, err)
+		}
+		return err
+	})
+}
+
+// checkAuthentication checks, on every member, that nothing is trusted:
+// the pg_hba rules in force name no trust and parse, a connection over the
+// network with a wrong password is refused, and the replication role's
+// password (a role of the example's, from the variable) lets it in.
+func (pc *pgCluster) checkAuthentication(t *testing.T) {
+	t.Helper()
+	ms, err := pc.survey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := 0; o < 3; o++ {
+		pod := fmt.Sprintf("%s-%d", pgSet, o)
+		m, ok := ms[pod]
+		if !ok {
+			t.Fatalf("%s does not answer", pod)
+		}
+		db, err := pgOpen(m.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules, trust, bad int
+		var methods string
+		err = db.QueryRow(`select count(*), count(*) filter (where auth_method = 'trust'), count(*) filter (where error is not null),
+			string_agg(distinct auth_method, ',' order by auth_method) from pg_hba_file_rules`).Scan(&rules, &trust, &bad, &methods)
+		db.Close()
+		if err != nil {
+			t.Fatalf("%s: pg_hba_file_rules: %v", pod, err)
+		}
+		if rules == 0 || trust != 0 || bad != 0 {
+			t.Errorf("%s: pg_hba has %d rules, %d of them trust, %d that do not parse (methods %s)", pod, rules, trust, bad, methods)
+		}
+		wrong, err := pgOpenAs(m.addr, "postgres", "not-"+pgSuperuserPassword)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := wrong.Ping()
+		wrong.Close()
+		if refused == nil || !strings.Contains(refused.Error(), "password authentication failed") {
+			t.Errorf("%s: a wrong password for postgres over the network: %v, want the password refused", pod, refused)
+		}
+		repl, err := pgOpenAs(m.addr, "replicator", pgReplicationPassword)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var isRepl bool
+		err = repl.QueryRow("select rolreplication from pg_roles where rolname = current_user").Scan(&isRepl)
+		repl.Close()
+		if err != nil || !isRepl {
+			t.Errorf("%s: replicator with its password from the variable: %v (replication %v)", pod, err, isRepl)
+		}
+		t.Logf("%s: pg_hba has %d rules, methods %s; a wrong password: %v", pod, rules, methods, refused)
+	}
 }
 
 // waitRollout waits until every pod is Ready at the update revision, which
@@ -246,9 +423,16 @@ func (pc *pgCluster) members() (map[string][]string, error) {
 	return out, nil
 }
 
+// pgOpen connects to the member at hostport as the superuser, with the
+// password the test put in the Nomad Variable.
 func pgOpen(hostport string) (*sql.DB, error) {
+	return pgOpenAs(hostport, "postgres", pgSuperuserPassword)
+}
+
+func pgOpenAs(hostport, user, password string) (*sql.DB, error) {
 	host, port, _ := strings.Cut(hostport, ":")
-	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2", host, port))
+	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=%s password=%s dbname=postgres sslmode=disable connect_timeout=2",
+		host, port, user, pgQuote(password)))
 	if err != nil {
 		return nil, err
 	}
@@ -262,11 +446,13 @@ type pgMember struct {
 	addr       string
 	inRecovery bool
 	sysid      int64
+	// slots are the replication slots it keeps: slot name -> active.
+	slots map[string]bool
 }
 
 // pgAsk asks the server at hostport who it is (its cluster_name, which
-// the example sets to the pod's name), whether it is in recovery, and its
-// system identifier.
+// the example sets to the pod's name), whether it is in recovery, its
+// system identifier and its replication slots.
 func pgAsk(hostport string) (string, pgMember, error) {
 	db, err := pgOpen(hostport)
 	if err != nil {
@@ -275,12 +461,21 @@ func pgAsk(hostport string) (string, pgMember, error) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	m := pgMember{addr: hostport}
-	var name string
-	err = db.QueryRowContext(ctx, "select current_setting('cluster_name'), pg_is_in_recovery(), (select system_identifier from pg_control_system())").
-		Scan(&name, &m.inRecovery, &m.sysid)
+	m := pgMember{addr: hostport, slots: map[string]bool{}}
+	var name, slots string
+	err = db.QueryRowContext(ctx, `select current_setting('cluster_name'), pg_is_in_recovery(), (select system_identifier from pg_control_system()),
+		(select coalesce(string_agg(slot_name || '=' || active, ' '), '') from pg_replication_slots)`).
+		Scan(&name, &m.inRecovery, &m.sysid, &slots)
+	for _, s := range strings.Fields(slots) {
+		n, active, _ := strings.Cut(s, "=")
+		m.slots[n] = active == "true"
+	}
 	return name, m, err
 }
+
+// pgSlot is the replication slot the example gives a member: its pod name
+// as a slot name.
+func pgSlot(ordinal int) string { return fmt.Sprintf("%s_%d", pgSet, ordinal) }
 
 // survey asks every address Consul lists and returns the members that
 // answered as the pod they are listed for.
@@ -382,6 +577,23 @@ func (pc *pgCluster) formed() (pgFormation, error) {
 	for o := 0; o < 3; o++ {
 		if pod := fmt.Sprintf("%s-%d", pgSet, o); o != f.primary && f.streaming[pod] != "streaming" {
 			return f, fmt.Errorf("pg_stat_replication on the primary %s-%d: %v, want %s streaming", pgSet, f.primary, f.streaming, pod)
+		}
+	}
+	// Replication slots: the primary keeps one for each standby, in use,
+	// and no other (none left behind by a switchover); a standby keeps
+	// none (those it had as a primary are dropped).
+	want := map[string]bool{}
+	for o := 0; o < 3; o++ {
+		if o != f.primary {
+			want[pgSlot(o)] = true
+		}
+	}
+	for o := 0; o < 3; o++ {
+		pod := fmt.Sprintf("%s-%d", pgSet, o)
+		if got := ms[pod].slots; o == f.primary && fmt.Sprint(got) != fmt.Sprint(want) {
+			return f, fmt.Errorf("the primary %s keeps the replication slots (name:active) %v, want %v", pod, got, want)
+		} else if o != f.primary && len(got) > 0 {
+			return f, fmt.Errorf("the standby %s keeps the replication slots %v, want none", pod, got)
 		}
 	}
 	return f, nil

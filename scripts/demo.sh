@@ -214,6 +214,22 @@ postgres_needs() {
 }"
 }
 
+# postgres_credentials: the Nomad Variable examples/postgres reads its
+# passwords from, which must exist before it runs: new random passwords,
+# kept in DEMO_DIR/postgres-credentials too. (A fresh Nomad refuses
+# variables until its keyring is initialized: a few tries.)
+postgres_credentials() {
+	local su repl i
+	su="$(head -c 18 /dev/urandom | base64)" repl="$(head -c 18 /dev/urandom | base64)"
+	(umask 077 && printf 'postgres_password=%s\nreplication_password=%s\n' "${su}" "${repl}" >"${demo}/postgres-credentials")
+	say "nomad var put nomad/jobs/postgres (the example's passwords; also in ${demo}/postgres-credentials)"
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		"${nomad_bin}" var put -force nomad/jobs/postgres postgres_password="${su}" replication_password="${repl}" >/dev/null && return 0
+		sleep 2
+	done
+	die "could not write the Nomad Variable nomad/jobs/postgres"
+}
+
 # nomad_agent NAME NODE DIR HTTP RPC SERF CONSUL [nomadconfig flags...]:
 # writes DIR/nomad.hcl and starts the agent.
 nomad_agent() {
@@ -428,6 +444,7 @@ EOF
 	done
 	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
 
+	[[ "${ex_set}" != postgres ]] || postgres_credentials
 	say "nomad job run ${ex_file}"
 	"${nomad_bin}" job run -detach "${root}/${ex_file}"
 

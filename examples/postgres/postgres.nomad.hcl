@@ -1,5 +1,5 @@
-# PostgreSQL 15 with streaming replication: one primary and two hot
-# standbys, as a nomad-statefulset set (README: "PostgreSQL example").
+# PostgreSQL with streaming replication: one primary and two hot standbys,
+# as a nomad-statefulset set (README: "PostgreSQL example").
 #
 #   postgres-0, postgres-1, postgres-2   one child job each, on distinct nodes
 #   data-postgres-<n>                    each member's own host volume (/data)
@@ -14,9 +14,64 @@
 #     (/local/can-lose-one.sh) whether it can lose one now.
 #
 # Everything the members run is in this file (template blocks), so the job
-# is self-contained; nothing but the Debian postgresql-15 package is needed
-# on the clients (/usr/lib/postgresql/15/bin), the exec driver, and a Consul
-# the Nomad clients register services with and render templates from.
+# is self-contained; nothing but Debian's postgresql-<postgres_version>
+# package is needed on the clients (/usr/lib/postgresql/<version>/bin, 15
+# by default), the exec driver, and a Consul the Nomad clients register
+# services with and render templates from.
+#
+# ---- Passwords: a Nomad Variable, which must exist before the job runs ----
+#
+#   nomad var put nomad/jobs/postgres \
+#     postgres_password="$(openssl rand -base64 24)" \
+#     replication_password="$(openssl rand -base64 24)"
+#
+# (the path is the variable "credentials" below). postgres_password is the
+# superuser's (role postgres), replication_password the role replicator's,
+# which the standbys replicate as. Every connection over the network
+# authenticates with scram-sha-256; over the member's own unix socket only
+# the OS users postgres (the task's) and root get in as the role postgres
+# (peer), which is how the task, the daemon's commands (alloc exec into the
+# task) and the script checks run. Nothing is trusted: nobody who reaches
+# a member's port is a superuser without the password. Set postgres_uid
+# (below) if the clients' postgres user has one uid: Nomad then writes the
+# password files readable by that user alone.
+#
+# Without the variable no member starts: Nomad does not render the
+# templates that read it, and the allocation stays pending with the task
+# event "Missing: nomad.var.block(nomad/jobs/postgres@default.global)"
+# until the variable is written; then it starts by itself.
+#
+# With Nomad's ACLs on, a task reads by default only the variables of its
+# own job (nomad/jobs/<job>), and each member is a job of its own
+# (postgres-<n>), so none of them may read nomad/jobs/postgres: bind the
+# policy in credentials.policy.hcl (next to this file) to each member's job
+# before it starts, a scale-up's new ordinals included:
+#
+#   for n in 0 1 2; do
+#     nomad acl policy apply -namespace default -job postgres-$n \
+#       postgres-$n-credentials examples/postgres/credentials.policy.hcl
+#   done
+#
+# The passwords are rendered into the task's secrets/ directory, never into
+# the job. To change them: write the variable, then nomad alloc exec -task
+# postgres <the primary's allocation> /local/set-passwords.sh, which sets
+# the roles' passwords to what the variable holds; the members use them
+# from their next connections (between the two, a member's connections to
+# another fail, and the switchover and disruption check hold).
+#
+# ---- Replication slots ----------------------------------------------------
+#
+# Each standby streams through a physical replication slot of its own on the
+# primary, named after the member (postgres_1 for postgres-1), so the
+# primary keeps the WAL a standby has not yet received, however long it is
+# away (up to max_slot_wal_keep_size). A standby creates its slot on the
+# primary before it clones it, and makes sure again every 10s that the
+# primary it follows has it (start.sh). A switchover takes the slots with
+# it: the new primary gets the slots of the members that are streaming or
+# that Consul lists, and the old one, now a standby, drops those it had
+# (a standby keeps none). A member scaled away leaves its slot on the
+# primary until the next switchover, or until you drop it:
+#   SELECT pg_drop_replication_slot('postgres_2');
 #
 # The member's volume must be writable by the task's user: give the
 # daemon's volume provisioner the postgres uid and gid of the clients
@@ -24,8 +79,9 @@
 # "parameters.gid" = "..." } } with the mkdir plugin), or a plugin that
 # creates volumes owned by postgres.
 #
-# Run it: nomad job run examples/postgres/postgres.nomad.hcl, then
-# nomad-statefulset status postgres.
+# Run it: write the variable (above), nomad job run
+# examples/postgres/postgres.nomad.hcl, then nomad-statefulset status
+# postgres. Another major version: -var postgres_version=16.
 #
 # Without Consul: the daemon learns the leader from a Consul check, so a
 # leader check needs Consul. With provider = "nomad" services instead, drop
@@ -34,6 +90,35 @@
 # instead of service, and let the scripts ask every member in
 # /local/members for pg_is_in_recovery() to find the primary (a Nomad
 # service has no health, so /local/primary would list every member).
+
+variable "postgres_version" {
+  description = "The PostgreSQL major version on the clients: its programs are in /usr/lib/postgresql/<version>/bin (Debian's postgresql-<version>)."
+  type        = string
+  default     = "15"
+
+  validation {
+    condition     = var.postgres_version != "" && regex_replace(var.postgres_version, "^[0-9]+$", "") == ""
+    error_message = "The postgres_version is a major version, such as 15 or 16."
+  }
+}
+
+variable "credentials" {
+  description = "The Nomad Variable holding postgres_password and replication_password."
+  type        = string
+  default     = "nomad/jobs/postgres"
+}
+
+variable "postgres_uid" {
+  description = "The uid of the user postgres on the clients (getent passwd postgres), if it is the same on all of them: Nomad then writes the files with the passwords as that user, readable by it alone. -1: as Nomad's own user, readable by all until the task takes them, a moment after it starts."
+  type        = number
+  default     = -1
+}
+
+variable "max_slot_wal_keep_size" {
+  description = "The most WAL the primary keeps for a standby's replication slot (PostgreSQL's max_slot_wal_keep_size); a standby that falls further behind must be cloned again (pod replace -new-volume). -1 keeps all of it, however much."
+  type        = string
+  default     = "4GB"
+}
 
 variable "min_healthy_time" {
   description = "How long a member must be healthy before it counts as Ready."
@@ -153,8 +238,14 @@ job "postgres" {
 
       # start.sh forwards SIGINT to postgres: a fast shutdown (sessions
       # end, a shutdown checkpoint is written and streamed to the standbys).
+      # If postgres has not stopped 20s later (a standby that does not
+      # confirm the last WAL holds its sender up to wal_sender_timeout),
+      # start.sh makes it an immediate shutdown (crash recovery at the next
+      # start, nothing acknowledged lost), before Nomad would kill it.
+      # 30s is Nomad's default max_kill_timeout: a longer kill_timeout is
+      # cut to it on such clients anyway.
       kill_signal  = "SIGINT"
-      kill_timeout = "60s"
+      kill_timeout = "30s"
 
       env {
         TZ = "UTC"
@@ -204,8 +295,10 @@ job "postgres" {
       # primary moves, the file changes and postgres reloads it (SIGHUP,
       # forwarded by start.sh): since PostgreSQL 13 the WAL receiver then
       # reconnects to the new primary and follows its new timeline
-      # (recovery_target_timeline = latest). Empty while no other member
-      # is primary.
+      # (recovery_target_timeline = latest). No primary_conninfo while no
+      # other member is primary. The standby connects as the role
+      # replicator, with the password from the Nomad Variable (passfile),
+      # through its slot (the member's name as a slot name: postgres_1).
       template {
         destination   = "local/primary.conf"
         change_mode   = "signal"
@@ -217,8 +310,9 @@ job "postgres" {
         }
         data          = <<-EOT
         {{- range service "pg-primary" }}{{ if not (.Tags | contains (env "STATEFULSET_POD_NAME")) }}
-        primary_conninfo = 'host={{ .Address }} port={{ .Port }} user=postgres application_name={{ env "STATEFULSET_POD_NAME" }}'
+        primary_conninfo = 'host={{ .Address }} port={{ .Port }} user=replicator passfile=/secrets/pgpass application_name={{ env "STATEFULSET_POD_NAME" }}'
         {{- end }}{{ end }}
+        primary_slot_name = '{{ env "STATEFULSET_POD_NAME" | regexReplaceAll "[^a-z0-9_]" "_" }}'
         EOT
       }
 
@@ -233,6 +327,7 @@ job "postgres" {
         # they reached at an address Consul gave them.
         cluster_name = '{{ env "STATEFULSET_POD_NAME" }}'
         hba_file = '/local/pg_hba.conf'
+        ident_file = '/local/pg_ident.conf'
         listen_addresses = '{{ env "NOMAD_IP_pg" }}'
         port = {{ env "NOMAD_PORT_pg" }}
         unix_socket_directories = '/local/run'
@@ -240,7 +335,15 @@ job "postgres" {
         shared_buffers = 32MB
         wal_level = replica
         max_wal_senders = 10
+        # One physical slot per standby (primary_slot_name); WAL a slot
+        # holds is capped (the variable max_slot_wal_keep_size).
+        max_replication_slots = 10
+        max_slot_wal_keep_size = ${var.max_slot_wal_keep_size}
+        # Also kept without slots: a member whose slot is not there yet (a
+        # switchover's new primary, the moment after it is promoted) finds
+        # the WAL it needs.
         wal_keep_size = 512MB
+        password_encryption = scram-sha-256
         # pg_rewind needs it to bring a former primary back as a standby.
         wal_log_hints = on
         hot_standby = on
@@ -254,17 +357,89 @@ job "postgres" {
         EOT
       }
 
-      # Trust inside the cluster network keeps the example short. In
-      # production use scram-sha-256 with passwords from Nomad Variables
-      # (a template with nomadVar writing a .pgpass under secrets/).
+      # No trust anywhere. The member's own unix socket (/local/run, in
+      # the task's directory) lets in as the role postgres only the OS
+      # users of pg_ident.conf below (peer: the kernel names the connecting
+      # process's user): the task's user postgres (the task itself, and
+      # the daemon's commands, which alloc exec runs as the task's user)
+      # and root (Nomad 1.10's exec driver runs script checks as root; root
+      # on the client may read the data directory anyway). Any other local
+      # user, and every connection over the network, proves a password
+      # with scram-sha-256: the members replicate as replicator, and the
+      # scripts ask the other members as postgres, with the passwords from
+      # the Nomad Variable. samenet: only from the members' own subnets;
+      # widen it for clients elsewhere (host all all <cidr> scram-sha-256),
+      # and add TLS (ssl = on, hostssl) where the network is not yours
+      # alone.
       template {
         destination = "local/pg_hba.conf"
         change_mode = "noop"
         data        = <<-EOT
-        local all         all         trust
-        local replication all         trust
-        host  all         all samenet trust
-        host  replication all samenet trust
+        # TYPE  DATABASE     USER        ADDRESS  METHOD
+        local   all          postgres             peer map=task
+        local   replication  postgres             peer map=task
+        local   all          all                  scram-sha-256
+        host    replication  replicator  samenet  scram-sha-256
+        host    all          all         samenet  scram-sha-256
+        EOT
+      }
+
+      template {
+        destination = "local/pg_ident.conf"
+        change_mode = "noop"
+        data        = <<-EOT
+        # MAPNAME  SYSTEM-USERNAME  PG-USERNAME
+        task       postgres         postgres
+        task       root             postgres
+        EOT
+      }
+
+      # ---- Passwords, from the Nomad Variable -------------------------
+
+      # The password file of libpq (host:port:database:user:password, ':'
+      # and '\' escaped), for the scripts, pg_basebackup, pg_rewind and the
+      # WAL receiver. Until the variable exists, this template blocks the
+      # task from starting. Nomad writes it as its own user (unless
+      # postgres_uid is set), so that the task's user can read it only if
+      # anyone may: lib.sh takes it at once (a copy of the task's own,
+      # /secrets/pgpass, 0600, as libpq wants a password file, and the
+      # file Nomad wrote removed); Nomad writes it again when the variable
+      # changes.
+      template {
+        destination = "secrets/pgpass.in"
+        change_mode = "noop"
+        uid         = var.postgres_uid
+        perms       = var.postgres_uid >= 0 ? "0600" : "0644"
+        data        = <<-EOT
+        {{- with nomadVar "${var.credentials}" }}
+        {{- $pw := (index . "postgres_password").Value }}
+        {{- $rpw := (index . "replication_password").Value }}
+        {{- if and $pw $rpw }}
+        *:*:*:postgres:{{ $pw | replaceAll "\\" "\\\\" | replaceAll ":" "\\:" }}
+        *:*:*:replicator:{{ $rpw | replaceAll "\\" "\\\\" | replaceAll ":" "\\:" }}
+        {{- else }}
+        # the Nomad Variable ${var.credentials} has no postgres_password or no replication_password
+        {{- end }}
+        {{- end }}
+        EOT
+      }
+
+      # The roles and their passwords, as SQL: applied when ordinal 0
+      # creates the cluster, and by /local/set-passwords.sh. Taken by
+      # lib.sh as pgpass.in is (/secrets/roles.sql).
+      template {
+        destination = "secrets/roles.sql.in"
+        change_mode = "noop"
+        uid         = var.postgres_uid
+        perms       = var.postgres_uid >= 0 ? "0600" : "0644"
+        data        = <<-EOT
+        {{- with nomadVar "${var.credentials}" }}
+        \set ON_ERROR_STOP on
+        SET password_encryption = 'scram-sha-256';
+        SELECT 'CREATE ROLE replicator' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'replicator') \gexec
+        ALTER ROLE replicator WITH LOGIN REPLICATION PASSWORD '{{ (index . "replication_password").Value | replaceAll "'" "''" }}';
+        ALTER ROLE postgres WITH PASSWORD '{{ (index . "postgres_password").Value | replaceAll "'" "''" }}';
+        {{- end }}
         EOT
       }
 
@@ -275,12 +450,34 @@ job "postgres" {
         destination = "local/lib.sh"
         change_mode = "noop"
         data        = <<-EOT
-        export PATH=/usr/lib/postgresql/15/bin:/usr/local/bin:/usr/bin:/bin
+        export PATH=/usr/lib/postgresql/${var.postgres_version}/bin:/usr/local/bin:/usr/bin:/bin
         export PGDATA=/data/pgdata PGHOST=/local/run PGPORT={{ env "NOMAD_PORT_pg" }}
         export PGUSER=postgres PGDATABASE=postgres PGCONNECT_TIMEOUT=3
         SET={{ env "STATEFULSET_NAME" }}
         POD={{ env "STATEFULSET_POD_NAME" }}
         ORDINAL={{ env "STATEFULSET_ORDINAL" }}
+        # This member's replication slot on the primary (primary.conf).
+        SLOT={{ env "STATEFULSET_POD_NAME" | regexReplaceAll "[^a-z0-9_]" "_" }}
+
+        # The passwords (a libpq password file: libpq reads one only if
+        # no one but its owner may).
+        export PGPASSFILE=/secrets/pgpass
+
+        # take_secrets: the files Nomad rendered from the variable
+        # (secrets/*.in, written as Nomad's user, so readable by all unless
+        # postgres_uid is set) become the task's own (0600), and are
+        # removed. Run as the task's user only: by start.sh, at once and
+        # every 10s (Nomad writes them again when the variable changes).
+        take_secrets() {
+          for f in pgpass roles.sql; do
+            [ -f "/secrets/$f.in" ] || continue
+            if (umask 077 && cat "/secrets/$f.in" > "/secrets/$f.$$" 2>/dev/null && [ -s "/secrets/$f.$$" ] && mv -f "/secrets/$f.$$" "/secrets/$f"); then
+              rm -f "/secrets/$f.in"
+            else
+              rm -f "/secrets/$f.$$"
+            fi
+          done
+        }
         # The disruption check's rule: after losing one member, at least
         # this many standbys stream within this many bytes of the primary.
         MIN_STREAMING_STANDBYS=1
@@ -343,6 +540,31 @@ job "postgres" {
             *) echo down ;;
           esac
         }
+
+        # slotof POD: the replication slot of that member (as SLOT is this
+        # member's).
+        slotof() { echo "$1" | sed 's/[^a-z0-9_]/_/g'; }
+
+        # ensure_slot ADDRESS PORT [fresh]: makes sure that the primary at
+        # that address keeps this member's replication slot, as replicator
+        # (a role with REPLICATION may manage slots). fresh: a slot left
+        # from before (one the primary invalidated, say) is dropped first,
+        # for a clone, which needs none of the WAL it held. Never on a
+        # member in recovery: a standby keeps no slots.
+        ensure_slot() {
+          if [ "$3" = fresh ]; then
+            sql -h "$1" -p "$2" -U replicator -c "select count(pg_drop_replication_slot(slot_name)) from pg_replication_slots where slot_name = '$SLOT' and not active and not pg_is_in_recovery()" </dev/null >/dev/null || return 1
+          fi
+          sql -h "$1" -p "$2" -U replicator -c "select count(pg_create_physical_replication_slot('$SLOT', true)) from (select 1) x where not pg_is_in_recovery() and not exists (select from pg_replication_slots where slot_name = '$SLOT')" </dev/null >/dev/null
+        }
+
+        # drop_own_slots: a standby keeps no slots (no member streams from
+        # a standby). Those a former primary kept for its standbys would
+        # hold WAL here for ever: dropped, in the same statement that sees
+        # it is still in recovery (never on a member just promoted).
+        drop_own_slots() {
+          sql -c "select count(pg_drop_replication_slot(slot_name)) from pg_replication_slots where slot_type = 'physical' and not active and pg_is_in_recovery()" </dev/null >/dev/null 2>&1
+        }
         EOT
       }
 
@@ -360,6 +582,10 @@ job "postgres" {
         . /local/lib.sh
         log() { echo "start.sh: $*" >&2; }
         mkdir -p /local/run
+        take_secrets
+        case "$(cat "$PGPASSFILE" 2>/dev/null)" in
+          "#"*|"") log "$(cat "$PGPASSFILE" 2>/dev/null)"; log "cannot start without the passwords"; exit 1 ;;
+        esac
 
         # wait_primary: waits until Consul names another member as the
         # primary, and sets P_ADDR, P_PORT and P_POD. (Not in a $(...):
@@ -389,7 +615,11 @@ job "postgres" {
           # directory of its own, moved into place once whole: a clone cut
           # short (the task killed) must never leave a PG_VERSION without a
           # standby.signal, which the next start would take for a primary.
-          pg_basebackup -h "$P_ADDR" -p "$P_PORT" -U postgres -D "$PGDATA.new" -X stream -c fast || return 1
+          # Through this member's own slot, created first: the primary
+          # keeps the WAL from the backup's start on until this member
+          # streams it.
+          ensure_slot "$P_ADDR" "$P_PORT" fresh || { log "could not create the replication slot $SLOT on $P_POD"; return 1; }
+          pg_basebackup -h "$P_ADDR" -p "$P_PORT" -U replicator -D "$PGDATA.new" -X stream -S "$SLOT" -c fast || return 1
           touch "$PGDATA.new/standby.signal"
           mv "$PGDATA.new" "$PGDATA"
         }
@@ -407,10 +637,14 @@ job "postgres" {
               # PG_VERSION beside a half-made cluster that every later
               # start took for a database and crashed on.
               rm -rf "$PGDATA" "$PGDATA.new"
-              initdb -D "$PGDATA.new" -U postgres --auth=trust --locale=C --encoding=UTF8 >&2 || return 1
+              # (The data directory's own pg_hba.conf is not used:
+              # hba_file is /local/pg_hba.conf.)
+              initdb -D "$PGDATA.new" -U postgres --auth-local=peer --auth-host=reject --locale=C --encoding=UTF8 >&2 || return 1
+              pg_ctl start -D "$PGDATA.new" -w -s -o "-c config_file=/local/postgresql.conf -c data_directory=$PGDATA.new -c listen_addresses=''" >&2 || return 1
+              # The roles and passwords of the Nomad Variable.
+              sql -f /secrets/roles.sql || return 1
               # A table the operator can hold the daemon off with (see
               # can-lose-one.sh): INSERT INTO nss_disruption_hold VALUES ('backup running').
-              pg_ctl start -D "$PGDATA.new" -w -s -o "-c config_file=/local/postgresql.conf -c data_directory=$PGDATA.new -c listen_addresses=''" >&2 || return 1
               sql -c "create table if not exists nss_disruption_hold (reason text not null, since timestamptz not null default now())" || return 1
               pg_ctl stop -D "$PGDATA.new" -w -s -m fast >&2 || return 1
               mv "$PGDATA.new" "$PGDATA"
@@ -435,6 +669,12 @@ job "postgres" {
             fi
           fi
           chmod 700 "$PGDATA"
+          # A standby's slot on the primary it will follow (a primary that
+          # took over while this member was away may not have it yet).
+          if [ -f "$PGDATA/standby.signal" ] && p=$(primary); then
+            set -- $p
+            ensure_slot "$1" "$2" || log "could not create the replication slot $SLOT on $3 (trying again once running)"
+          fi
           # Nothing else runs postgres in this allocation, and the volume has
           # one writer: a pid file left by a killed allocation is stale. So
           # is a socket lock file in /local/run: when a client comes back
@@ -444,8 +684,36 @@ job "postgres" {
           rm -f "$PGDATA/postmaster.pid" /local/run/.s.PGSQL.*
         }
 
+        # keep_slots: while this task runs, every 10s: takes what Nomad
+        # rendered anew from the variable, and, if this member is a
+        # standby: it keeps no slots itself, and the primary it follows
+        # keeps this member's (a primary that took over in a switchover
+        # has it already; one that took over otherwise gets it here).
+        keep_slots() {
+          trap - HUP INT TERM
+          while sleep 10; do
+            take_secrets
+            [ "$(local_role)" = standby ] || continue
+            drop_own_slots
+            if p=$(primary); then
+              set -- $p
+              ensure_slot "$1" "$2" 2>/dev/null || true
+            fi
+          done
+        }
+        keep_slots &
+        keeper=$!
+        trap 'kill "$keeper" 2>/dev/null' EXIT
+
+        # stop: a fast shutdown; an immediate one if postgres has not
+        # stopped within 20s (kill_timeout is 30s).
+        stop() {
+          stopping=1
+          kill -INT "$pg" 2>/dev/null
+          ( sleep 20; kill -QUIT "$pg" 2>/dev/null ) &
+        }
         trap 'kill -HUP "$pg" 2>/dev/null' HUP
-        trap 'stopping=1; kill -INT "$pg" 2>/dev/null' INT TERM
+        trap stop INT TERM
 
         while :; do
           [ -z "$stopping" ] || exit 0
@@ -487,6 +755,25 @@ job "postgres" {
         #!/bin/sh
         . /local/lib.sh
         pg_isready -q || exit 2
+        EOT
+      }
+
+      # Sets the roles' passwords to those the Nomad Variable holds now
+      # (after nomad var put): nomad alloc exec -task postgres <the
+      # primary's allocation> /local/set-passwords.sh. The standbys get
+      # them by replication.
+      template {
+        destination = "local/set-passwords.sh"
+        perms       = "0755"
+        change_mode = "noop"
+        data        = <<-EOT
+        #!/bin/sh
+        . /local/lib.sh
+        [ "$(local_role)" = primary ] || { echo "$POD is not the primary: run this in the primary"; exit 1; }
+        # What Nomad rendered last (start.sh takes it within 10s).
+        f=/secrets/roles.sql
+        [ ! -f "$f.in" ] || f="$f.in"
+        sql -f "$f" && echo "$POD: the passwords of ${var.credentials} are set"
         EOT
       }
 
@@ -570,6 +857,26 @@ job "postgres" {
           sleep 0.5
         done
 
+        # The slots the new primary must keep: those of the members that
+        # stream from this one now or that Consul lists (one that is away
+        # for a moment keeps its WAL), and this member's own, for when it
+        # follows the target. Those of members that are neither (scaled
+        # away, renamed) are left behind, and dropped here once this
+        # member is a standby (start.sh).
+        listed=" $SLOT "
+        while read -r a p tags; do
+          # shellcheck disable=SC2086
+          [ -n "$a" ] && pod=$(podof $tags) && listed="$listed$(slotof "$pod") "
+        done < /local/members
+        slots="$SLOT"
+        for s in $(sql -c "select slot_name || '=' || active from pg_replication_slots where slot_type = 'physical'"); do
+          case "$s" in
+            *=true) slots="$slots $${s%=*}" ;;
+            *) case "$listed" in *" $${s%=*} "*) slots="$slots $${s%=*}" ;; esac ;;
+          esac
+        done
+        tslot=$(slotof "$target")
+
         # From here on this member must not come back as a primary on its
         # own: standby.signal first, and /data/switchover tells start.sh to
         # wait for this script instead of exiting when postgres stops.
@@ -599,8 +906,18 @@ job "postgres" {
           rm -f /data/switchover
           fail "pg_promote on $target: $ok"
         fi
+        # The new primary keeps the slots (created once it is promoted: a
+        # standby drops the slots it has).
+        made=""
+        for s in $slots; do
+          [ "$s" != "$tslot" ] || continue
+          case " $made " in *" $s "*) continue ;; esac
+          tsql -c "select count(pg_create_physical_replication_slot('$s', true)) from (select 1) x where not exists (select from pg_replication_slots where slot_name = '$s')" >/dev/null 2>&1 ||
+            echo "switchover: could not create the slot $s on $target (its member creates it when it follows)"
+          made="$made $s"
+        done
         rm -f /data/switchover
-        say "$POD stopped at $end; $target promoted; $POD restarts as its standby"
+        say "$POD stopped at $end; $target promoted, keeping the slots$made; $POD restarts as its standby"
         EOT
       }
 
