@@ -13,6 +13,14 @@ func SpecOf(s reconciler.Spec) Spec {
 	if s.MaxUnavailable.Percent {
 		mu += "%"
 	}
+	var claims []ClaimSpec
+	for _, c := range s.ClaimTemplates {
+		claims = append(claims, ClaimSpec{Claim: c.Claim, CapacityMin: c.CapacityMin, CapacityMax: c.CapacityMax, Class: c.Class})
+	}
+	execTimeout := ""
+	if s.ExecTimeout > 0 {
+		execTimeout = s.ExecTimeout.String()
+	}
 	return Spec{
 		Replicas:             s.Replicas,
 		OrdinalsStart:        s.OrdinalsStart,
@@ -27,5 +35,14 @@ func SpecOf(s reconciler.Spec) Spec {
 		WhenScaled:           string(s.WhenScaled),
 		Paused:               s.Paused,
 		ProgressDeadline:     s.ProgressDeadline.String(),
+		Claims:               claims,
+		Spread:               s.Spread,
+		SpreadRequired:       s.SpreadRequired,
+		LeaderCheck:          s.LeaderCheck,
+		LeaderUpdate:         string(s.LeaderUpdate),
+		SwitchoverCommand:    s.SwitchoverCommand,
+		DisruptionCheck:      s.DisruptionCheck,
+		ExecTask:             s.ExecTask,
+		ExecTimeout:          execTimeout,
 	}
 }

@@ -89,6 +89,33 @@ type Spec struct {
 	WhenScaled           string   `json:"volume_retention_when_scaled"`
 	Paused               bool     `json:"paused"`
 	ProgressDeadline     string   `json:"progress_deadline"`
+	// Claims are the claim templates that set a size or a class
+	// (statefulset_claim_<claim>_capacity and _class).
+	Claims []ClaimSpec `json:"claims,omitempty"`
+	// Spread is the node attribute ordinals are spread over, and
+	// SpreadRequired whether that is a hard rule.
+	Spread         string `json:"spread,omitempty"`
+	SpreadRequired bool   `json:"spread_required,omitempty"`
+	// LeaderCheck, LeaderUpdate, SwitchoverCommand, DisruptionCheck,
+	// ExecTask and ExecTimeout are the leader and disruption settings
+	// (DESIGN §3b); empty when the set declares none.
+	LeaderCheck       string `json:"leader_check,omitempty"`
+	LeaderUpdate      string `json:"leader_update,omitempty"`
+	SwitchoverCommand string `json:"switchover_command,omitempty"`
+	DisruptionCheck   string `json:"disruption_check,omitempty"`
+	ExecTask          string `json:"exec_task,omitempty"`
+	ExecTimeout       string `json:"exec_timeout,omitempty"`
+}
+
+// ClaimSpec is one claim template's size and class.
+type ClaimSpec struct {
+	Claim string `json:"claim"`
+	// CapacityMin and CapacityMax are in bytes; 0 leaves them to the
+	// provisioner.
+	CapacityMin int64 `json:"capacity_min_bytes,omitempty"`
+	CapacityMax int64 `json:"capacity_max_bytes,omitempty"`
+	// Class is the storage class ("" the default provisioner).
+	Class string `json:"class,omitempty"`
 }
 
 // Status is a set's status.

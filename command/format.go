@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/client"
 )
 
 // formatTable renders rows as columns two spaces apart, the first row being
@@ -107,4 +109,44 @@ func (m *Meta) outputJSON(v any) int {
 	}
 	m.UI.Output(s)
 	return ExitOK
+}
+
+// specDetailPairs are the spec's lines beyond its counts and policies, for
+// `validate` and `status`: the claims' sizes and classes, the spread, and
+// the leader and disruption settings, each shown when it is set, so that a
+// user can see that every key parsed.
+func specDetailPairs(s client.Spec) [][2]string {
+	var out [][2]string
+	for _, c := range s.Claims {
+		size := "provisioner default"
+		switch {
+		case c.CapacityMin > 0 && c.CapacityMax > 0:
+			size = formatBytes(c.CapacityMin) + ".." + formatBytes(c.CapacityMax)
+		case c.CapacityMin > 0:
+			size = formatBytes(c.CapacityMin)
+		case c.CapacityMax > 0:
+			size = ".." + formatBytes(c.CapacityMax)
+		}
+		class := c.Class
+		if class == "" {
+			class = "default"
+		}
+		out = append(out, [2]string{"Claim " + c.Claim, fmt.Sprintf("%s, class %s", size, class)})
+	}
+	if s.Spread != "" {
+		spread := s.Spread + " (soft)"
+		if s.SpreadRequired {
+			spread = s.Spread + " (required)"
+		}
+		out = append(out, [2]string{"Spread", spread})
+	}
+	if s.LeaderCheck != "" {
+		out = append(out, [2]string{"Leader Check", fmt.Sprintf("%s (leader update: %s)", s.LeaderCheck, orDash(s.LeaderUpdate))})
+	}
+	for _, kv := range [][2]string{{"Switchover Command", s.SwitchoverCommand}, {"Disruption Check", s.DisruptionCheck}, {"Exec Task", s.ExecTask}, {"Exec Timeout", s.ExecTimeout}} {
+		if kv[1] != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -239,6 +239,7 @@ func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 		{"Volume Retention", fmt.Sprintf("when deleted: %s, when scaled: %s", orDash(sp.WhenDeleted), orDash(sp.WhenScaled))},
 		{"Observed Index", strconv.FormatUint(st.ObservedGeneration, 10)},
 	}
+	pairs = append(pairs, specDetailPairs(sp)...)
 	if d.Error != "" {
 		pairs = append(pairs, [2]string{"Error", d.Error})
 	}

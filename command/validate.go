@@ -248,7 +248,7 @@ func formatValidate(out validateOutput) string {
 	if strategy == string(reconciler.RollingUpdate) {
 		strategy = fmt.Sprintf("RollingUpdate (partition %d, max unavailable %s)", s.Partition, s.MaxUnavailable)
 	}
-	b.WriteString(formatKV([][2]string{
+	b.WriteString(formatKV(append([][2]string{
 		{"Namespace", out.Namespace},
 		{"Replicas", strconv.Itoa(s.Replicas)},
 		{"Ordinals Start", strconv.Itoa(s.OrdinalsStart)},
@@ -260,7 +260,7 @@ func formatValidate(out validateOutput) string {
 		{"Volume Retention", fmt.Sprintf("when deleted: %s, when scaled: %s", s.WhenDeleted, s.WhenScaled)},
 		{"Paused", strconv.FormatBool(s.Paused)},
 		{"Progress Deadline", s.ProgressDeadline},
-	}))
+	}, specDetailPairs(*s)...)))
 	return b.String()
 }
 

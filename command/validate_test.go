@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -206,5 +207,37 @@ func TestValidateWarnsOfAnAnnotationThatDetaches(t *testing.T) {
 				t.Errorf("did-you-mean shown=%v, want %v:\n%s", got, tc.meant, out)
 			}
 		})
+	}
+}
+
+// validate shows every parsed key: the claims' sizes and classes, the
+// spread, and the leader and disruption settings, so that a user sees
+// that the PostgreSQL example's leader settings parsed.
+func TestValidateShowsTheWholeSpec(t *testing.T) {
+	j := parentJob("web")
+	g := j.TaskGroups[0]
+	g.Volumes = map[string]*api.VolumeRequest{"data": {Name: "data", Type: "host", Source: "data",
+		AccessMode: "single-node-single-writer", AttachmentMode: "file-system"}}
+	g.Services = []*api.Service{{Name: "web-primary", Checks: []api.ServiceCheck{{Name: "primary", Type: "script",
+		Command: "/bin/true", Interval: time.Second, Timeout: time.Second}}}}
+	j.Meta["statefulset_volume_claims"] = "data"
+	j.Meta["statefulset_claim_data_capacity"] = "1GiB..2GiB"
+	j.Meta["statefulset_spread"] = "${meta.rack}"
+	j.Meta["statefulset_spread_required"] = "true"
+	j.Meta["statefulset_leader_check"] = "primary"
+	j.Meta["statefulset_leader_update"] = "switchover"
+	j.Meta["statefulset_switchover_command"] = "/local/switchover.sh"
+	j.Meta["statefulset_disruption_check"] = "/local/can-lose-one.sh"
+	j.Meta["statefulset_exec_timeout"] = "45s"
+	code, out, errOut := runValidate(t, closedAddress(t), writeJSONJob(t, j, true))
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	for _, want := range []string{"Claim data", "1.0 GiB..2.0 GiB, class default", "Spread", "${meta.rack} (required)",
+		"Leader Check", "primary (leader update: switchover)", "Switchover Command", "/local/switchover.sh",
+		"Disruption Check", "/local/can-lose-one.sh", "Exec Timeout", "45s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("validate does not show %q:\n%s", want, out)
+		}
 	}
 }
