@@ -1,9 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,12 +27,15 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // The NATS example (examples/nats) on one Nomad server and three clients,
 // each with its own Consul agent, against Debian's nats-server. The job
 // runs as the file says: nothing in it is substituted (its ports are
-// dynamic, and its routes come from Consul).
+// dynamic, and its routes come from Consul). Its credentials come from the
+// Nomad Variable the file names, which the test makes first, as a user
+// would.
 
 const (
 	natsSet     = "nats"
@@ -35,6 +44,9 @@ const (
 	natsInstall = "`make test-e2e` installs it (apt-get install -y nats-server), or run that apt-get yourself"
 	natsStream  = "E2E"
 	natsWait    = 3 * time.Minute
+	// natsVar is the Nomad Variable the example reads its credentials
+	// from: nomad/jobs/<set>.
+	natsVar = "nomad/jobs/" + natsSet
 )
 
 // natsCluster is the example running on a MultiCluster, with the daemon,
@@ -45,6 +57,44 @@ type natsCluster struct {
 	w  *natsWriter
 	ev *eventLog
 	t  *testing.T
+
+	// The credentials of natsVar: clients', and the routes'.
+	user, password, routeUser, routePassword string
+	// first is the set's first ordinal (statefulset_ordinals_start).
+	first int
+}
+
+// ordinals are the set's three ordinals.
+func (nc *natsCluster) ordinals() []int { return []int{nc.first, nc.first + 1, nc.first + 2} }
+
+// natsSecret is a random password of hex digits, as `openssl rand -hex`
+// gives (the example wants letters and digits: the route password goes
+// into URLs).
+func natsSecret(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// putNATSVar makes the example's Nomad Variable through Nomad's API, as
+// the example's header says to before the job runs.
+func (nc *natsCluster) putNATSVar(t *testing.T) {
+	t.Helper()
+	nc.user, nc.password = "app", natsSecret(t)
+	nc.routeUser, nc.routePassword = "route", natsSecret(t)
+	_, _, err := nc.m.Server.Client.Variables().Create(&nomadapi.Variable{
+		Path: natsVar,
+		Items: nomadapi.VariableItems{
+			"user": nc.user, "password": nc.password,
+			"route_user": nc.routeUser, "route_password": nc.routePassword,
+		},
+	}, nil)
+	if err != nil {
+		t.Fatalf("creating the Nomad Variable %s: %v", natsVar, err)
+	}
 }
 
 // natsMember is one running member as Nomad placed it.
@@ -60,6 +110,13 @@ func (m natsMember) name() string { return fmt.Sprintf("%s-%d", natsSet, m.ordin
 // until NATS says its three members form one JetStream cluster.
 func startNATS(t *testing.T) *natsCluster {
 	t.Helper()
+	return startNATSWith(t, "", 0)
+}
+
+// startNATSWith is startNATS with the job's HCL variables vars (as in a
+// -var-file), whose statefulset_ordinals_start is first.
+func startNATSWith(t *testing.T, vars string, first int) *natsCluster {
+	t.Helper()
 	if _, err := os.Stat(natsBin); err != nil {
 		t.Fatalf("nats-server is not installed (%v): %s", err, natsInstall)
 	}
@@ -72,8 +129,19 @@ func startNATS(t *testing.T) *natsCluster {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	RegisterFile(t, m.Server.Client, filepath.Join(root, natsExample))
-	nc := &natsCluster{m: m, d: d, t: t}
+	nc := &natsCluster{m: m, d: d, t: t, first: first}
+	nc.putNATSVar(t)
+	src, err := os.ReadFile(filepath.Join(root, natsExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := m.Server.Client.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Variables: vars, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("parsing %s with %q: %v", natsExample, vars, err)
+	}
+	if _, _, err := m.Server.Client.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering %s: %v", natsExample, err)
+	}
 	nc.ev = recordEvents(t, nc.d, natsSet)
 	nc.waitSet(t, "")
 	nc.waitFormed(t)
@@ -84,7 +152,7 @@ func startNATS(t *testing.T) *natsCluster {
 // members returns the running member of each ordinal and its ports.
 func (nc *natsCluster) members() (map[int]natsMember, error) {
 	out := map[int]natsMember{}
-	for o := 0; o < 3; o++ {
+	for _, o := range nc.ordinals() {
 		job := fmt.Sprintf("%s-%d", natsSet, o)
 		allocs, _, err := nc.m.Server.Client.Jobs().Allocations(job, true, nil)
 		if err != nil {
@@ -174,7 +242,7 @@ func (nc *natsCluster) formed() (leader string, err error) {
 	if len(ms) != 3 {
 		return "", fmt.Errorf("%d members running", len(ms))
 	}
-	for o := 0; o < 3; o++ {
+	for _, o := range nc.ordinals() {
 		mem := ms[o]
 		var health struct {
 			Status string `json:"status"`
@@ -294,7 +362,7 @@ func (nc *natsCluster) clientURLs() (string, error) {
 		return "", err
 	}
 	var urls []string
-	for o := 0; o < 3; o++ {
+	for _, o := range nc.ordinals() {
 		if m, ok := ms[o]; ok {
 			urls = append(urls, "nats://"+m.client)
 		}
@@ -310,7 +378,8 @@ func (nc *natsCluster) connect() (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond), nats.Timeout(2*time.Second))
+	conn, err := nats.Connect(urls, nats.UserInfo(nc.user, nc.password),
+		nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond), nats.Timeout(2*time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -525,7 +594,7 @@ func (w *natsWriter) verify(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for o := 0; o < 3; o++ {
+		for _, o := range w.nc.ordinals() {
 			var jsz natsJsz
 			if err := natsHTTP(ms[o].monitor, "/jsz?streams=true", &jsz); err != nil {
 				return err
@@ -637,10 +706,13 @@ type natsPhase struct {
 // replicas. NATS itself says when the cluster has formed (/healthz, the
 // meta group in /jsz). At the end every acknowledged message is read back,
 // each member still has its name, its volume and its store, no ordinal
-// ever ran twice, and no more than one member was ever down.
+// ever ran twice, and no more than one member was ever down. Before the
+// writer starts and again at the end, every member refuses clients and
+// routes without the credentials of the example's Nomad Variable.
 func TestNATS(t *testing.T) {
 	began := time.Now()
 	nc := startNATS(t)
+	nc.checkAuth(t)
 	nc.startWriter(t)
 	nc.w.waitAcks(t, 100, "a steady cluster")
 	// A new stream makes each member's /healthz fail until its replica is
@@ -799,6 +871,9 @@ func TestNATS(t *testing.T) {
 	})
 
 	nc.w.verify(t)
+	// The members as they came back (re-rendered, restarted, replaced)
+	// still let in only those with the credentials.
+	nc.checkAuth(t)
 
 	// Identity: the same name (checked by formed), the same volume, the
 	// same store on it.
@@ -827,4 +902,237 @@ func TestNATS(t *testing.T) {
 	}
 	t.Logf("longest time with no acknowledged publish (no quorum or no leader): %v, during the %s; whole test %v",
 		worst.maxGap.Round(10*time.Millisecond), worst.name, time.Since(began).Round(time.Second))
+}
+
+// routeProbe connects to a member's route port as a peer would, sends a
+// route CONNECT with the credentials given (none when user is empty) and
+// no cluster name, and returns the server's first answer. A server that
+// takes the credentials goes on to refuse the missing cluster name, so
+// the probe never becomes a route.
+func routeProbe(hostport, user, password string) (string, error) {
+	conn, err := net.DialTimeout("tcp", hostport, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if info, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(info, "INFO ") {
+		return "", fmt.Errorf("no INFO from the route port: %q %v", info, err)
+	}
+	connect := map[string]any{"verbose": false, "pedantic": false, "name": "e2e-route-probe"}
+	if user != "" {
+		connect["user"], connect["pass"] = user, password
+	}
+	b, err := json.Marshal(connect)
+	if err != nil {
+		return "", err
+	}
+	if _, err := fmt.Fprintf(conn, "CONNECT %s\r\nPING\r\n", b); err != nil {
+		return "", err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// checkAuth checks, on every member, that NATS lets in only those with the
+// credentials of natsVar: a client without credentials, with a wrong
+// password, or with the routes' credentials is refused; so is a route
+// without credentials, with a wrong password or with the clients'
+// credentials, while the routes' own pass the authorization (the probe is
+// then refused for its missing cluster name). And the configuration that
+// `nomad alloc fs` shows (local/nats.conf) holds no password, while the
+// files that do (secrets/) are not shown.
+func (nc *natsCluster) checkAuth(t *testing.T) {
+	t.Helper()
+	ms, err := nc.members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 {
+		t.Fatal("no member runs")
+	}
+	const violation = "-ERR 'Authorization Violation'"
+	for _, o := range sortedOrdinals(ms) {
+		mem := ms[o]
+		for _, c := range []struct {
+			what       string
+			user, pass string
+		}{
+			{"without credentials", "", ""},
+			{"with a wrong password", nc.user, nc.password + "x"},
+			{"with the routes' credentials", nc.routeUser, nc.routePassword},
+		} {
+			opts := []nats.Option{nats.NoReconnect(), nats.Timeout(2 * time.Second)}
+			if c.user != "" {
+				opts = append(opts, nats.UserInfo(c.user, c.pass))
+			}
+			conn, err := nats.Connect("nats://"+mem.client, opts...)
+			if err == nil {
+				conn.Close()
+				t.Errorf("%s let a client in %s", mem.name(), c.what)
+			} else if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("%s: a client %s: %v, want %v", mem.name(), c.what, err, nats.ErrAuthorization)
+			}
+		}
+		conn, err := nats.Connect("nats://"+mem.client, nats.UserInfo(nc.user, nc.password), nats.NoReconnect(), nats.Timeout(2*time.Second))
+		if err != nil {
+			t.Errorf("%s refuses a client with the credentials of %s: %v", mem.name(), natsVar, err)
+		} else {
+			conn.Close()
+		}
+
+		if mem.cluster == "" {
+			t.Fatalf("%s: no cluster port", mem.name())
+		}
+		for _, c := range []struct {
+			what       string
+			user, pass string
+			want       string
+		}{
+			{"without credentials", "", "", violation},
+			{"with a wrong password", nc.routeUser, nc.routePassword + "x", violation},
+			{"with the clients' credentials", nc.user, nc.password, violation},
+			{"with the routes' credentials", nc.routeUser, nc.routePassword, "-ERR 'Rejecting connection, cluster name"},
+		} {
+			got, err := routeProbe(mem.cluster, c.user, c.pass)
+			if err != nil {
+				t.Errorf("%s: a route %s: %v", mem.name(), c.what, err)
+			} else if !strings.HasPrefix(got, c.want) {
+				t.Errorf("%s: a route %s: the server answered %q, want %q", mem.name(), c.what, got, c.want)
+			}
+		}
+
+		// What anyone with read-fs sees.
+		alloc, _, err := nc.m.Server.Client.Allocations().Info(mem.allocID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf, err := allocCat(nc.m.Server.Client, alloc, "nats/local/nats.conf")
+		if err != nil {
+			t.Errorf("%s: reading local/nats.conf: %v", mem.name(), err)
+		} else {
+			if !strings.Contains(conf, "server_name: "+mem.name()) || !strings.Contains(conf, `include "../secrets/routes.conf"`) {
+				t.Errorf("%s: local/nats.conf is not the example's:\n%s", mem.name(), conf)
+			}
+			for _, secret := range []string{nc.password, nc.routePassword} {
+				if strings.Contains(conf, secret) {
+					t.Errorf("%s: local/nats.conf holds a password", mem.name())
+				}
+			}
+		}
+		// Nomad answers a read of secrets/ with its refusal as the body.
+		for _, f := range []string{"nats/secrets/clients.conf", "nats/secrets/routes.conf"} {
+			body, err := allocCat(nc.m.Server.Client, alloc, f)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.Contains(body, nc.password) || strings.Contains(body, nc.routePassword):
+				t.Errorf("%s: `nomad alloc fs` shows the passwords in %s", mem.name(), f)
+			case !strings.Contains(body, "Reading secret file prohibited"):
+				t.Errorf("%s: `nomad alloc fs` of %s: %q, want Nomad's refusal", mem.name(), f, body)
+			}
+		}
+	}
+}
+
+// allocCat is `nomad alloc fs <alloc> <path>`.
+func allocCat(client *nomadapi.Client, alloc *nomadapi.Allocation, path string) (string, error) {
+	r, err := client.AllocFS().Cat(alloc, path, nil)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	return string(b), err
+}
+
+func sortedOrdinals(ms map[int]natsMember) []int {
+	var out []int
+	for o := range ms {
+		out = append(out, o)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// TestNATSOrdinalsStart runs the example as `nomad job run -var
+// ordinals_start=5` does: members nats-5, nats-6 and nats-7, whose route
+// seeds are those ordinals, form one JetStream cluster (NATS says so, as
+// in TestNATS), refuse whoever lacks the credentials, and keep every
+// acknowledged write. With the seeds the file once had (0, 1 and 2) no
+// member would find another.
+func TestNATSOrdinalsStart(t *testing.T) {
+	nc := startNATSWith(t, "ordinals_start = 5", 5)
+	for _, o := range nc.ordinals() {
+		job, _, err := nc.m.Server.Client.Jobs().Info(fmt.Sprintf("%s-%d", natsSet, o), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := job.Meta["nats_route_seeds"]; got != "5,6,7" {
+			t.Errorf("%s-%d: nats_route_seeds = %q, want 5,6,7", natsSet, o, got)
+		}
+	}
+	nc.checkAuth(t)
+	nc.startWriter(t)
+	nc.w.waitAcks(t, 300, "a cluster of ordinals 5 to 7")
+	nc.w.verify(t)
+}
+
+// TestNATSRouteSeeds: the example's route seeds follow its replicas and
+// first ordinal, as Nomad parses the file with the variables a user
+// would give (`nomad job run -var replicas=5 ...`): the first three
+// ordinals of the set, or all of them when it has fewer. The daemon reads
+// the same replicas and first ordinal from the annotations, so the seeds
+// are always members of the set. (TestNATS runs the defaults, whose
+// routes form the cluster; the template turns each seed ordinal into a
+// route the same way for any of them.)
+func TestNATSRouteSeeds(t *testing.T) {
+	root, err := testagent.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, natsExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testagent.Nomad(t)
+	for _, c := range []struct {
+		vars      string
+		replicas  int
+		start     int
+		wantSeeds string
+	}{
+		{"", 3, 0, "0,1,2"},
+		{"replicas = 5", 5, 0, "0,1,2"},
+		{"replicas = 1", 1, 0, "0"},
+		{"replicas = 2\nordinals_start = 10", 2, 10, "10,11"},
+		{"replicas = 4\nordinals_start = 7", 4, 7, "7,8,9"},
+	} {
+		job, err := n.Client.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{JobHCL: string(src), Variables: c.vars, Canonicalize: true})
+		if err != nil {
+			t.Fatalf("parsing %s with %q: %v", natsExample, c.vars, err)
+		}
+		spec, err := jobs.Parse(job)
+		if err != nil {
+			t.Fatalf("%q: the daemon rejects the job: %v", c.vars, err)
+		}
+		if spec.Replicas != c.replicas || spec.OrdinalsStart != c.start {
+			t.Errorf("%q: the daemon reads replicas %d from %d, want %d from %d", c.vars, spec.Replicas, spec.OrdinalsStart, c.replicas, c.start)
+		}
+		seeds := job.Meta["nats_route_seeds"]
+		if seeds != c.wantSeeds {
+			t.Errorf("%q: nats_route_seeds = %q, want %q", c.vars, seeds, c.wantSeeds)
+		}
+		for _, s := range strings.Split(seeds, ",") {
+			o, err := strconv.Atoi(s)
+			if err != nil || o < spec.OrdinalsStart || o >= spec.OrdinalsStart+spec.Replicas {
+				t.Errorf("%q: seed %q is no ordinal of the set (%d from %d)", c.vars, s, spec.Replicas, spec.OrdinalsStart)
+			}
+		}
+	}
 }

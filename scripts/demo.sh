@@ -444,7 +444,7 @@ EOF
 	done
 	wait_http "nomad-statefulset" "http://127.0.0.1:${nss_http}/v1/health" 60 "${demo}/daemon/nomad-statefulset.pid"
 
-	[[ "${ex_set}" != postgres ]] || postgres_credentials
+	example_secrets
 	say "nomad job run ${ex_file}"
 	"${nomad_bin}" job run -detach "${root}/${ex_file}"
 
@@ -499,6 +499,29 @@ $(example_hints)
 
 Stop everything with: make demo-down
 EOF
+}
+
+# example_secrets: the Nomad Variable an example reads its credentials
+# from, made before the job runs, as the example's header says. nats: the
+# clients' and the routes' users and random passwords in nomad/jobs/nats
+# (natsctl reads them back from there, with NOMAD_ADDR).
+example_secrets() {
+	case "${ex_set}" in
+	postgres)
+		postgres_credentials
+		;;
+	nats)
+		say "nomad var put nomad/jobs/nats: a user and a random password for its clients, another for its routes"
+		"${nomad_bin}" var put -out none nomad/jobs/nats \
+			user=app password="$(random_hex)" route_user=route route_password="$(random_hex)" >/dev/null
+		;;
+	esac
+}
+
+# random_hex: 24 random bytes in hex, as `openssl rand -hex 24` (which a
+# fresh machine may not have).
+random_hex() {
+	od -An -N24 -tx1 /dev/urandom | tr -d ' \n'
 }
 
 example_hints() {

@@ -2,6 +2,9 @@
 // README.md ("Running a replicated database"). It finds the members of the
 // set the way any client of the cluster would: through Consul, from the
 // service "nats" (CONSUL_HTTP_ADDR), or from NATS_URL when that is set.
+// It authenticates as the members want it to: with the user and password
+// of the Nomad Variable nomad/jobs/nats (items user and password, read
+// with NOMAD_ADDR and NOMAD_TOKEN), or with NATS_USER and NATS_PASSWORD.
 //
 //	natsctl servers           the members: Consul's view and each server's own
 //	natsctl meta-leader       the member that leads the JetStream meta group
@@ -24,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -48,6 +52,10 @@ const usage = `usage: natsctl <command>
 
 Environment: CONSUL_HTTP_ADDR (127.0.0.1:8500), NATS_SERVICE (nats), and
 NATS_URL to connect there instead of to the members Consul lists.
+Credentials: the items user and password of the Nomad Variable NATS_VAR
+(nomad/jobs/<NATS_SERVICE>), read with NOMAD_ADDR (http://127.0.0.1:4646),
+NOMAD_TOKEN and NOMAD_NAMESPACE; or NATS_USER and NATS_PASSWORD when
+NATS_USER is set (set but empty: connect without credentials).
 `
 
 func main() {
@@ -245,7 +253,15 @@ func connect() (*nats.Conn, jetstream.JetStream, error) {
 		}
 		url = strings.Join(urls, ",")
 	}
-	nc, err := nats.Connect(url, nats.Name("natsctl"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	opts := []nats.Option{nats.Name("natsctl"), nats.MaxReconnects(-1), nats.ReconnectWait(200 * time.Millisecond)}
+	user, password, err := credentials()
+	if err != nil {
+		return nil, nil, err
+	}
+	if user != "" {
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,6 +271,56 @@ func connect() (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// credentials are the user and password natsctl connects with: NATS_USER
+// and NATS_PASSWORD when NATS_USER is set (an empty user: none at all),
+// else the items user and password of the Nomad Variable that the members
+// read theirs from.
+func credentials() (user, password string, err error) {
+	if u, ok := os.LookupEnv("NATS_USER"); ok {
+		return u, os.Getenv("NATS_PASSWORD"), nil
+	}
+	path := os.Getenv("NATS_VAR")
+	if path == "" {
+		svc := os.Getenv("NATS_SERVICE")
+		if svc == "" {
+			svc = "nats"
+		}
+		path = "nomad/jobs/" + svc
+	}
+	addr := os.Getenv("NOMAD_ADDR")
+	if addr == "" {
+		addr = "http://127.0.0.1:4646"
+	}
+	u := strings.TrimSuffix(addr, "/") + "/v1/var/" + path
+	if ns := os.Getenv("NOMAD_NAMESPACE"); ns != "" {
+		u += "?namespace=" + url.QueryEscape(ns)
+	}
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return "", "", err
+	}
+	if tok := os.Getenv("NOMAD_TOKEN"); tok != "" {
+		req.Header.Set("X-Nomad-Token", tok)
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", "", fmt.Errorf("reading the credentials from the Nomad Variable %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", "", fmt.Errorf("reading the credentials from the Nomad Variable %s: %s (or set NATS_USER and NATS_PASSWORD)", path, resp.Status)
+	}
+	var v struct{ Items map[string]string }
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", "", fmt.Errorf("reading the credentials from the Nomad Variable %s: %w", path, err)
+	}
+	if v.Items["user"] == "" || v.Items["password"] == "" {
+		return "", "", fmt.Errorf("the Nomad Variable %s has no user or password", path)
+	}
+	return v.Items["user"], v.Items["password"], nil
 }
 
 func addStream(name string) error {
