@@ -1,0 +1,119 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
+)
+
+// Authorizer asks Nomad what a caller's ACL token may do, for the agent's
+// HTTP API (agent.Authorizer). It asks every question with the caller's
+// token over the daemon's own connection to Nomad, and lets Nomad decide:
+// no policy is parsed here, so what a token may read is what Nomad says,
+// management tokens, workload identities and namespace globs included.
+//
+// How Nomad reports ACLs being off: with `acl { enabled = false }`, Nomad's
+// ACL endpoints answer 400 "ACL support disabled", whatever the token. So
+// ACLsEnabled reads /v1/acl/token/self with the daemon's token: "ACL
+// support disabled" means off; any other answer of Nomad (200, or a 403 or
+// 404 refusing the daemon's token, as for a workload identity, which is
+// not an ACL token) means that Nomad's ACL system is there and on. A
+// transport error or a 5xx decides nothing and is returned.
+type Authorizer struct {
+	c *api.Client
+}
+
+// NewAuthorizer returns an Authorizer over the daemon's Nomad client.
+func NewAuthorizer(c *api.Client) *Authorizer { return &Authorizer{c: c} }
+
+// errNoCallerToken refuses a question without a caller's token, which
+// would otherwise be asked with the daemon's.
+var errNoCallerToken = fmt.Errorf("no token was given: %w", backend.ErrPermissionDenied)
+
+// aclsDisabled is what Nomad answers on its ACL endpoints when ACLs are off.
+const aclsDisabled = "ACL support disabled"
+
+// ACLsEnabled implements agent.Authorizer.
+func (a *Authorizer) ACLsEnabled(ctx context.Context) (bool, error) {
+	_, _, err := a.c.ACLTokens().Self((&api.QueryOptions{AllowStale: true}).WithContext(ctx))
+	if err == nil {
+		return true, nil
+	}
+	if strings.Contains(err.Error(), aclsDisabled) {
+		return false, nil
+	}
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		switch ue.StatusCode() {
+		case http.StatusForbidden, http.StatusNotFound:
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("asking Nomad whether ACLs are on (GET /v1/acl/token/self): %w", err)
+}
+
+// ReadJob implements agent.Authorizer: it reads jobID's summary in
+// namespace with token. Nomad checks read-job in the namespace before it
+// looks the job up, so a 404 is an answer that the token may read there.
+func (a *Authorizer) ReadJob(ctx context.Context, token, namespace, jobID string) error {
+	if token == "" {
+		// The api client would send the daemon's own token instead.
+		return errNoCallerToken
+	}
+	q := (&api.QueryOptions{Namespace: namespace, AuthToken: token, AllowStale: true}).WithContext(ctx)
+	_, _, err := a.c.Jobs().Summary(jobID, q)
+	if err == nil || IsNotFound(err) {
+		return nil
+	}
+	if reason, ok := refusal(err); ok {
+		return fmt.Errorf("Nomad answered %s: %w", reason, backend.ErrPermissionDenied)
+	}
+	return fmt.Errorf("reading the summary of job %q in namespace %q with the caller's token: %w", jobID, namespace, err)
+}
+
+// Token implements agent.Authorizer: it reads /v1/acl/token/self with
+// token.
+func (a *Authorizer) Token(ctx context.Context, token string) (bool, error) {
+	if token == "" {
+		return false, errNoCallerToken
+	}
+	q := (&api.QueryOptions{AuthToken: token, AllowStale: true}).WithContext(ctx)
+	self, _, err := a.c.ACLTokens().Self(q)
+	if err == nil {
+		return self.Type == "management", nil
+	}
+	if reason, ok := refusal(err); ok {
+		return false, fmt.Errorf("Nomad answered %s: %w", reason, backend.ErrPermissionDenied)
+	}
+	return false, fmt.Errorf("reading the caller's token (GET /v1/acl/token/self): %w", err)
+}
+
+// refusal reports whether err is Nomad refusing a token (403, or the 404
+// or 400 with which its token endpoint refuses a token it does not know),
+// and Nomad's words for it, which never hold the token.
+func refusal(err error) (string, bool) {
+	var ue api.UnexpectedResponseError
+	if !errors.As(err, &ue) {
+		return "", false
+	}
+	body := strings.TrimSpace(ue.Body())
+	switch ue.StatusCode() {
+	case http.StatusForbidden:
+	case http.StatusNotFound, http.StatusBadRequest:
+		if !strings.Contains(strings.ToLower(body), "token") {
+			return "", false
+		}
+	default:
+		return "", false
+	}
+	if body == "" {
+		body = http.StatusText(ue.StatusCode())
+	}
+	return fmt.Sprintf("%d %q", ue.StatusCode(), body), true
+}
