@@ -111,7 +111,7 @@ func (s setSpec) hcl() string {
 // setStatus reads GET /v1/statefulset/default/<set> from the daemon.
 func setStatus(d *Daemon, set string) (client.SetDetail, error) {
 	var out client.SetDetail
-	resp, err := http.Get(d.Addr + "/v1/statefulset/default/" + set)
+	resp, err := d.Get("/v1/statefulset/default/"+set, "")
 	if err != nil {
 		return out, err
 	}
