@@ -92,6 +92,10 @@ func TestAPIGuardedAsNomads(t *testing.T) {
 		{"a revision with a token of another namespace", detail + "?revision=1", stranger, 403, nil, []string{secretMarker}},
 		{"list with a token of another namespace", "/v1/statefulsets", stranger, 200, []string{`"sets": []`}, []string{"guarded"}},
 		{"list without a token", "/v1/statefulsets", "", 403, nil, []string{"guarded"}},
+		// Nomad checks read-job before it looks the job up: a token that
+		// may not read the namespace cannot tell a missing set.
+		{"a missing set with a token of another namespace", "/v1/statefulset/default/nope", stranger, 403, nil, nil},
+		{"a missing set with read-job", "/v1/statefulset/default/nope", reader, 404, nil, nil},
 		{"detail with read-job", detail, reader, 200, []string{`"guarded-`, `"number": 1`}, []string{secretMarker, `"template"`}},
 		{"list with read-job", "/v1/statefulsets", reader, 200, []string{`"guarded"`}, nil},
 		{"metrics without a token", "/v1/metrics", "", 403, []string{"prometheus_anonymous"}, []string{"nomad_statefulset_leader"}},
@@ -178,5 +182,39 @@ func TestAPIGuardedAsNomads(t *testing.T) {
 	}
 	if v := c.Watchdog.Violations(); len(v) != 0 {
 		t.Fatalf("watchdog: %v", v)
+	}
+}
+
+// TestAPIWithoutNomadACLs: with Nomad's ACLs off (as Nomad 1.10 reports
+// it: 400 "ACL support disabled" on its ACL list endpoints) the API needs
+// no token, as before, and still returns a revision's template only for
+// ?revision=N.
+func TestAPIWithoutNomadACLs(t *testing.T) {
+	c := NewCluster(t)
+	d := c.StartDaemon()
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "open", noVolume: true, meta: map[string]string{"statefulset_replicas": "1"},
+		script: "SECRET=" + secretMarker + "; while true; do sleep 1; done"}.hcl())
+	waitConverged(t, c, d, "open", 1, nil)
+	for _, tc := range []struct {
+		path        string
+		has, hasNot string
+	}{
+		{"/v1/statefulsets", `"open"`, secretMarker},
+		{"/v1/statefulset/default/open", `"number": 1`, secretMarker},
+		{"/v1/statefulset/default/open?revision=1", secretMarker, "X-Nomad-Token"},
+		{"/v1/metrics", "nomad_statefulset_leader 1", "X-Nomad-Token"},
+	} {
+		resp, err := http.Get(d.Addr + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), tc.has) || strings.Contains(string(b), tc.hasNot) {
+			t.Errorf("GET %s without a token: %d, want 200 with %q and without %q: %s", tc.path, resp.StatusCode, tc.has, tc.hasNot, b)
+		}
+	}
+	if !strings.Contains(d.Proc.LogTail(5000), "acls_enabled=false") {
+		t.Errorf("the daemon's log does not say it found Nomad's ACLs off:\n%s", d.Proc.LogTail(40))
 	}
 }

@@ -18,13 +18,16 @@ import (
 // no policy is parsed here, so what a token may read is what Nomad says,
 // management tokens, workload identities and namespace globs included.
 //
-// How Nomad reports ACLs being off: with `acl { enabled = false }`, Nomad's
-// ACL endpoints answer 400 "ACL support disabled", whatever the token. So
-// ACLsEnabled reads /v1/acl/token/self with the daemon's token: "ACL
-// support disabled" means off; any other answer of Nomad (200, or a 403 or
-// 404 refusing the daemon's token, as for a workload identity, which is
-// not an ACL token) means that Nomad's ACL system is there and on. A
-// transport error or a 5xx decides nothing and is returned.
+// How Nomad reports ACLs being off: with `acl { enabled = false }`, Nomad
+// 1.10 answers its ACL list endpoints (/v1/acl/policies, /v1/acl/tokens, …)
+// with 400 "ACL support disabled", whatever the token; /v1/acl/token/self,
+// on the other hand, answers 200 with a placeholder token (AccessorID
+// "acls-disabled"), so it cannot tell. ACLsEnabled therefore lists
+// /v1/acl/policies with the daemon's token: "ACL support disabled" means
+// off; any other answer of Nomad (200, which lists the token's own
+// policies, or a 403 refusing the daemon's token) means that Nomad's ACL
+// system is on. A transport error or another status decides nothing and
+// is returned.
 type Authorizer struct {
 	c *api.Client
 }
@@ -41,7 +44,7 @@ const aclsDisabled = "ACL support disabled"
 
 // ACLsEnabled implements agent.Authorizer.
 func (a *Authorizer) ACLsEnabled(ctx context.Context) (bool, error) {
-	_, _, err := a.c.ACLTokens().Self((&api.QueryOptions{AllowStale: true}).WithContext(ctx))
+	_, _, err := a.c.ACLPolicies().List((&api.QueryOptions{AllowStale: true}).WithContext(ctx))
 	if err == nil {
 		return true, nil
 	}
@@ -49,13 +52,10 @@ func (a *Authorizer) ACLsEnabled(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		switch ue.StatusCode() {
-		case http.StatusForbidden, http.StatusNotFound:
-			return true, nil
-		}
+	if errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden {
+		return true, nil
 	}
-	return false, fmt.Errorf("asking Nomad whether ACLs are on (GET /v1/acl/token/self): %w", err)
+	return false, fmt.Errorf("asking Nomad whether ACLs are on (GET /v1/acl/policies): %w", err)
 }
 
 // ReadJob implements agent.Authorizer: it reads jobID's summary in
@@ -94,21 +94,21 @@ func (a *Authorizer) Token(ctx context.Context, token string) (bool, error) {
 	return false, fmt.Errorf("reading the caller's token (GET /v1/acl/token/self): %w", err)
 }
 
-// refusal reports whether err is Nomad refusing a token (403, or the 404
-// or 400 with which its token endpoint refuses a token it does not know),
-// and Nomad's words for it, which never hold the token.
+// refusal reports whether err is Nomad refusing a token, and Nomad's words
+// for it, which never hold the token: a 403 ("Permission denied", also
+// for a token Nomad does not know), or another 4xx or 500 about the token
+// itself (Nomad 1.10 takes a secret that is no UUID for a workload
+// identity's JWT, and answers 500 "failed to parse signed token" on
+// /v1/acl/token/self).
 func refusal(err error) (string, bool) {
 	var ue api.UnexpectedResponseError
 	if !errors.As(err, &ue) {
 		return "", false
 	}
 	body := strings.TrimSpace(ue.Body())
-	switch ue.StatusCode() {
-	case http.StatusForbidden:
-	case http.StatusNotFound, http.StatusBadRequest:
-		if !strings.Contains(strings.ToLower(body), "token") {
-			return "", false
-		}
+	switch code := ue.StatusCode(); {
+	case code == http.StatusForbidden:
+	case code >= 400 && code <= 500 && strings.Contains(strings.ToLower(body), "token"):
 	default:
 		return "", false
 	}

@@ -13,23 +13,33 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 )
 
-// fakeNomadACL answers the two routes the Authorizer reads as Nomad does:
-// with ACLs off, 400 "ACL support disabled" on the ACL endpoint and
-// everything allowed; with them on, by the request's X-Nomad-Token.
+// fakeNomadACL answers the routes the Authorizer reads as Nomad 1.10 does
+// (seen on a real one): with ACLs off, 400 "ACL support disabled" on
+// /v1/acl/policies, a placeholder on /v1/acl/token/self, and everything
+// allowed; with them on, by the request's X-Nomad-Token, a secret that is
+// no UUID failing to parse as a JWT on /v1/acl/token/self.
 func fakeNomadACL(t *testing.T, aclsOn bool, seen *[]string) *api.Client {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok := r.Header.Get("X-Nomad-Token")
 		*seen = append(*seen, r.URL.Path+" ns="+r.URL.Query().Get("namespace")+" token="+tok)
 		switch {
-		case r.URL.Path == "/v1/acl/token/self" && !aclsOn:
+		case r.URL.Path == "/v1/acl/policies" && !aclsOn:
 			http.Error(w, "ACL support disabled", http.StatusBadRequest)
+		case r.URL.Path == "/v1/acl/policies" && tok == "daemon":
+			_, _ = w.Write([]byte(`[]`))
+		case r.URL.Path == "/v1/acl/policies":
+			http.Error(w, "Permission denied", http.StatusForbidden)
+		case r.URL.Path == "/v1/acl/token/self" && !aclsOn:
+			_, _ = w.Write([]byte(`{"AccessorID":"acls-disabled","Name":"ACLs disabled token","Type":"client"}`))
+		case r.URL.Path == "/v1/acl/token/self" && tok == "not-a-uuid":
+			http.Error(w, "failed to parse signed token: go-jose/go-jose: compact JWS format must have three parts", http.StatusInternalServerError)
 		case r.URL.Path == "/v1/acl/token/self" && tok == "mgmt":
 			_, _ = w.Write([]byte(`{"Type":"management"}`))
 		case r.URL.Path == "/v1/acl/token/self" && (tok == "reader" || tok == "daemon"):
 			_, _ = w.Write([]byte(`{"Type":"client"}`))
 		case r.URL.Path == "/v1/acl/token/self":
-			http.Error(w, "ACL token not found", http.StatusForbidden)
+			http.Error(w, "Permission denied", http.StatusForbidden)
 		case r.URL.Path == "/v1/job/broken/summary":
 			http.Error(w, "rpc error: No cluster leader", http.StatusInternalServerError)
 		case strings.HasSuffix(r.URL.Path, "/summary") && (!aclsOn || tok == "mgmt" || (tok == "reader" && r.URL.Query().Get("namespace") == "default")):
@@ -75,7 +85,8 @@ func TestAuthorizer(t *testing.T) {
 		{"read-job with ACLs off", false, func(a *Authorizer) error { return a.ReadJob(ctx, "any", "prod", "api") }, false, ""},
 		{"a management token", true, func(a *Authorizer) error { return want(a.Token(ctx, "mgmt"))(true) }, false, ""},
 		{"a client token", true, func(a *Authorizer) error { return want(a.Token(ctx, "reader"))(false) }, false, ""},
-		{"an unknown token", true, func(a *Authorizer) error { _, err := a.Token(ctx, "forged"); return err }, true, "ACL token not found"},
+		{"an unknown token", true, func(a *Authorizer) error { _, err := a.Token(ctx, "forged"); return err }, true, "Permission denied"},
+		{"a token that is no UUID", true, func(a *Authorizer) error { _, err := a.Token(ctx, "not-a-uuid"); return err }, true, "failed to parse signed token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen []string
