@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,7 +118,8 @@ func setStatus(d *Daemon, set string) (client.SetDetail, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("GET status of %s: %s", set, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return out, fmt.Errorf("GET status of %s: %s: %s", set, resp.Status, b)
 	}
 	return out, json.NewDecoder(resp.Body).Decode(&out)
 }

@@ -24,10 +24,11 @@ import (
 // on the other hand, answers 200 with a placeholder token (AccessorID
 // "acls-disabled"), so it cannot tell. ACLsEnabled therefore lists
 // /v1/acl/policies with the daemon's token: "ACL support disabled" means
-// off; any other answer of Nomad (200, which lists the token's own
-// policies, or a 403 refusing the daemon's token) means that Nomad's ACL
-// system is on. A transport error or another status decides nothing and
-// is returned.
+// off; 200 (the token's own policies), or Nomad's ACL system refusing or
+// failing to resolve the daemon's own token (403, or, for a workload
+// identity, which the Task API socket passes, 500 "acl token lookup
+// failed") means that it is on. A transport error or another answer (500
+// "No cluster leader") decides nothing and is returned.
 type Authorizer struct {
 	c *api.Client
 }
@@ -51,11 +52,13 @@ func (a *Authorizer) ACLsEnabled(ctx context.Context) (bool, error) {
 	if strings.Contains(err.Error(), aclsDisabled) {
 		return false, nil
 	}
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden {
+	// The ACL system refused or failed to resolve the daemon's own token:
+	// it is on. A workload identity (the Task API socket) is answered 500
+	// "acl token lookup failed: index error: UUID must be 36 characters".
+	if _, ok := refusal(err); ok {
 		return true, nil
 	}
-	return false, fmt.Errorf("asking Nomad whether ACLs are on (GET /v1/acl/policies): %w", err)
+	return false, fmt.Errorf("GET /v1/acl/policies: %w", err)
 }
 
 // ReadJob implements agent.Authorizer: it reads jobID's summary in

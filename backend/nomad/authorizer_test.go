@@ -28,6 +28,10 @@ func fakeNomadACL(t *testing.T, aclsOn bool, seen *[]string) *api.Client {
 			http.Error(w, "ACL support disabled", http.StatusBadRequest)
 		case r.URL.Path == "/v1/acl/policies" && tok == "daemon":
 			_, _ = w.Write([]byte(`[]`))
+		case r.URL.Path == "/v1/acl/policies" && tok == "workload.identity.jwt":
+			http.Error(w, "acl token lookup failed: index error: UUID must be 36 characters", http.StatusInternalServerError)
+		case r.URL.Path == "/v1/acl/policies" && tok == "leaderless":
+			http.Error(w, "rpc error: No cluster leader", http.StatusInternalServerError)
 		case r.URL.Path == "/v1/acl/policies":
 			http.Error(w, "Permission denied", http.StatusForbidden)
 		case r.URL.Path == "/v1/acl/token/self" && !aclsOn:
@@ -111,6 +115,33 @@ func TestAuthorizer(t *testing.T) {
 			// about ACLs, which has no caller.
 			if strings.HasSuffix(tc.name, "are seen") != strings.HasSuffix(seen[0], "token=daemon") {
 				t.Fatalf("asked %s", seen[0])
+			}
+		})
+	}
+}
+
+// TestAuthorizerACLsWithTheDaemonsToken: ACLs are on whether Nomad lists
+// the daemon's policies, refuses its token, or fails to resolve it (a
+// workload identity, as the Task API socket passes it); a Nomad that
+// cannot answer decides nothing.
+func TestAuthorizerACLsWithTheDaemonsToken(t *testing.T) {
+	for _, tc := range []struct {
+		daemon string
+		on     bool
+		errHas string
+	}{
+		{"daemon", true, ""},
+		{"revoked", true, ""},
+		{"workload.identity.jwt", true, ""},
+		{"leaderless", false, "No cluster leader"},
+	} {
+		t.Run(tc.daemon, func(t *testing.T) {
+			var seen []string
+			c := fakeNomadACL(t, true, &seen)
+			c.SetSecretID(tc.daemon)
+			on, err := NewAuthorizer(c).ACLsEnabled(context.Background())
+			if on != tc.on || (err == nil) != (tc.errHas == "") || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
+				t.Fatalf("ACLsEnabled = %v, %v; want %v, error with %q", on, err, tc.on, tc.errHas)
 			}
 		})
 	}
