@@ -78,7 +78,7 @@ func newGuard(authz Authorizer, log hclog.Logger, clock func() time.Time) *guard
 }
 
 // errNoToken is a request without a token while Nomad's ACLs are on.
-var errNoToken = fmt.Errorf("Nomad's ACLs are on: send a Nomad ACL token in the %s header (the CLI sends NOMAD_TOKEN): %w", tokenHeader, backend.ErrPermissionDenied)
+var errNoToken = fmt.Errorf("a Nomad ACL token is needed, as Nomad's ACLs are on: send it in the %s header (the CLI sends NOMAD_TOKEN): %w", tokenHeader, backend.ErrPermissionDenied)
 
 // requestToken returns the caller's token: X-Nomad-Token, or an
 // Authorization bearer token, as Nomad reads them.
@@ -194,7 +194,7 @@ func (g *guard) known(ctx context.Context, token string, management bool) error 
 	})
 	switch {
 	case d.err != nil && errors.Is(d.err, backend.ErrPermissionDenied):
-		return fmt.Errorf("Nomad does not accept the token: %w", d.err)
+		return fmt.Errorf("the token is refused by Nomad: %w", d.err)
 	case d.err != nil:
 		return fmt.Errorf("asking Nomad about the token: %w", d.err)
 	case management && !d.management:

@@ -162,7 +162,7 @@ func TestAPIAuthorization(t *testing.T) {
 		{"list with a token of no namespace", true, false, "/v1/statefulsets", "none", 200, []string{`"sets": []`}, []string{`"api"`, `"db"`}},
 		{"list with a management token", true, false, "/v1/statefulsets", "mgmt", 200, []string{`"api"`, `"web"`, `"db"`}, nil},
 		{"metrics without a token", true, false, "/v1/metrics", "", 403, []string{"X-Nomad-Token", "prometheus_anonymous"}, []string{"nomad_statefulset_leader"}},
-		{"metrics with an unknown token", true, false, "/v1/metrics", "forged", 403, []string{"does not accept the token"}, []string{"forged", "nomad_statefulset_leader"}},
+		{"metrics with an unknown token", true, false, "/v1/metrics", "forged", 403, []string{"the token is refused by Nomad"}, []string{"forged", "nomad_statefulset_leader"}},
 		{"metrics with any known token", true, false, "/v1/metrics", "none", 200, []string{"nomad_statefulset_leader 1"}, nil},
 		{"anonymous metrics", true, true, "/v1/metrics", "", 200, []string{"nomad_statefulset_leader 1"}, nil},
 		{"pprof with a client token", true, false, "/debug/pprof/", "reader", 403, []string{"management token"}, nil},

@@ -75,7 +75,7 @@ func (a *Authorizer) ReadJob(ctx context.Context, token, namespace, jobID string
 		return nil
 	}
 	if reason, ok := refusal(err); ok {
-		return fmt.Errorf("Nomad answered %s: %w", reason, backend.ErrPermissionDenied)
+		return fmt.Errorf("refused by Nomad, which answered %s: %w", reason, backend.ErrPermissionDenied)
 	}
 	return fmt.Errorf("reading the summary of job %q in namespace %q with the caller's token: %w", jobID, namespace, err)
 }
@@ -92,7 +92,7 @@ func (a *Authorizer) Token(ctx context.Context, token string) (bool, error) {
 		return self.Type == "management", nil
 	}
 	if reason, ok := refusal(err); ok {
-		return false, fmt.Errorf("Nomad answered %s: %w", reason, backend.ErrPermissionDenied)
+		return false, fmt.Errorf("refused by Nomad, which answered %s: %w", reason, backend.ErrPermissionDenied)
 	}
 	return false, fmt.Errorf("reading the caller's token (GET /v1/acl/token/self): %w", err)
 }
