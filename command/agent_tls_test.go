@@ -60,7 +60,7 @@ func TestAgentClientTLSAndToken(t *testing.T) {
 				tokens = append(tokens, r.Header.Get(client.TokenHeader))
 				mu.Unlock()
 				if r.Header.Get(client.TokenHeader) != "good" {
-					writeTestJSON(w, http.StatusForbidden, map[string]string{"error": `the token needs read-job in namespace "default": Nomad answered 403 "Permission denied"`})
+					writeTestJSON(w, http.StatusForbidden, map[string]string{"error": `the token needs read-job in namespace "default": refused by Nomad, which answered 403 "Permission denied"`})
 					return
 				}
 				writeTestJSON(w, http.StatusOK, client.SetList{Sets: []client.SetSummary{}})
