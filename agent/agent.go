@@ -45,6 +45,17 @@ type Options struct {
 	ResyncInterval time.Duration
 	// HTTPAddr is where the HTTP API listens ("" disables it).
 	HTTPAddr string
+	// HTTPTLS serves the HTTP API over TLS when its cert_file is set
+	// (http { tls {} }).
+	HTTPTLS config.HTTPTLSConfig
+	// Authorizer asks Nomad what a caller's token may read: with Nomad's
+	// ACLs on, every request but /v1/health needs a token, and the API
+	// shows what Nomad lets it read. Nil means Nomad has no ACLs (the
+	// simulator in tests); command/ wires backend/nomad's.
+	Authorizer Authorizer
+	// AnonymousMetrics serves /v1/metrics without a token when Nomad's
+	// ACLs are on (telemetry { prometheus_anonymous }).
+	AnonymousMetrics bool
 	// EnableDebug serves net/http/pprof under /debug/pprof/ on the HTTP API
 	// (http { enable_debug }).
 	EnableDebug bool

@@ -23,6 +23,10 @@ import (
 // not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrPermissionDenied is Nomad refusing a caller's ACL token: the agent's
+// HTTP API answers 403 for it. An error that wraps it carries Nomad's reason.
+var ErrPermissionDenied = errors.New("permission denied")
+
 // IsNotFound reports whether err is a Nomad object that does not exist:
 // ErrNotFound, or Nomad answering 404. Only Nomad's own answer counts
 // (an error with StatusCode 404): matching "404" in the text would take a

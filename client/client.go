@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +23,89 @@ const DefaultAddress = "http://127.0.0.1:4650"
 // AddressEnv is the environment variable that overrides DefaultAddress.
 const AddressEnv = "NOMAD_STATEFULSET_ADDR"
 
+// The environment variables of the agent's TLS, after Nomad's NOMAD_CACERT,
+// NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY and NOMAD_SKIP_VERIFY. The command
+// package reads them (ConfigFromEnv); a Config built in Go ignores them.
+const (
+	// CACertEnv names a PEM CA file that verifies the agent's certificate.
+	CACertEnv = "NOMAD_STATEFULSET_CACERT"
+	// ClientCertEnv names the PEM client certificate for an agent with
+	// http { tls { verify_https_client = true } }.
+	ClientCertEnv = "NOMAD_STATEFULSET_CLIENT_CERT"
+	// ClientKeyEnv names the PEM key of ClientCertEnv.
+	ClientKeyEnv = "NOMAD_STATEFULSET_CLIENT_KEY"
+	// SkipVerifyEnv, when true, skips the check of the agent's certificate.
+	SkipVerifyEnv = "NOMAD_STATEFULSET_SKIP_VERIFY"
+	// TokenEnv is the Nomad ACL token the CLI sends, as the nomad CLI does.
+	TokenEnv = "NOMAD_TOKEN"
+)
+
+// TokenHeader carries the caller's Nomad ACL token, as in Nomad's API.
+const TokenHeader = "X-Nomad-Token"
+
+// Config configures a Client.
+type Config struct {
+	// Address is the agent's address; DefaultAddress when empty. An
+	// address without a scheme is taken as http.
+	Address string
+	// Token is the Nomad ACL token sent with every request (X-Nomad-Token);
+	// none when empty. It is never put in an error.
+	Token string
+	// CACert is a PEM CA file that verifies the agent's certificate; the
+	// system's roots when empty.
+	CACert string
+	// ClientCert and ClientKey are a PEM client certificate and its key,
+	// presented when the agent asks for one.
+	ClientCert, ClientKey string
+	// SkipVerify accepts any certificate the agent presents. Only for
+	// tests: it lets anyone in the middle read the token.
+	SkipVerify bool
+}
+
+// ConfigFromEnv returns the Config that the environment describes:
+// AddressEnv, TokenEnv and the TLS variables. lookup is os.LookupEnv, or a
+// test's map.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	get := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
+	c := Config{Address: get(AddressEnv), Token: get(TokenEnv), CACert: get(CACertEnv),
+		ClientCert: get(ClientCertEnv), ClientKey: get(ClientKeyEnv)}
+	if v := get(SkipVerifyEnv); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("%s=%q is not a boolean (true or false)", SkipVerifyEnv, v)
+		}
+		c.SkipVerify = b
+	}
+	return c, nil
+}
+
+// tlsConfig builds the client's TLS configuration. Its errors name the
+// files and the variables that set them, never their content.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.SkipVerify}
+	if c.CACert != "" {
+		pem, err := os.ReadFile(c.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("reading the agent's CA (%s): %w", CACertEnv, err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the agent's CA %s (%s) holds no PEM certificate", c.CACert, CACertEnv)
+		}
+	}
+	switch {
+	case c.ClientCert != "" && c.ClientKey != "":
+		cert, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading the client certificate %s with its key %s (%s, %s): %w", c.ClientCert, c.ClientKey, ClientCertEnv, ClientKeyEnv, err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	case c.ClientCert != "" || c.ClientKey != "":
+		return nil, fmt.Errorf("give both %s and %s, or neither", ClientCertEnv, ClientKeyEnv)
+	}
+	return conf, nil
+}
+
 // DefaultTimeout bounds one request. The agent answers from memory, so a
 // slow answer means something is wrong; failing fast keeps the CLI from
 // hanging in scripts.
@@ -28,6 +114,11 @@ const DefaultTimeout = 10 * time.Second
 // ErrNotFound is matched (with errors.Is) by a *StatusError for a 404: the
 // set, or the namespace, is unknown to the agent.
 var ErrNotFound = errors.New("not found")
+
+// ErrForbidden is matched (with errors.Is) by a *StatusError for a 403:
+// Nomad's ACLs are on and the token sent (NOMAD_TOKEN) is missing, unknown
+// to Nomad, or may not read-job in the set's namespace.
+var ErrForbidden = errors.New("forbidden")
 
 // StatusError is an answer from the agent with a status other than 200.
 type StatusError struct {
@@ -49,9 +140,11 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("agent answered %s %s with %d: %s", e.Method, e.URL, e.Code, msg)
 }
 
-// Is reports a 404 as ErrNotFound, so callers need not know status codes.
+// Is reports a 404 as ErrNotFound and a 403 as ErrForbidden, so callers
+// need not know status codes.
 func (e *StatusError) Is(target error) bool {
-	return target == ErrNotFound && e.Code == http.StatusNotFound
+	return target == ErrNotFound && e.Code == http.StatusNotFound ||
+		target == ErrForbidden && e.Code == http.StatusForbidden
 }
 
 // UnreachableError means no HTTP answer came back at all: nothing listens at
@@ -73,13 +166,35 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // Client reads the agent's HTTP API. It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	http *http.Client
+	base  *url.URL
+	http  *http.Client
+	token string
 }
 
-// New returns a client for the agent at address. An address without a
-// scheme ("127.0.0.1:4650") is taken as http, as NOMAD_ADDR is by habit.
+// New returns a client for the agent at address, with no token and the
+// system's roots for an https:// address. An address without a scheme
+// ("127.0.0.1:4650") is taken as http, as NOMAD_ADDR is by habit.
 func New(address string) (*Client, error) {
+	return NewWithConfig(Config{Address: address})
+}
+
+// NewWithConfig returns a client configured by cfg.
+func NewWithConfig(cfg Config) (*Client, error) {
+	base, err := parseAddress(cfg.Address)
+	if err != nil {
+		return nil, err
+	}
+	tlsConf, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsConf
+	return &Client{base: base, token: cfg.Token, http: &http.Client{Timeout: DefaultTimeout, Transport: t}}, nil
+}
+
+// parseAddress checks an agent address and returns it as a base URL.
+func parseAddress(address string) (*url.URL, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
@@ -97,7 +212,7 @@ func New(address string) (*Client, error) {
 		return nil, fmt.Errorf("invalid agent address %q: no host", address)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
-	return &Client{base: u, http: &http.Client{Timeout: DefaultTimeout}}, nil
+	return u, nil
 }
 
 // Address returns the agent address the client talks to.
@@ -178,6 +293,9 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any, al
 		return fmt.Errorf("building request for %s: %w", target, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set(TokenHeader, c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// A cancelled context is the caller's decision, not an outage.

@@ -153,10 +153,15 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		Workers:        cfg.Workers,
 		ResyncInterval: cfg.ResyncInterval,
 		HTTPAddr:       cfg.HTTP.Address,
-		EnableDebug:    cfg.HTTP.EnableDebug,
-		DisableMetrics: !cfg.Telemetry.PrometheusMetrics,
-		Plugins:        manager.ConfigOf(cfg),
-		ConsulHealth:   health,
+		HTTPTLS:        cfg.HTTP.TLS,
+		// The HTTP API asks Nomad, over the daemon's own client but with
+		// each caller's token, what that token may read.
+		Authorizer:       nomad.NewAuthorizer(nc),
+		AnonymousMetrics: cfg.Telemetry.PrometheusAnonymous,
+		EnableDebug:      cfg.HTTP.EnableDebug,
+		DisableMetrics:   !cfg.Telemetry.PrometheusMetrics,
+		Plugins:          manager.ConfigOf(cfg),
+		ConsulHealth:     health,
 	})
 	if err != nil {
 		return err
@@ -184,10 +189,13 @@ func runAgent(ctx context.Context, cfg *config.Config, logger hclog.Logger, relo
 		}
 	}()
 
-	logger.Info("agent started", "http", a.HTTPAddr(), "nomad", nomadAPIConfig(cfg).Address,
+	logger.Info("agent started", "http", a.HTTPAddr(), "http_tls", cfg.HTTP.TLS.Enabled(), "nomad", nomadAPIConfig(cfg).Address,
 		"state", string(cfg.State.Backend), "high_availability", cfg.HighAvailability.Enabled)
 	return a.Run(ctx)
 }
+
+// The HTTP API's authorizer is backend/nomad's.
+var _ agent.Authorizer = (*nomad.Authorizer)(nil)
 
 // buildState opens the state store and the elector the config asks for.
 func buildState(cfg *config.Config, logger hclog.Logger) (backend.Store, backend.Elector, error) {

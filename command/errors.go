@@ -1,6 +1,8 @@
 package command
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,14 +79,23 @@ func nomadError(address, what string, err error) error {
 func (m *Meta) report(err error) int {
 	var agentDown *client.UnreachableError
 	var nomadDown *NomadUnreachableError
+	var status *client.StatusError
 	switch {
 	case errors.As(err, &agentDown):
 		m.UI.Error("Error: " + err.Error())
-		m.UI.Error("Is the agent running? Point -address or " + client.AddressEnv + " at its HTTP API.")
+		m.UI.Error(agentDownHint(err))
 		return ExitUnreachable
+	case errors.Is(err, client.ErrForbidden):
+		m.UI.Error("Error: " + err.Error())
+		m.UI.Error("Nomad's ACLs are on: set NOMAD_TOKEN (or -token) to a Nomad ACL token whose policy grants read-job in the set's namespace (docs/security.md).")
+		return ExitError
 	case errors.As(err, &nomadDown):
 		m.UI.Error("Error: " + err.Error())
 		m.UI.Error("Is Nomad running? Point -nomad-address or NOMAD_ADDR at its HTTP API.")
+		return ExitUnreachable
+	case errors.As(err, &status) && status.Code == http.StatusBadRequest && strings.Contains(status.Body, "HTTPS server"):
+		m.UI.Error("Error: " + err.Error())
+		m.UI.Error("The agent serves HTTPS: use an https:// address in -address or " + client.AddressEnv + ", and set " + client.CACertEnv + " to its CA.")
 		return ExitUnreachable
 	case errors.Is(err, ErrConflict):
 		m.UI.Error("Error: " + err.Error())
@@ -96,6 +107,26 @@ func (m *Meta) report(err error) int {
 		m.UI.Error("Error: " + err.Error())
 		return ExitError
 	}
+}
+
+// agentDownHint says what to do when no answer came from the agent: for a
+// TLS failure, which TLS setting to give; else to check the address.
+func agentDownHint(err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	switch {
+	case errors.As(err, &unknownCA), errors.As(err, &verify):
+		return "The agent's certificate is not signed by a CA this CLI trusts: set " + client.CACertEnv + " to the CA file of the agent's http { tls { cert_file } }."
+	case errors.As(err, &hostname):
+		return "The agent's certificate is not valid for this host name: use the name or address it was issued for in -address or " + client.AddressEnv + "."
+	case errors.As(err, &header), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "The agent does not speak TLS at this address: use an http:// address, or give the agent an http { tls {} } block."
+	case strings.Contains(err.Error(), "certificate required"), strings.Contains(err.Error(), "bad certificate"):
+		return "The agent asks for a client certificate (verify_https_client): set " + client.ClientCertEnv + " and " + client.ClientKeyEnv + "."
+	}
+	return "Is the agent running? Point -address or " + client.AddressEnv + " at its HTTP API."
 }
 
 // setNotFound wraps an agent 404 with which set in which namespace was

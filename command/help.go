@@ -15,14 +15,29 @@ const commonOptionsHelp = `General Options:
     Print the result as JSON instead of text.
 `
 
-// agentOptionsHelp documents FlagSetAgent.
-const agentOptionsHelp = `
+// agentOptionsHelp documents FlagSetAgent without FlagSetNomad, which
+// brings -token.
+const agentOptionsHelp = agentAddressHelp + agentTokenHelp
+
+// agentAddressHelp documents FlagSetAgent's -address, for commands that
+// also take FlagSetNomad (whose -token the agent is read with too).
+const agentAddressHelp = `
 Agent Options:
 
   -address=<addr>
     The address of the nomad-statefulset agent's HTTP API. Overrides the
     NOMAD_STATEFULSET_ADDR environment variable. Default:
-    http://127.0.0.1:4650.
+    http://127.0.0.1:4650. Use https:// for an agent with http { tls {} };
+    NOMAD_STATEFULSET_CACERT, NOMAD_STATEFULSET_CLIENT_CERT,
+    NOMAD_STATEFULSET_CLIENT_KEY and NOMAD_STATEFULSET_SKIP_VERIFY set its
+    TLS.
+`
+
+// agentTokenHelp documents the -token of FlagSetAgent.
+const agentTokenHelp = `
+  -token=<token>
+    The Nomad ACL token sent to the agent, which with Nomad's ACLs on
+    needs read-job in the set's namespace. Overrides NOMAD_TOKEN.
 `
 
 // nomadOptionsHelp documents FlagSetNomad.
@@ -34,7 +49,8 @@ Nomad Options:
     http://127.0.0.1:4646.
 
   -token=<token>
-    The Nomad ACL token. Overrides NOMAD_TOKEN.
+    The Nomad ACL token, sent to Nomad and to the agent. Overrides
+    NOMAD_TOKEN.
 
   -region=<region>
     The Nomad region. Overrides NOMAD_REGION.

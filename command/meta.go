@@ -120,6 +120,11 @@ func (m *Meta) FlagSet(name string, fs FlagSetFlags) *flag.FlagSet {
 	}
 	if fs&FlagSetAgent != 0 {
 		f.StringVar(&m.address, "address", "", "")
+		if fs&FlagSetNomad == 0 {
+			// The token the agent is read with; FlagSetNomad's -token
+			// is the same value.
+			f.StringVar(&m.nomad.token, "token", "", "")
+		}
 	}
 	if fs&FlagSetNomad != 0 {
 		f.StringVar(&m.nomad.address, "nomad-address", "", "")
@@ -171,11 +176,21 @@ func (m *Meta) AgentAddress() string {
 	return client.DefaultAddress
 }
 
-// AgentClient returns a client for the agent's HTTP API.
+// AgentClient returns a client for the agent's HTTP API: at AgentAddress,
+// sending -token or else NOMAD_TOKEN, with the NOMAD_STATEFULSET_CACERT,
+// _CLIENT_CERT, _CLIENT_KEY and _SKIP_VERIFY TLS settings.
 func (m *Meta) AgentClient() (*client.Client, error) {
-	c, err := client.New(m.AgentAddress())
+	cfg, err := client.ConfigFromEnv(os.LookupEnv)
 	if err != nil {
-		return nil, fmt.Errorf("agent address: %w", err)
+		return nil, fmt.Errorf("configuring the agent client: %w", err)
+	}
+	cfg.Address = m.AgentAddress()
+	if m.nomad.token != "" {
+		cfg.Token = m.nomad.token
+	}
+	c, err := client.NewWithConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("configuring the agent client: %w", err)
 	}
 	return c, nil
 }

@@ -61,7 +61,7 @@ Examples:
   $ nomad-statefulset rollout status -timeout 10m web
   $ nomad-statefulset rollout status -json web | jq -r .message
 
-` + commonOptionsHelp + agentOptionsHelp + nomadOptionsHelp + `
+` + commonOptionsHelp + agentAddressHelp + nomadOptionsHelp + `
 Rollout Status Options:
 
   -timeout=<duration>

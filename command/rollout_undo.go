@@ -44,7 +44,7 @@ Examples:
   $ nomad-statefulset rollout undo -to-revision 2 web
   $ nomad-statefulset rollout undo web && nomad-statefulset rollout status web
 
-` + commonOptionsHelp + agentOptionsHelp + nomadOptionsHelp + `
+` + commonOptionsHelp + agentAddressHelp + nomadOptionsHelp + `
 Rollout Undo Options:
 
   -to-revision=<number>

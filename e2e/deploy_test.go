@@ -149,7 +149,8 @@ func TestDeployAsANomadJob(t *testing.T) {
 	t.Logf("agent %s leads at %s", leaderID, leaderAddr)
 
 	RegisterHCL(t, nc, setSpec{name: "dep", noVolume: true, meta: map[string]string{"statefulset_replicas": "2"}}.hcl())
-	waitConverged(t, c, &Daemon{Addr: leaderAddr}, "dep", 2, nil)
+	// Nomad's ACLs are on: the daemons' API is read with the management token.
+	waitConverged(t, c, &Daemon{Addr: leaderAddr, nomad: nomad}, "dep", 2, nil)
 
 	// Only the workload identity reached the daemons: their NOMAD_TOKEN is
 	// a JWT, not the management token, and NOMAD_ADDR is the socket.
@@ -179,7 +180,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 		}
 		return nil
 	})
-	resp, err := http.Get(leaderAddr + "/v1/metrics")
+	resp, err := (&Daemon{Addr: leaderAddr, nomad: nomad}).Get("/v1/metrics", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 	newID, newAddr := leader(leaderID)
 	t.Logf("agent %s took over at %s, %v after the leader's allocation was stopped", newID, newAddr, time.Since(stopped).Round(100*time.Millisecond))
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
-	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 3, nil)
+	waitConverged(t, c, &Daemon{Addr: newAddr, nomad: nomad}, "dep", 3, nil)
 
 	// The cluster's signing key is rotated (nomad operator root keyring
 	// rotate -full): the daemon renews nothing by hand and keeps working
@@ -209,7 +210,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 		t.Fatalf("rotating the keyring: %v", err)
 	}
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "2"))
-	waitConverged(t, c, &Daemon{Addr: newAddr}, "dep", 2, nil)
+	waitConverged(t, c, &Daemon{Addr: newAddr, nomad: nomad}, "dep", 2, nil)
 
 	// The README's upgrade path: a new version of the daemon's own job
 	// rolls the agents one at a time (update max_parallel = 1). No poll
@@ -260,7 +261,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 	})
 	t.Logf("the rolling update of the daemon's job to version %d took %v, one leader throughout", version, time.Since(upgraded).Round(100*time.Millisecond))
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
-	waitConverged(t, c, &Daemon{Addr: upgradedLeader}, "dep", 3, nil)
+	waitConverged(t, c, &Daemon{Addr: upgradedLeader, nomad: nomad}, "dep", 3, nil)
 }
 
 // daemonEnvs returns the environment of every process of the daemon

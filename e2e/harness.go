@@ -124,6 +124,10 @@ type Daemon struct {
 	Bin string
 	// Proc is the process; Kill, Stop, Start and LogTail are on it too.
 	Proc *testagent.Process
+	// HTTP is the client the harness reads the daemon's API with (nil:
+	// http.DefaultClient); a daemon with http { tls {} } needs one that
+	// trusts its CA.
+	HTTP *http.Client
 
 	nomad *testagent.NomadAgent
 	t     testing.TB
@@ -199,7 +203,7 @@ func (d *Daemon) start(wantOK bool) {
 		if !d.Proc.Running() {
 			return fmt.Errorf("%w: it exited: %v\n%s", ErrGiveUp, d.Proc.ExitErr(), d.Proc.LogTail(40))
 		}
-		resp, err := http.Get(d.Addr + "/v1/health")
+		resp, err := d.Get("/v1/health", "")
 		if err != nil {
 			return err
 		}
@@ -209,6 +213,27 @@ func (d *Daemon) start(wantOK bool) {
 		}
 		return nil
 	})
+}
+
+// Get reads path from the daemon's HTTP API with token, or, when token is
+// "", with the token of the Nomad the daemon watches (its management
+// token, when Nomad's ACLs are on, which the API then asks for).
+func (d *Daemon) Get(path, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, d.Addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token == "" && d.nomad != nil {
+		token = d.nomad.Token
+	}
+	if token != "" {
+		req.Header.Set("X-Nomad-Token", token)
+	}
+	hc := d.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
 }
 
 // Kill kills the daemon with SIGKILL.

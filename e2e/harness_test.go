@@ -20,7 +20,8 @@ func TestHarnessDaemon(t *testing.T) {
 	c := NewCluster(t, testagent.WithACL())
 	d := c.StartDaemon()
 
-	resp, err := http.Get(d.Addr + "/v1/statefulsets")
+	// Nomad's ACLs are on: the harness sends the management token.
+	resp, err := d.Get("/v1/statefulsets", "")
 	if err != nil {
 		t.Fatal(err)
 	}

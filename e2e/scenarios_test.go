@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -111,13 +112,14 @@ func (s setSpec) hcl() string {
 // setStatus reads GET /v1/statefulset/default/<set> from the daemon.
 func setStatus(d *Daemon, set string) (client.SetDetail, error) {
 	var out client.SetDetail
-	resp, err := http.Get(d.Addr + "/v1/statefulset/default/" + set)
+	resp, err := d.Get("/v1/statefulset/default/"+set, "")
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("GET status of %s: %s", set, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return out, fmt.Errorf("GET status of %s: %s: %s", set, resp.Status, b)
 	}
 	return out, json.NewDecoder(resp.Body).Decode(&out)
 }

@@ -258,17 +258,43 @@ type HighAvailabilityConfig struct {
 
 // HTTPConfig is the `http {}` block: the agent's own API.
 type HTTPConfig struct {
-	// Address is the host:port to listen on.
+	// Address is the host:port to listen on (default loopback only).
 	Address string `hcl:"address"`
 	// EnableDebug registers the /debug/pprof endpoints.
 	EnableDebug bool `hcl:"enable_debug"`
+	// TLS serves the API over TLS, with the names of Nomad's own `tls {}`
+	// block.
+	TLS HTTPTLSConfig `hcl:"tls,block"`
 }
+
+// HTTPTLSConfig is the `http { tls {} }` block. TLS is on when cert_file
+// is set; the listener then speaks nothing but TLS.
+type HTTPTLSConfig struct {
+	// CertFile is the PEM certificate the API presents.
+	CertFile string `hcl:"cert_file"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `hcl:"key_file"`
+	// CAFile is a PEM CA bundle that client certificates are verified
+	// against: always when VerifyHTTPSClient is set, and otherwise only
+	// when a client presents one.
+	CAFile string `hcl:"ca_file"`
+	// VerifyHTTPSClient requires every client to present a certificate
+	// signed by CAFile (Nomad's verify_https_client).
+	VerifyHTTPSClient bool `hcl:"verify_https_client"`
+}
+
+// Enabled reports whether the API is served over TLS.
+func (t HTTPTLSConfig) Enabled() bool { return t.CertFile != "" }
 
 // TelemetryConfig is the `telemetry {}` block.
 type TelemetryConfig struct {
 	// PrometheusMetrics serves /v1/metrics in Prometheus format. (No
 	// disable_hostname: no metric carries the host name.)
 	PrometheusMetrics bool `hcl:"prometheus_metrics"`
+	// PrometheusAnonymous serves /v1/metrics without a Nomad token when
+	// Nomad's ACLs are on (Nomad's own telemetry setting of that name);
+	// by default a scrape then needs a token Nomad knows.
+	PrometheusAnonymous bool `hcl:"prometheus_anonymous"`
 }
 
 // StateConfig is the `state {}` block.

@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nomad-statefulset/nomad-statefulset/internal/testtls"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 )
 
@@ -49,7 +51,9 @@ func TestDefault_Values(t *testing.T) {
 		{"ha.monitor_retry_time", c.HighAvailability.MonitorRetryTime, 2 * time.Second},
 		{"http.address", c.HTTP.Address, "127.0.0.1:4650"},
 		{"http.enable_debug", c.HTTP.EnableDebug, false},
+		{"http.tls", c.HTTP.TLS, HTTPTLSConfig{}},
 		{"telemetry.prometheus_metrics", c.Telemetry.PrometheusMetrics, true},
+		{"telemetry.prometheus_anonymous", c.Telemetry.PrometheusAnonymous, false},
 		{"state.backend", c.State.Backend, StateConsul},
 		{"state.path", c.State.Path, "/var/lib/nomad-statefulset/state.db"},
 		{"volume_provisioner.plugin", c.VolumeProvisioner.Plugin, "nomad-host-volume"},
@@ -163,6 +167,7 @@ var attrCases = []attrCase{
 	{"http.enable_debug", `http { enable_debug = true }`, func(c *Config) any { return c.HTTP.EnableDebug }, true},
 
 	{"telemetry.prometheus_metrics", `telemetry { prometheus_metrics = false }`, func(c *Config) any { return c.Telemetry.PrometheusMetrics }, false},
+	{"telemetry.prometheus_anonymous", `telemetry { prometheus_anonymous = true }`, func(c *Config) any { return c.Telemetry.PrometheusAnonymous }, true},
 
 	{"state.backend", `state { backend = "embedded" }`, func(c *Config) any { return c.State.Backend }, StateEmbedded},
 	{"state.path", `state { path = "/tmp/s.db" }`, func(c *Config) any { return c.State.Path }, "/tmp/s.db"},
@@ -226,7 +231,8 @@ hook "h1" {
 // table covers the whole schema.
 func TestLoad_EveryAttribute(t *testing.T) {
 	covered := map[string]bool{}
-	for _, tc := range attrCases {
+	cases := append(slices.Clone(attrCases), tlsAttrCases(testtls.Write(t, t.TempDir()))...)
+	for _, tc := range cases {
 		covered[tc.path] = true
 		t.Run(tc.path, func(t *testing.T) {
 			c := mustLoad(t, tc.hcl)

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -184,6 +187,52 @@ func (v *validator) validateHTTP() {
 	if strings.ContainsAny(host, " /") {
 		v.fail("Invalid http address", fmt.Sprintf("host %q in %q is not a host name or IP address.", host, h.Address), "http.address")
 	}
+	v.validateHTTPTLS()
+}
+
+// validateHTTPTLS checks the http { tls {} } block, and reads its files, so
+// that a missing or broken certificate names its line at load time rather
+// than failing the listener at start-up.
+func (v *validator) validateHTTPTLS() {
+	t := &v.c.HTTP.TLS
+	v.pair(t.CertFile, t.KeyFile, "http.tls.cert_file", "http.tls.key_file")
+	if !t.Enabled() {
+		switch {
+		case t.CAFile != "":
+			v.fail("TLS settings without a certificate", "ca_file verifies client certificates, which only a TLS listener asks for; set cert_file and key_file too.", "http.tls.ca_file")
+		case t.VerifyHTTPSClient:
+			v.fail("TLS settings without a certificate", "verify_https_client needs a TLS listener; set cert_file and key_file too.", "http.tls.verify_https_client")
+		}
+		return
+	}
+	if t.VerifyHTTPSClient && t.CAFile == "" {
+		v.fail("Client verification without a CA", "verify_https_client = true needs ca_file, the CA that signs the clients' certificates.", "http.tls.verify_https_client")
+	}
+	if t.KeyFile == "" {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+		v.fail("Unusable TLS certificate", fmt.Sprintf("loading the certificate %s with the key %s: %v.", t.CertFile, t.KeyFile, err), "http.tls.cert_file", "http.tls.key_file")
+	}
+	if t.CAFile != "" {
+		if _, err := LoadCAPool(t.CAFile); err != nil {
+			v.fail("Unusable TLS CA", err.Error()+".", "http.tls.ca_file")
+		}
+	}
+}
+
+// LoadCAPool reads a PEM CA bundle into a certificate pool. Its errors name
+// the file, never its content.
+func LoadCAPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 func (v *validator) validateState() {

@@ -122,11 +122,22 @@ http {
 
   # Serve /debug/pprof/.
   enable_debug = false
+
+  # TLS, with the names of Nomad's tls block: on when cert_file is set.
+  # See docs/security.md.
+  tls {
+    # cert_file           = "/etc/nomad-statefulset.d/tls/api.pem"
+    # key_file            = "/etc/nomad-statefulset.d/tls/api-key.pem"
+    # ca_file             = "/etc/nomad-statefulset.d/tls/ca.pem"
+    # verify_https_client = false
+  }
 }
 
 telemetry {
   # Serve /v1/metrics in Prometheus format.
   prometheus_metrics = true
+  # With Nomad's ACLs on, serve /v1/metrics without a token too.
+  # prometheus_anonymous = false
 }
 
 state {
