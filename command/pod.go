@@ -27,10 +27,7 @@ func (c *PodCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: nomad-statefulset pod <subcommand> [options] <set> <ordinal>
 
-  Commands for one pod of a statefulset.
-
-Subcommands:
-    replace    Recreate one pod, on its volume or on a new one
+  Commands for one pod of a statefulset; the subcommands are listed below.
 ` + exitCodesHelp)
 }
 

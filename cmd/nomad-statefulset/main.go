@@ -93,6 +93,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// hashicorp/cli answers an unknown or missing command with 127 and the
 	// command list; to scripts that is a usage error like any other.
 	if code == 127 {
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(stderr, "Error: unknown command %q; the commands are listed above\n", args[0])
+		}
 		return command.ExitUsage
 	}
 	return code

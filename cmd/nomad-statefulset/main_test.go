@@ -55,7 +55,7 @@ func TestTopLevel(t *testing.T) {
 		t.Errorf("no command: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = runCLI(t, "frobnicate")
-	if code != command.ExitUsage || !strings.Contains(errOut, "Available commands are") {
+	if code != command.ExitUsage || !strings.Contains(errOut, "Available commands are") || !strings.Contains(errOut, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
 	}
 	code, out, _ = runCLI(t, "rollout", "status", "-h")
