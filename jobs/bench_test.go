@@ -64,3 +64,27 @@ func BenchmarkDigestChild(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDecodeChildRecord is the watcher's cost per child event, for a
+// child as this release registers it (with its statefulset_rendered
+// record, decoded into the record) and for one registered before the
+// record existed.
+func BenchmarkDecodeChildRecord(b *testing.B) {
+	for name, path := range map[string]string{
+		"recorded": "testdata/releases/2026-12-01/web.child-0.json",
+		"legacy":   "testdata/web.child.registered.json",
+	} {
+		raw, err := json.Marshal(loadJob(b, path))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeChildRecord(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
