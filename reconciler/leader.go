@@ -207,9 +207,21 @@ func (r *reconciler) cleared(ord int) bool {
 }
 
 // holdApplies reports whether hold h still holds pod p: a switchover in
-// progress holds the old leader only while it still leads.
-func holdApplies(h Hold, p *Pod) bool {
-	return h.Reason != HoldSwitchingOver || p.Leader
+// progress holds the old leader while it still leads, and until the leader
+// check passes on another Ready pod (DESIGN §3b: the switchover waits for
+// that). The two checks are read apart, so the old leader may stop
+// leading before the new one is seen to lead; taking it down then would
+// leave the set with no leader known anywhere.
+func (r *reconciler) holdApplies(h Hold, p *Pod) bool {
+	if h.Reason != HoldSwitchingOver || p.Leader {
+		return true
+	}
+	for i := range r.in.Pods {
+		if q := &r.in.Pods[i]; q.Ordinal != p.Ordinal && r.leads(q) {
+			return false
+		}
+	}
+	return true
 }
 
 // approvalCondition is the WaitingForApproval condition while a step waits

@@ -111,6 +111,36 @@ func TestDisruptionCheckBeforeSwitchover(t *testing.T) {
 	}
 }
 
+// TestSwitchoverWaitsForTheNewLeader: after a switchover the old leader
+// is taken down only once the leader check passes on another pod (DESIGN
+// §3b), not as soon as its own stops passing: the two checks are read
+// apart, and between them no pod is seen to lead.
+func TestSwitchoverWaitsForTheNewLeader(t *testing.T) {
+	spec := Spec{Name: "web", LeaderCheck: "primary", LeaderUpdate: LeaderSwitchover, DisruptionCheck: "pg_isready",
+		ProgressDeadline: 10 * time.Minute}
+	gap := 0
+	deleted, asked := rollLeader(t, spec, func(w *world, out Output) {
+		if gap > 0 {
+			for _, a := range out.Actions {
+				if a.Type == ActionDeletePod && a.Ordinal == 1 {
+					t.Fatalf("the old leader 1 deleted while no pod was seen to lead\n%s", w.dump())
+				}
+			}
+			gap--
+			w.hideLeader = gap > 0
+		}
+		if slices.ContainsFunc(out.Actions, func(a Action) bool { return a.Type == ActionSwitchover }) {
+			gap, w.hideLeader = 5, true
+		}
+	})
+	if !slices.Equal(deleted, []int{2, 0, 1}) {
+		t.Fatalf("deleted %v, want [2 0 1]", deleted)
+	}
+	if !slices.ContainsFunc(asked, func(a Action) bool { return a.Type == ActionSwitchover && a.Ordinal == 1 }) {
+		t.Fatalf("asked %+v: want a switchover of the leader 1", asked)
+	}
+}
+
 // TestSupervisedLeaderWaitsForApproval: under supervised the rollout stops
 // before the leader with WaitingForApproval, and goes on once the operator
 // approves; the approval is spent on that one step.
