@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,16 +32,24 @@ import (
 // Consul has ACLs on too (default deny): the daemons' Consul token, holding
 // the README's Consul policy, reaches them only through the Nomad Variable
 // the job's template reads, and the leader lock, the state in KV and the
-// health watches all work with it.
+// health watches all work with it. A leader-aware set (a leader check,
+// leader_update = "switchover", a switchover command and a disruption
+// check) rolls through the deployed daemons: the example policy's
+// alloc-exec lets them run both commands in its pods, in DESIGN §3b's
+// order (rollLeaderAwareSet).
 func TestDeployAsANomadJob(t *testing.T) {
 	root, err := testagent.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	consul := testagent.Consul(t, testagent.WithConsulACL())
-	// Nomad registers the job's services with the management token.
+	// Nomad registers the job's services with the management token. The
+	// static host volume is the leader-aware set's shared state
+	// (leaderAwareSetHCL).
+	shared := leaderAwareSharedDir(t)
 	nomad := testagent.Nomad(t, testagent.WithConsul(consul), testagent.WithACL(),
-		testagent.WithConfig(fmt.Sprintf("consul {\n  token = %q\n}", consul.Token)))
+		testagent.WithConfig(fmt.Sprintf("consul {\n  token = %q\n}", consul.Token)),
+		testagent.WithConfig(fmt.Sprintf("client {\n  host_volume %q {\n    path = %q\n  }\n}", leaderAwareVolume, shared)))
 	c := &Cluster{Consul: consul, Nomad: nomad, Watchdog: StartWatchdog(t, nomad.Client), t: t}
 	nc := c.Nomad.Client
 	// The README's Consul policy, for the default kv_prefix the example
@@ -152,6 +161,11 @@ func TestDeployAsANomadJob(t *testing.T) {
 	// Nomad's ACLs are on: the daemons' API is read with the management token.
 	waitConverged(t, c, &Daemon{Addr: leaderAddr, nomad: nomad}, "dep", 2, nil)
 
+	// A leader-aware set rolls through the deployed daemons: the policy's
+	// alloc-exec lets them run its disruption check and its switchover
+	// command in its pods, with their workload identity.
+	rollLeaderAwareSet(t, c, &Daemon{Addr: leaderAddr}, shared)
+
 	// Only the workload identity reached the daemons: their NOMAD_TOKEN is
 	// a JWT, not the management token, and NOMAD_ADDR is the socket.
 	envs := daemonEnvs(t, bin, addrs())
@@ -262,6 +276,244 @@ func TestDeployAsANomadJob(t *testing.T) {
 	t.Logf("the rolling update of the daemon's job to version %d took %v, one leader throughout", version, time.Since(upgraded).Round(100*time.Millisecond))
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "3"))
 	waitConverged(t, c, &Daemon{Addr: upgradedLeader, nomad: nomad}, "dep", 3, nil)
+}
+
+// leaderAwareVolume is the static host volume, on the test's Nomad
+// client, that the pods of leaderAwareSetHCL share.
+const leaderAwareVolume = "ldr-shared"
+
+// leaderAwareSharedDir makes the directory behind leaderAwareVolume, with
+// the files the set's commands write, writable by the exec driver's task
+// user (nobody).
+func leaderAwareSharedDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"leader", "log"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "leader"), filepath.Join(dir, "log")} {
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// leaderAwareSetHCL is a set of two pods whose leader is the pod named in
+// the file leader of leaderAwareVolume (dir on the host), which each
+// pod's task "app" (exec, the statefulset_exec_task) mounts at /shared (a
+// plain group volume, not a claim). Its switchover command writes the
+// target's name there; its disruption check always agrees. Both commands,
+// and nothing else, append to /shared/log what ran, in which pod and
+// about which pod, so that the test sees that the daemon ran them, in its
+// pods, in the order DESIGN §3b promises. The commands run in an exec
+// task, as the examples' do: a driver without filesystem isolation
+// (raw_exec) would need alloc-node-exec, which the example policy rightly
+// does not grant.
+//
+// The leader check ("leader", on a service of its own, ignored by Nomad's
+// deployment health) passes in the pod that file names. It is a script
+// check in a raw_exec sidecar, which reads the file on the host: Nomad
+// 1.10.5's exec executor panics ("send on closed channel") when a script
+// check in an exec task times out, which a busy machine makes it do.
+func leaderAwareSetHCL(name, dir string) string {
+	return fmt.Sprintf(`job %[1]q {
+  datacenters = ["*"]
+  meta {
+    statefulset                    = "true"
+    statefulset_replicas           = "2"
+    statefulset_leader_check       = "leader"
+    statefulset_leader_update      = "switchover"
+    statefulset_switchover_command = "echo \"switchover $NSS_POD $NSS_TARGET_POD\" >> /shared/log && echo \"$NSS_TARGET_POD\" > /shared/leader"
+    statefulset_disruption_check   = "echo \"check $NSS_POD $NSS_TARGET_POD\" >> /shared/log"
+    statefulset_exec_task          = "app"
+  }
+  group "app" {
+    count = 0
+    update {
+      min_healthy_time = "1s"
+      healthy_deadline = "2m"
+    }
+    volume "shared" {
+      type   = "host"
+      source = %[2]q
+    }
+    task "app" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "while true; do sleep 1; done"]
+      }
+      volume_mount {
+        volume      = "shared"
+        destination = "/shared"
+      }
+      resources {
+        cpu    = 20
+        memory = 24
+      }
+    }
+    task "leader-check" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "while true; do sleep 1; done"]
+      }
+      service {
+        name     = "%[1]s-leader"
+        provider = "consul"
+        check {
+          name      = "leader"
+          type      = "script"
+          command   = "/bin/sh"
+          args      = ["-c", %[3]q]
+          interval  = "1s"
+          timeout   = "5s"
+          on_update = "ignore"
+        }
+      }
+      resources {
+        cpu    = 20
+        memory = 24
+      }
+    }
+  }
+}
+`, name, leaderAwareVolume, fmt.Sprintf(`test "$(cat %s)" = "$STATEFULSET_POD_NAME"`, filepath.Join(dir, "leader")))
+}
+
+// rollLeaderAwareSet runs leaderAwareSetHCL through the daemon d leads
+// with, with ldr-0 leading (dir is leaderAwareVolume's directory),
+// changes its template and waits until the rollout is complete. It
+// asserts that the disruption check ran before each pod went down (in the
+// other pod, about it), that the switchover command ran in ldr-0 for ldr-1
+// after the check about ldr-0 and before ldr-0 was stopped (the commands'
+// own log and the daemon's events), that the daemon saw ldr-1 lead before
+// it stopped ldr-0 (its Switchover event) and after (the pods' leader
+// flag), and that every pod ends at the new revision.
+func rollLeaderAwareSet(t *testing.T, c *Cluster, d *Daemon, dir string) {
+	t.Helper()
+	const set = "ldr"
+	if err := os.WriteFile(filepath.Join(dir, "leader"), []byte(set+"-0\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	RegisterHCL(t, c.Nomad.Client, leaderAwareSetHCL(set, dir))
+	old := waitConverged(t, c, d, set, 2, nil)[0]
+	Eventually(t, time.Minute, set+"-0 to be seen as the leader", func() error {
+		return wantLeader(d, set, 0)
+	})
+
+	// The daemon keeps the last 20 events; a rollout makes more than the
+	// test must see, so they are gathered as it goes.
+	seen := map[client.Event]bool{}
+	var events []client.Event
+	gather := func() {
+		st, err := setStatus(d, set)
+		if err != nil {
+			return
+		}
+		for _, e := range st.Events {
+			if !seen[e] {
+				seen[e] = true
+				events = append(events, e)
+			}
+		}
+	}
+	gather()
+	t.Cleanup(func() {
+		if t.Failed() {
+			raw, _ := os.ReadFile(filepath.Join(dir, "log"))
+			var got []string
+			for _, e := range events {
+				got = append(got, e.Time.Format(time.StampMilli)+" "+e.Type+": "+e.Message)
+			}
+			st, err := setStatus(d, set)
+			t.Logf("%s's events:\n%s\nthe commands' log:\n%s\nits status now: %+v (%v)", set, strings.Join(got, "\n"), raw, st, err)
+		}
+	})
+	updateParent(t, c, set, changeTemplate("v2"))
+	started := time.Now()
+	Eventually(t, convergeTimeout, set+" to roll to its new revision through a switchover", func() error {
+		gather()
+		revs, live := healthyRevisions(t, c, set)
+		if live != 2 || len(revs) != 2 || revs[0] == old || revs[1] == old {
+			return fmt.Errorf("%d live children, healthy at %v (old revision %s)", live, revs, old)
+		}
+		st, err := setStatus(d, set)
+		if err != nil {
+			return err
+		}
+		if st.Status.UpdatedReplicas != 2 || st.Status.ReadyReplicas != 2 || st.Status.CurrentRevision != st.Status.UpdateRevision {
+			return fmt.Errorf("daemon status: updated %d ready %d, current revision %s, update revision %s",
+				st.Status.UpdatedReplicas, st.Status.ReadyReplicas, st.Status.CurrentRevision, st.Status.UpdateRevision)
+		}
+		return wantLeader(d, set, 1)
+	})
+	gather()
+	t.Logf("%s rolled through a switchover in %v", set, time.Since(started).Round(100*time.Millisecond))
+
+	raw, err := os.ReadFile(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatalf("neither the disruption check nor the switchover ran: %v", err)
+	}
+	log := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	first := func(line string) int {
+		i := slices.Index(log, line)
+		if i < 0 {
+			t.Fatalf("%q never ran; the commands' log:\n%s", line, raw)
+		}
+		return i
+	}
+	aboutFollower := first("check ldr-0 ldr-1") // ldr-1 goes first: asked in ldr-0
+	aboutLeader := first("check ldr-1 ldr-0")   // then ldr-0, asked in the updated ldr-1
+	switchover := first("switchover ldr-0 ldr-1")
+	if aboutFollower > aboutLeader || aboutLeader > switchover {
+		t.Fatalf("want the check about ldr-1, then the check about ldr-0, then the switchover; the commands' log:\n%s", raw)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "leader")); strings.TrimSpace(string(b)) != set+"-1" {
+		t.Fatalf("the leader file holds %q after the rollout, want %s-1", b, set)
+	}
+
+	// The daemon's own account: the leader's disruption check, then its
+	// switchover, then the new leader seen (DESIGN §3b: the switchover
+	// waits until the leader check passes on another pod), then the old
+	// leader's deletion.
+	index := func(typ, prefix string) int {
+		return slices.IndexFunc(events, func(e client.Event) bool { return e.Type == typ && strings.HasPrefix(e.Message, prefix) })
+	}
+	checked := index("CheckDisruption", "CheckDisruption "+set+"-0")
+	handing := index("Switchover", "Switchover "+set+"-0: handing leadership to "+set+"-1")
+	deleted := index("DeletePod", "DeletePod "+set+"-0")
+	led := index("Switchover", set+"-1 leads, after a switchover from "+set+"-0")
+	if checked < 0 || handing < 0 || deleted < 0 || led < 0 || checked > handing || handing > led || led > deleted {
+		var got []string
+		for _, e := range events {
+			got = append(got, e.Type+": "+e.Message)
+		}
+		t.Fatalf("want the events CheckDisruption %[1]s-0, Switchover %[1]s-0 (to %[1]s-1), Switchover (%[1]s-1 leads), "+
+			"DeletePod %[1]s-0 in that order; got:\n%[2]s", set, strings.Join(got, "\n"))
+	}
+}
+
+// wantLeader says whether the daemon sees ordinal ord of set, and it
+// alone, as the leader.
+func wantLeader(d *Daemon, set string, ord int) error {
+	st, err := setStatus(d, set)
+	if err != nil {
+		return err
+	}
+	var leaders []int
+	for _, p := range st.Pods {
+		if p.Leader {
+			leaders = append(leaders, p.Ordinal)
+		}
+	}
+	if len(leaders) != 1 || leaders[0] != ord {
+		return fmt.Errorf("leaders %v, want [%d]", leaders, ord)
+	}
+	return nil
 }
 
 // daemonEnvs returns the environment of every process of the daemon

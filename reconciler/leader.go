@@ -83,35 +83,47 @@ func (r *reconciler) mayDisrupt(p *Pod, cause DeleteCause) bool {
 		r.waitOrdinal(p.Ordinal, "to learn which pod leads (the leader check is not read yet)")
 		return false
 	}
-	used := r.status.ApprovalUsed
-	if r.leads(p) && leaderCause(cause) {
-		if r.leaderWaits(p, cause) {
-			r.waitOrdinal(p.Ordinal, "to go last, as the leader")
-			return false
-		}
-		if !r.leaderMayGo(p) {
-			return false
-		}
-	}
-	if r.spec.DisruptionCheck == "" || !disruptionCause(cause) || r.cleared(p.Ordinal) || r.status.ApprovalUsed != used {
-		// An approval the leader's turn just used lets the whole step
-		// through: the operator answered for it.
-		return true
-	}
-	if r.approvalPending() {
-		r.useApproval()
-		return true
-	}
-	runner, ok := r.checkRunner(p)
-	if !ok {
-		r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldDisruptionCheckFailed,
-			Message: "no other Ready pod to run the disruption check in; `nomad-statefulset rollout approve` lets this step go"})
+	leaderTurn := r.leads(p) && leaderCause(cause)
+	if leaderTurn && r.leaderWaits(p, cause) {
+		r.waitOrdinal(p.Ordinal, "to go last, as the leader")
 		return false
 	}
-	r.emit(Action{Type: ActionCheckDisruption, Ordinal: p.Ordinal, Target: runner, Pod: *p,
-		Reason: "asking " + PodName(r.spec.Name, runner) + " whether the cluster can lose " + PodName(r.spec.Name, p.Ordinal) + " now"})
-	r.waitOrdinal(p.Ordinal, "for the disruption check")
-	return false
+	used := r.status.ApprovalUsed
+	switchover := leaderTurn && r.spec.LeaderUpdate == LeaderSwitchover
+	if leaderTurn && !switchover && !r.leaderMayGo(p) {
+		// supervised: the leader waits for the operator, whose approval
+		// then answers for the whole step, the disruption check included.
+		return false
+	}
+	if switchover && !r.approvalPending() {
+		if _, ok := r.switchoverTarget(p); !ok {
+			// No follower to hand over to: hold, and ask the
+			// application nothing until there is one.
+			return r.leaderMayGo(p)
+		}
+	}
+	// DESIGN §3b's order: the disruption check first, then the leader's
+	// switchover, then the stop, so that leadership is never handed over
+	// for a step that the application then refuses.
+	if r.spec.DisruptionCheck != "" && disruptionCause(cause) && !r.cleared(p.Ordinal) && r.status.ApprovalUsed == used {
+		if r.approvalPending() {
+			// The operator answers for the whole step, the leader's
+			// switchover included.
+			r.useApproval()
+			return true
+		}
+		runner, ok := r.checkRunner(p)
+		if !ok {
+			r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldDisruptionCheckFailed,
+				Message: "no other Ready pod to run the disruption check in; `nomad-statefulset rollout approve` lets this step go"})
+			return false
+		}
+		r.emit(Action{Type: ActionCheckDisruption, Ordinal: p.Ordinal, Target: runner, Pod: *p,
+			Reason: "asking " + PodName(r.spec.Name, runner) + " whether the cluster can lose " + PodName(r.spec.Name, p.Ordinal) + " now"})
+		r.waitOrdinal(p.Ordinal, "for the disruption check")
+		return false
+	}
+	return !switchover || r.leaderMayGo(p)
 }
 
 // leaderMayGo applies statefulset_leader_update to the leader's turn.
@@ -195,9 +207,21 @@ func (r *reconciler) cleared(ord int) bool {
 }
 
 // holdApplies reports whether hold h still holds pod p: a switchover in
-// progress holds the old leader only while it still leads.
-func holdApplies(h Hold, p *Pod) bool {
-	return h.Reason != HoldSwitchingOver || p.Leader
+// progress holds the old leader while it still leads, and until the leader
+// check passes on another Ready pod (DESIGN §3b: the switchover waits for
+// that). The two checks are read apart, so the old leader may stop
+// leading before the new one is seen to lead; taking it down then would
+// leave the set with no leader known anywhere.
+func (r *reconciler) holdApplies(h Hold, p *Pod) bool {
+	if h.Reason != HoldSwitchingOver || p.Leader {
+		return true
+	}
+	for i := range r.in.Pods {
+		if q := &r.in.Pods[i]; q.Ordinal != p.Ordinal && r.leads(q) {
+			return false
+		}
+	}
+	return true
 }
 
 // approvalCondition is the WaitingForApproval condition while a step waits

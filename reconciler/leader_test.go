@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -74,6 +75,70 @@ func TestLeaderGoesLast(t *testing.T) {
 			t.Fatalf("switchover: asked %+v, want one switchover from 1 to 0 (the lowest follower at the update revision)", asked)
 		}
 	})
+}
+
+// TestDisruptionCheckBeforeSwitchover: with a disruption check and
+// leader_update = switchover, the leader's step asks the check first and
+// hands leadership over only once the check has passed for it (DESIGN §3b:
+// "Leadership is never handed over for a step that the application then
+// refuses"), also while the application refuses some answers.
+func TestDisruptionCheckBeforeSwitchover(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refusals=%v", refuse), func(t *testing.T) {
+			spec := Spec{Name: "web", LeaderCheck: "primary", LeaderUpdate: LeaderSwitchover, DisruptionCheck: "pg_isready",
+				ProgressDeadline: 10 * time.Minute}
+			steps := 0
+			deleted, asked := rollLeader(t, spec, func(w *world, out Output) {
+				steps++
+				w.appFails = refuse && steps < 40
+				for _, a := range out.Actions {
+					if a.Type == ActionSwitchover && !slices.ContainsFunc(w.cleared, func(c Clearance) bool {
+						return c.Ordinal == a.Ordinal && c.Until.After(w.now)
+					}) {
+						t.Fatalf("switchover of %d without a passing disruption check for it\n%s", a.Ordinal, w.dump())
+					}
+				}
+			})
+			if !slices.Equal(deleted, []int{2, 0, 1}) {
+				t.Fatalf("deleted %v, want [2 0 1]", deleted)
+			}
+			check := slices.IndexFunc(asked, func(a Action) bool { return a.Type == ActionCheckDisruption && a.Ordinal == 1 })
+			switchover := slices.IndexFunc(asked, func(a Action) bool { return a.Type == ActionSwitchover && a.Ordinal == 1 })
+			if check < 0 || switchover < 0 || check > switchover {
+				t.Fatalf("asked %+v: want the disruption check about the leader 1 before its switchover", asked)
+			}
+		})
+	}
+}
+
+// TestSwitchoverWaitsForTheNewLeader: after a switchover the old leader
+// is taken down only once the leader check passes on another pod (DESIGN
+// §3b), not as soon as its own stops passing: the two checks are read
+// apart, and between them no pod is seen to lead.
+func TestSwitchoverWaitsForTheNewLeader(t *testing.T) {
+	spec := Spec{Name: "web", LeaderCheck: "primary", LeaderUpdate: LeaderSwitchover, DisruptionCheck: "pg_isready",
+		ProgressDeadline: 10 * time.Minute}
+	gap := 0
+	deleted, asked := rollLeader(t, spec, func(w *world, out Output) {
+		if gap > 0 {
+			for _, a := range out.Actions {
+				if a.Type == ActionDeletePod && a.Ordinal == 1 {
+					t.Fatalf("the old leader 1 deleted while no pod was seen to lead\n%s", w.dump())
+				}
+			}
+			gap--
+			w.hideLeader = gap > 0
+		}
+		if slices.ContainsFunc(out.Actions, func(a Action) bool { return a.Type == ActionSwitchover }) {
+			gap, w.hideLeader = 5, true
+		}
+	})
+	if !slices.Equal(deleted, []int{2, 0, 1}) {
+		t.Fatalf("deleted %v, want [2 0 1]", deleted)
+	}
+	if !slices.ContainsFunc(asked, func(a Action) bool { return a.Type == ActionSwitchover && a.Ordinal == 1 }) {
+		t.Fatalf("asked %+v: want a switchover of the leader 1", asked)
+	}
 }
 
 // TestSupervisedLeaderWaitsForApproval: under supervised the rollout stops

@@ -318,7 +318,7 @@ func (r *reconciler) recordNumber(rec OrdinalRecord) int64 {
 // with nothing left running is purged.
 func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 	if disrupts(cause) && !finished(p) {
-		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok && holdApplies(h, p) {
+		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok && r.holdApplies(h, p) {
 			r.noteHeld(h)
 			return
 		}

@@ -465,8 +465,8 @@ const (
 	// the leader keeps leading and is not taken down.
 	HoldSwitchoverFailed = "SwitchoverFailed"
 	// HoldSwitchingOver: the switchover command ran, and the leader check
-	// has not moved to another pod yet. It holds the old leader only while
-	// it still leads.
+	// has not moved to another pod yet. It holds the old leader while it
+	// still leads and until another Ready pod is seen to lead.
 	HoldSwitchingOver = "SwitchingOver"
 	// HoldWaitingForApproval: under LeaderSupervised, the leader is taken
 	// down only once the operator approves (`rollout approve`).

@@ -110,6 +110,10 @@ type world struct {
 	appFails bool
 	// leaderUnknown plays a leader check not read yet (chaos).
 	leaderUnknown bool
+	// hideLeader plays the moment after a switchover when the old
+	// leader's check has stopped passing and the new one's is not seen
+	// passing yet: no pod is the Leader in the input.
+	hideLeader bool
 	// cannotExpand are the classes whose provisioner cannot expand, as
 	// the agent reports them: it asks the provisioner before every
 	// decision, so they are known before any pod is stopped.
@@ -214,7 +218,7 @@ func (w *world) input() Input {
 		in.Pods[i].Drifted = w.drifted(in.Pods[i])
 		in.Pods[i].NodeDraining = w.onDrainingNode[in.Pods[i].Ordinal]
 		in.Pods[i].NodeBack = w.nodeBack[in.Pods[i].Ordinal]
-		in.Pods[i].Leader = in.Pods[i].Ordinal == w.leader && w.spec.LeaderCheck != "" && runningAndReady(&in.Pods[i])
+		in.Pods[i].Leader = in.Pods[i].Ordinal == w.leader && w.spec.LeaderCheck != "" && runningAndReady(&in.Pods[i]) && !w.hideLeader
 	}
 	return in
 }

@@ -60,8 +60,9 @@ nomad {
   # skip_verify     = false
 
   # The servers' event_buffer_size (Nomad's default: 100). The daemon's
-  # writes wait while its event stream trails them by more than half of it,
-  # so that a burst of writes does not make Nomad drop the stream.
+  # writes wait while its event stream trails them, the writes still in
+  # flight counted, by a quarter of it, so that a burst of writes does not
+  # make Nomad drop the stream.
   # event_buffer_size = 100
 }
 
@@ -149,18 +150,25 @@ state {
   path = "/var/lib/nomad-statefulset/state.db"
 }
 
-# Which plugin makes the per-ordinal volumes, and the settings passed with
-# every create. Setting config replaces the whole map.
+# The default storage class: which plugin makes the per-ordinal volumes,
+# and the settings passed with every create. Setting config replaces the
+# whole map.
 volume_provisioner {
   plugin = "nomad-host-volume"
 
   # Which keys mean what is up to the plugin. For nomad-host-volume:
-  # plugin_id (the Nomad dynamic host volume plugin), capacity_min and
-  # capacity_max ("10GiB"). Node pool and constraints come from the job.
+  # plugin_id (the Nomad dynamic host volume plugin), and capacity_min and
+  # capacity_max ("10GiB") for a plugin that honours a size. Nomad's own
+  # mkdir plugin honours none (its volumes are plain directories on the
+  # node's disk), so ask it for none. Node pool and constraints come from
+  # the job.
   config = {
     plugin_id = "mkdir"
   }
 }
+
+# Everything below is commented out: it needs something that a stock Nomad
+# cluster and this binary do not have. Uncomment what you have installed.
 
 # A storage class: a named volume_provisioner block. A claim picks it with
 # statefulset_claim_<claim>_class = "fast" in its job; a claim that names
@@ -168,48 +176,64 @@ volume_provisioner {
 # own plugin and settings and takes nothing from the unnamed block. On
 # nomad-host-volume a class names a host volume plugin other than mkdir,
 # because its volumes record their class in their parameters and mkdir
-# refuses parameters it does not know. A claim's own size
+# refuses parameters it does not know: install that plugin in every
+# client's host_volume_plugin_dir first ("lvm-thin" stands for yours; Nomad
+# ships none by that name). A claim's own size
 # (statefulset_claim_<claim>_capacity) wins over capacity_min and
 # capacity_max here.
-volume_provisioner "fast" {
-  plugin = "nomad-host-volume"
-  config = {
-    plugin_id    = "lvm-thin"
-    capacity_min = "10GiB"
-  }
-}
+#
+# volume_provisioner "fast" {
+#   plugin = "nomad-host-volume"
+#   config = {
+#     plugin_id    = "lvm-thin"
+#     capacity_min = "10GiB"
+#   }
+# }
 
 # A plugin instance. The label is the name hooks and volume_provisioner use;
-# driver is a built-in (nomad-host-volume, always declared) or an executable
-# in plugin_dir (default: the label). Several instances may share a driver
-# with different configs. A block for the same label in a later file
-# overrides attributes one by one.
-plugin "drain" {
-  driver = "http-hook"
-
-  # Command-line arguments of the plugin binary.
-  args = ["-log-level=info"]
-
-  # Handed to the plugin at launch and on SIGHUP. Strings; numbers and
-  # bools are converted. Values whose key looks secret are redacted in logs.
-  config = {
-    url   = "http://127.0.0.1:8080/decommission"
-    token = env("DRAIN_TOKEN", "")
-  }
-}
+# driver is a built-in (nomad-host-volume, always declared, is the only one)
+# or an executable in plugin_dir (default: the label). Several instances
+# may share a driver with different configs. A block for the same label in
+# a later file overrides attributes one by one. A driver that is neither
+# built in nor in plugin_dir stops the agent at start ("unknown driver").
+# This one is the example hook plugin of this repository, built into
+# plugin_dir with
+#
+#   go build -o /var/lib/nomad-statefulset/plugins/predelete-command \
+#     ./examples/plugins/predelete-command
+#
+# plugin "drain" {
+#   driver = "predelete-command"
+#
+#   # Command-line arguments of the plugin binary.
+#   args = []
+#
+#   # Handed to the plugin at launch and on SIGHUP. Strings; numbers and
+#   # bools are converted. Values whose key looks secret are redacted in
+#   # logs. For predelete-command: a command (exit 0 = done) or a url to
+#   # POST the pod to (2xx = done), and retry_after.
+#   config = {
+#     command     = "/usr/local/bin/drain-replica \"$NSS_POD\""
+#     retry_after = "15s"
+#   }
+# }
 
 # A lifecycle hook: call plugin "drain" before a pod is deleted. A hook that
-# is pending holds only that pod's step, never other sets.
-hook "drain-before-delete" {
-  plugin = "drain"
-
-  # pre_delete, post_ready, pre_update.
-  events = ["pre_delete"]
-
-  # One call's time limit.
-  timeout = "30s"
-
-  # "block": hold the step until the hook succeeds (default).
-  # "ignore": log the failure and go on.
-  failure_policy = "block"
-}
+# is pending holds only that pod's step, never other sets. Mind what
+# "block" means for pre_delete: every scale-down, and every deletion of a
+# set, waits until the hook succeeds, so a hook whose command or URL is
+# not there holds them for ever.
+#
+# hook "drain-before-delete" {
+#   plugin = "drain"
+#
+#   # pre_delete, post_ready, pre_update.
+#   events = ["pre_delete"]
+#
+#   # One call's time limit.
+#   timeout = "30s"
+#
+#   # "block": hold the step until the hook succeeds (default).
+#   # "ignore": log the failure and go on.
+#   failure_policy = "block"
+# }

@@ -40,6 +40,9 @@ type ConsulAgent struct {
 	proc *process
 	// join is the server a client agent joins (ConsulClient), nil for a server.
 	join *ConsulAgent
+	// extraConfig is a config file of its own, read after the agent's
+	// (WithConsulConfig).
+	extraConfig string
 }
 
 // ConsulOption configures Consul.
@@ -58,6 +61,15 @@ func WithConsulACL() ConsulOption {
 // their shared disk costs.
 func WithConsulDataDir(dir string) ConsulOption {
 	return func(a *ConsulAgent) { a.DataDir = dir }
+}
+
+// WithConsulConfig adds a config file holding hcl, which Consul reads
+// after the agent's own and merges over it (a later file's ports or tls
+// block wins attribute by attribute): an HTTPS listener, say, with
+// `ports { https = <port> }` and a `tls { https { … } }` block. The plain
+// HTTP port stays, so Addr, HostPort and Client keep working.
+func WithConsulConfig(hcl string) ConsulOption {
+	return func(a *ConsulAgent) { a.extraConfig = hcl }
 }
 
 // newUUID returns a random UUID, the form Consul requires of a token.
@@ -166,10 +178,18 @@ ports {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("testagent: %v", err)
 	}
+	args := []string{"agent", "-config-file", cfgPath}
+	if a.extraConfig != "" {
+		extraPath := filepath.Join(dir, "consul-extra.hcl")
+		if err := os.WriteFile(extraPath, []byte(a.extraConfig), 0o644); err != nil {
+			t.Fatalf("testagent: %v", err)
+		}
+		args = append(args, "-config-file", extraPath)
+	}
 	a.proc = &process{
 		name:    "consul",
 		bin:     bin,
-		args:    []string{"agent", "-config-file", cfgPath},
+		args:    args,
 		env:     envWithout("CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_GRPC_ADDR"),
 		dir:     dir,
 		logPath: a.LogPath,
