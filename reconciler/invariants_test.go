@@ -395,6 +395,12 @@ func checkLeaderAndAsking(in Input, out Output) error {
 	}
 	needApproval := 0
 	for _, a := range out.Actions {
+		// DESIGN §3b: the disruption check first, then the switchover.
+		// Leadership is never handed over for a step that the application
+		// has not cleared (or the operator approved).
+		if a.Type == ActionSwitchover && spec.DisruptionCheck != "" && !cleared(a.Ordinal) && approvals == 0 {
+			return fmt.Errorf("switchover of leader %d without a passing disruption check for its step", a.Ordinal)
+		}
 		if a.Type != ActionDeletePod {
 			continue
 		}
