@@ -333,7 +333,7 @@ func sortDurations(d []time.Duration) {
 // subsystemLoggers are the named loggers of the daemon, one per subsystem
 // (hclog's Named under the root "nomad-statefulset"). A plugin's logger is
 // named after the plugin, under plugin_manager.
-var subsystemLoggers = []string{"controller", "watcher", "consul_checks", "consul_store", "leader", "plugin_manager"}
+var subsystemLoggers = []string{"controller", "watcher", "consul_checks", "consul_store", "leader", "plugin_manager", "http"}
 
 // TestLoggerNamesPerSubsystem is issue 17's "one named logger per
 // subsystem", checked on the real daemon: with JSON logs at trace level,

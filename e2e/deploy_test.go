@@ -164,7 +164,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 	// A leader-aware set rolls through the deployed daemons: the policy's
 	// alloc-exec lets them run its disruption check and its switchover
 	// command in its pods, with their workload identity.
-	rollLeaderAwareSet(t, c, &Daemon{Addr: leaderAddr}, shared)
+	rollLeaderAwareSet(t, c, &Daemon{Addr: leaderAddr, nomad: nomad}, shared)
 
 	// Only the workload identity reached the daemons: their NOMAD_TOKEN is
 	// a JWT, not the management token, and NOMAD_ADDR is the socket.
