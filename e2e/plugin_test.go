@@ -34,9 +34,15 @@ func buildExamplePlugin(t *testing.T) string {
 // hookEvents returns the messages of the set's HookWaiting events that
 // contain every one of parts.
 func hookEvents(st client.SetDetail, parts ...string) []string {
+	return eventsOf(st, "HookWaiting", parts...)
+}
+
+// eventsOf returns the messages of the set's events of type typ that
+// contain every one of parts.
+func eventsOf(st client.SetDetail, typ string, parts ...string) []string {
 	var out []string
 	for _, e := range st.Events {
-		if e.Type != "HookWaiting" {
+		if e.Type != typ {
 			continue
 		}
 		all := true

@@ -84,7 +84,7 @@ func TestUpgradeRestartsNothing(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !hasEventE2E(st, "Edited", child, "Group.Tasks[app].Env") {
+		if len(eventsOf(st, "Edited", child, "Group.Tasks[app].Env")) == 0 {
 			return fmt.Errorf("no Edited event naming the env: %+v", st.Events)
 		}
 		j, _, err := c.Nomad.Client.Jobs().Info(child, nil)
@@ -107,22 +107,4 @@ func podNamed(st client.SetDetail, name string) (client.Pod, bool) {
 		}
 	}
 	return client.Pod{}, false
-}
-
-// hasEventE2E reports whether st has an event of type typ whose message
-// contains every part.
-func hasEventE2E(st client.SetDetail, typ string, parts ...string) bool {
-	for _, e := range st.Events {
-		if e.Type != typ {
-			continue
-		}
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(e.Message, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
 }
