@@ -106,7 +106,7 @@ func TestLeaderOrdinalMetric(t *testing.T) {
 		absent bool
 	}{
 		{"no leader check", setMetrics{leader: -1}, 0, true},
-		{"leading", setMetrics{hasCheck: true, leader: 2, leads: true}, 2, false},
+		{"leading", setMetrics{hasCheck: true, leader: 2}, 2, false},
 		{"nobody leads", setMetrics{hasCheck: true, leader: -1}, -1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -239,7 +239,6 @@ type setMetrics struct {
 	desired  int
 	status   client.Status
 	leader   int // the leading pod's ordinal; -1 for none
-	leads    bool
 	rollout  time.Time
 	hasCheck bool
 }
@@ -257,7 +256,7 @@ func (s *setStates) metricsViews() []setMetrics {
 		m.status.Conditions = slices.Clone(m.status.Conditions)
 		for _, p := range st.view.Pods {
 			if p.Leader {
-				m.leader, m.leads = p.Ordinal, true
+				m.leader = p.Ordinal
 			}
 		}
 		st.viewMu.Unlock()
