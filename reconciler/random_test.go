@@ -171,7 +171,11 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(18) {
+		switch rng.IntN(19) {
+		case 18:
+			// The leader daemon changes: the next one starts from no
+			// memory, and may find a child purged unseen.
+			w.newTerm(rng)
 		case 17:
 			// The parent's annotation is mistyped or removed, or put
 			// back: the set detaches and is adopted again.
@@ -274,7 +278,7 @@ func randomRun(seed uint64) (err error) {
 		w.setAnnotated(true)
 	}
 	w.liftDrains()
-	w.appFails, w.leaderUnknown = false, false
+	w.appFails, w.leaderUnknown, w.waits = false, false, 0
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -79,6 +80,41 @@ type reconciler struct {
 // state one step closer to the spec, and what status to record. It is pure:
 // the same Input always gives the same Output, and Input is not modified.
 func Reconcile(in Input) Output {
+	mem, change := in.Memory.begin(in)
+	in = withMemory(in, mem)
+	out := decide(in)
+	out.Memory, out.LeaderChange = mem, change
+	if len(in.CapabilitiesUnknown) > 0 {
+		out.Requeue = soonestOf(out.Requeue, CapabilitiesRetry)
+	}
+	return out
+}
+
+// withMemory is in as the decision reads it: the memory's holds, backoffs
+// and answers among the inputs' own, and each pod's NodeBack judged against
+// the node changes Nomad was already asked about.
+func withMemory(in Input, mem Memory) Input {
+	in.Holds = append(append(slices.Clone(in.Holds), mem.Holds...), mem.backoffHolds(in.Now)...)
+	in.Cleared = append(slices.Clone(in.Cleared), mem.Cleared...)
+	in.CannotExpand = slices.Clone(in.CannotExpand)
+	for _, class := range slices.Concat(mem.CannotExpand, in.CapabilitiesUnknown) {
+		if !slices.Contains(in.CannotExpand, class) {
+			in.CannotExpand = append(in.CannotExpand, class)
+		}
+	}
+	if slices.ContainsFunc(in.Pods, func(p Pod) bool { return p.NodeChange > 0 }) {
+		in.Pods = slices.Clone(in.Pods)
+		for i := range in.Pods {
+			if p := &in.Pods[i]; p.NodeChange > 0 {
+				p.NodeBack = p.NodeChange > mem.Evaluated[p.Ordinal]
+			}
+		}
+	}
+	return in
+}
+
+// decide is Reconcile on an input that includes its memory.
+func decide(in Input) Output {
 	r := reconciler{in: in, now: in.Now, waitPod: -1, awaitingApproval: -1}
 	r.status.ApprovalUsed = in.Previous.ApprovalUsed
 	r.spec = normalize(in.Spec)
