@@ -114,3 +114,35 @@ func TestMemoryBeginsEachDecision(t *testing.T) {
 		t.Fatalf("the old leader no longer leads: change %+v, memory %+v", change, again)
 	}
 }
+
+// TestCrashBackoffWaitsLongerAfterEachFailure: the first failure is
+// re-created at once, each later one waits twice as long, another ordinal
+// does not wait, and failures older than CrashBackoffReset are forgotten.
+func TestCrashBackoffWaitsLongerAfterEachFailure(t *testing.T) {
+	var m Memory
+	now := epoch
+	wait := func(ord int, at time.Time) time.Duration {
+		mem, _ := m.begin(Input{Now: at})
+		for _, h := range mem.backoffHolds(at) {
+			if h.Ordinal == ord && h.Step == StepCreate && h.Reason == HoldBackOff {
+				return h.Until.Sub(at)
+			}
+		}
+		return 0
+	}
+	m.crashed(2, now)
+	if w := wait(2, now); w != 0 {
+		t.Fatalf("the first failure is recreated at once, got a wait of %v", w)
+	}
+	m.crashed(2, now)
+	m.crashed(2, now)
+	if w := wait(2, now); w != 2*time.Second {
+		t.Fatalf("after three failures wait %v, want 2s", w)
+	}
+	if w := wait(1, now); w != 0 {
+		t.Fatalf("another ordinal must not wait: %v", w)
+	}
+	if w := wait(2, now.Add(CrashBackoffReset+time.Second)); w != 0 {
+		t.Fatalf("failures older than the reset window must be forgotten: %v", w)
+	}
+}

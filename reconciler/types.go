@@ -573,6 +573,13 @@ const (
 	// ActionDeleteSetState removes the set's revision history and status;
 	// it comes last in a cascading delete.
 	ActionDeleteSetState ActionType = "DeleteSetState"
+	// ActionRecordStatus names the write of the status a decision returns
+	// (Output.Status, or InvalidStatus for a spec that does not parse),
+	// made once the decision's actions are carried out. It is never in
+	// Output.Actions: the status is the decision's last write, and every
+	// store and Nomad write of the caller is made for an action of the
+	// output or for this one.
+	ActionRecordStatus ActionType = "RecordStatus"
 	// ActionRestoreCount puts the count of a child scaled up by hand back
 	// to 1, in place (Pod.ScaledCount).
 	ActionRestoreCount ActionType = "RestoreCount"
