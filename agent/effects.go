@@ -388,14 +388,6 @@ func classOrDefault(class string) string {
 	return class
 }
 
-// appendUnique adds s to list unless it is there.
-func appendUnique(list []string, s string) []string {
-	if slices.Contains(list, s) {
-		return list
-	}
-	return append(list, s)
-}
-
 // claimClassKey is the annotation that names a claim's storage class
 // (DESIGN §1), for messages that name the culprit.
 func claimClassKey(claim string) string { return "statefulset_claim_" + claim + "_class" }
