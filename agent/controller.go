@@ -274,7 +274,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	}
 	// Consul checks first: a pod they make not Ready is not one whose
 	// post_ready hooks should be asked.
-	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck)
+	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck, true)
 	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
 	p.in.Pods = c.inputPods(p)
 	for _, v := range obs.Volumes {
@@ -603,7 +603,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 			finalRevs = r
 		}
 		finalObs = c.term.Observe(key, p.spec.VolumeClaims, p.now)
-		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck)
+		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck, false)
 		finalObs = c.postReadyView(p.st, finalObs)
 	}
 	shown := out.Status
