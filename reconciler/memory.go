@@ -321,18 +321,22 @@ func (m Memory) begin(in Input) (Memory, *LeaderChange) {
 			delete(m.Crashes, ord)
 		}
 	}
-	present := map[int]bool{}
-	for _, p := range in.Pods {
-		present[p.Ordinal] = true
-	}
-	for _, s := range in.Stopped {
-		present[s.Ordinal] = true
-	}
-	// A kill grace for an ordinal whose child is back has served.
-	m.Holds = slices.DeleteFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace && present[h.Ordinal] })
-	if !m.TermSeen && !in.Spec.Deleted && !in.TermStart.IsZero() {
-		m.TermSeen = true
-		m.vanishedHolds(in, present)
+	firstOfTerm := !m.TermSeen && !in.Spec.Deleted && !in.TermStart.IsZero()
+	if firstOfTerm || slices.ContainsFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace }) {
+		// Only then: a steady decision of a large set builds no map.
+		present := make(map[int]bool, len(in.Pods)+len(in.Stopped))
+		for _, p := range in.Pods {
+			present[p.Ordinal] = true
+		}
+		for _, s := range in.Stopped {
+			present[s.Ordinal] = true
+		}
+		// A kill grace for an ordinal whose child is back has served.
+		m.Holds = slices.DeleteFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace && present[h.Ordinal] })
+		if firstOfTerm {
+			m.TermSeen = true
+			m.vanishedHolds(in, present)
+		}
 	}
 	return m, m.closeSwitchover(in)
 }

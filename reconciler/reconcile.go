@@ -94,12 +94,18 @@ func Reconcile(in Input) Output {
 // and answers among the inputs' own, and each pod's NodeBack judged against
 // the node changes Nomad was already asked about.
 func withMemory(in Input, mem Memory) Input {
-	in.Holds = append(append(slices.Clone(in.Holds), mem.Holds...), mem.backoffHolds(in.Now)...)
-	in.Cleared = append(slices.Clone(in.Cleared), mem.Cleared...)
-	in.CannotExpand = slices.Clone(in.CannotExpand)
-	for _, class := range slices.Concat(mem.CannotExpand, in.CapabilitiesUnknown) {
-		if !slices.Contains(in.CannotExpand, class) {
-			in.CannotExpand = append(in.CannotExpand, class)
+	if backoff := mem.backoffHolds(in.Now); len(mem.Holds)+len(backoff) > 0 {
+		in.Holds = slices.Concat(in.Holds, mem.Holds, backoff)
+	}
+	if len(mem.Cleared) > 0 {
+		in.Cleared = slices.Concat(in.Cleared, mem.Cleared)
+	}
+	if extra := slices.Concat(mem.CannotExpand, in.CapabilitiesUnknown); len(extra) > 0 {
+		in.CannotExpand = slices.Clone(in.CannotExpand)
+		for _, class := range extra {
+			if !slices.Contains(in.CannotExpand, class) {
+				in.CannotExpand = append(in.CannotExpand, class)
+			}
 		}
 	}
 	if slices.ContainsFunc(in.Pods, func(p Pod) bool { return p.NodeChange > 0 }) {
