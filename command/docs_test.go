@@ -12,12 +12,14 @@ import (
 )
 
 // The repository's documentation, checked from here because the CLI is
-// what it documents most: the README stays a landing page, and every
-// relative link of the README and of docs/ leads somewhere.
+// what it documents most: the README stays a landing page, every relative
+// link of the README and of docs/ leads somewhere, and BENCHMARKS.md opens
+// with its summary table.
 
 const (
-	repoRoot       = ".."
-	readmeMaxLines = 260
+	repoRoot        = ".."
+	readmeMaxLines  = 260
+	benchmarksTitle = "# Benchmarks"
 )
 
 // docFiles are the Markdown files whose links are checked.
@@ -197,5 +199,55 @@ func TestDocsHoldNoLabNotes(t *testing.T) {
 				t.Errorf("%s:%d: %q is a lab note: %s", file, i+1, m, line)
 			}
 		}
+	}
+}
+
+// TestBenchmarksStartWithTheSummary: BENCHMARKS.md opens with one table of
+// every benchmark's goal, latest figure, date and command.
+func TestBenchmarksStartWithTheSummary(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if lines[0] != benchmarksTitle {
+		t.Fatalf("BENCHMARKS.md starts %q, want %q", lines[0], benchmarksTitle)
+	}
+	var header string
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "## ") {
+			break
+		}
+		if strings.HasPrefix(l, "|") {
+			header = strings.ToLower(l)
+			break
+		}
+	}
+	if header == "" {
+		t.Fatal("BENCHMARKS.md has no table before its first section")
+	}
+	for _, col := range []string{"benchmark", "goal", "latest figure", "date", "command"} {
+		if !strings.Contains(header, col) {
+			t.Errorf("the summary table's header %q has no column %q", header, col)
+		}
+	}
+	// Every row but the header and the rule names a section below.
+	doc := readMarkdown(t, filepath.Join(repoRoot, "BENCHMARKS.md"))
+	rows := 0
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "## ") {
+			break
+		}
+		if !strings.HasPrefix(l, "|") || strings.HasPrefix(l, "|---") || strings.ToLower(l) == header {
+			continue
+		}
+		rows++
+		m := regexp.MustCompile(`\]\(#([^)]+)\)`).FindStringSubmatch(l)
+		if m == nil || !doc.anchors[m[1]] {
+			t.Errorf("summary row names no section of BENCHMARKS.md: %s", l)
+		}
+	}
+	if rows < 5 {
+		t.Errorf("the summary table has %d rows", rows)
 	}
 }
