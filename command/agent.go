@@ -48,9 +48,15 @@ Usage: nomad-statefulset agent [options]
   The NOMAD_* and CONSUL_* environment variables are honoured.
 
   SIGINT and SIGTERM stop the agent after the effect in flight has finished.
-  SIGHUP reloads the configuration (the log level takes effect at once;
-  other settings at the next restart), and keeps the old one if the new one
-  is invalid.
+  SIGHUP reads the configuration again. What takes effect at once: the log
+  level, plugin_dir, and the plugin, hook and volume_provisioner blocks (a
+  changed or new plugin is launched, the others get their new config, and
+  the storage classes and hooks are replaced); every other setting only at
+  the next start. A new configuration that is invalid, or whose plugins do
+  not launch, is logged and the running one kept.
+
+  The agent takes no -json: set log_json = true in the configuration for
+  JSON logs.
 
 Options:
 

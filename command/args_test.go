@@ -33,7 +33,7 @@ func TestUsageErrors(t *testing.T) {
 		{"approve no set", func(m Meta) cli.Command { return &RolloutApproveCommand{Meta: m} }, nil, "missing arguments"},
 		{"approve two sets", func(m Meta) cli.Command { return &RolloutApproveCommand{Meta: m} }, []string{"a", "b"}, "too many arguments (a b)"},
 		{"scale no count", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"web"}, "missing arguments"},
-		{"scale not a number", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"web", "x"}, `replicas must be an integer >= 0, not "x"`},
+		{"scale not a number", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"web", "x"}, `replicas must be an integer from 0 to 2147483647, not "x"`},
 		{"scale negative after --", func(m Meta) cli.Command { return &ScaleCommand{Meta: m} }, []string{"--", "web", "-1"}, `not "-1"`},
 		{"validate no file", func(m Meta) cli.Command { return &ValidateCommand{Meta: m} }, nil, "missing arguments"},
 		{"version with argument", func(m Meta) cli.Command { return &VersionCommand{Meta: m} }, []string{"now"}, "takes no arguments"},

@@ -238,7 +238,8 @@ func formatValidate(out validateOutput) string {
 	if !out.Valid {
 		fmt.Fprintf(&b, "Job %q in %s is not a valid statefulset: %d problem(s)\n", out.Job, out.File, len(out.Problems))
 		for _, p := range out.Problems {
-			fmt.Fprintf(&b, "  - %s = %q: %s\n", p.Key, p.Value, p.Rule)
+			// As the InvalidSpec condition, the log and status show it.
+			fmt.Fprintf(&b, "  - %s\n", jobs.Problem{Key: p.Key, Value: p.Value, Rule: p.Rule})
 		}
 		return strings.TrimRight(b.String(), "\n")
 	}

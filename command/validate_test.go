@@ -55,7 +55,7 @@ func TestValidateBadJobListsEveryProblemGolden(t *testing.T) {
 	}
 	golden(t, "validate_bad", strings.ReplaceAll(out, path, "web.json"))
 	for _, key := range []string{"statefulset_replicas", "statefulset_update_strategy", "statefulset_volume_claims", "count"} {
-		if !strings.Contains(out, "  - "+key+" = ") {
+		if !strings.Contains(out, "  - "+key+": ") {
 			t.Errorf("problem with %s not listed:\n%s", key, out)
 		}
 	}
@@ -94,7 +94,7 @@ func TestValidateNotAStatefulset(t *testing.T) {
 	j := parentJob("web")
 	delete(j.Meta, "statefulset")
 	code, out, _ := runValidate(t, closedAddress(t), writeJSONJob(t, j, true))
-	if code != ExitError || !strings.Contains(out, `statefulset = "": is not "true"`) {
+	if code != ExitError || !strings.Contains(out, `statefulset: "" is not "true"`) {
 		t.Fatalf("exit %d, out %q", code, out)
 	}
 }
@@ -197,7 +197,7 @@ func TestValidateWarnsOfAnAnnotationThatDetaches(t *testing.T) {
 			if code != ExitError {
 				t.Fatalf("exit %d, want %d; stderr %q", code, ExitError, errOut)
 			}
-			if !strings.Contains(out, `  - statefulset = "`+tc.value+`": is not "true"`) {
+			if !strings.Contains(out, `  - statefulset: "`+tc.value+`" is not "true"`) {
 				t.Errorf("the problem does not name the key and value:\n%s", out)
 			}
 			if !strings.Contains(out, "detaches a running set of its name") || !strings.Contains(out, "deleted") {

@@ -15,39 +15,35 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
-// The README's tutorial, "Running a replicated database", is run by
-// TestNATSTutorial as it is written, so that it stays true.
+// The NATS tutorial, docs/tutorial-nats.md ("Running a replicated
+// database"), is run by TestNATSTutorial as it is written, so that it stays
+// true.
 
-const tutorialSection = "## Running a replicated database"
+const tutorialPage = "docs/tutorial-nats.md"
 
 // tutorialStep is one command of the tutorial and the output it shows.
 type tutorialStep struct {
-	line int // in README.md
+	line int // in tutorialPage
 	cmd  string
 	want []string
 }
 
-// tutorialSteps reads the commands of the section: in its ```console
-// blocks, a line "$ cmd" is a command, and the lines after it, up to the
-// next command or the end of the block, are its output as shown.
-func tutorialSteps(t *testing.T, readme string) []tutorialStep {
+// tutorialSteps reads the commands of the page: in its ```console blocks,
+// a line "$ cmd" is a command, and the lines after it, up to the next
+// command or the end of the block, are its output as shown.
+func tutorialSteps(t *testing.T, page string) []tutorialStep {
 	t.Helper()
-	f, err := os.Open(readme)
+	f, err := os.Open(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	var steps []tutorialStep
-	in, block := false, false
+	block := false
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		switch {
-		case line == tutorialSection:
-			in = true
-		case in && strings.HasPrefix(line, "## "):
-			in = false
-		case !in:
 		case line == "```console":
 			block = true
 		case block && line == "```":
@@ -62,7 +58,7 @@ func tutorialSteps(t *testing.T, readme string) []tutorialStep {
 		t.Fatal(err)
 	}
 	if len(steps) < 10 {
-		t.Fatalf("%s: %d commands in the section %q", readme, len(steps), tutorialSection)
+		t.Fatalf("%s: %d commands in the tutorial", page, len(steps))
 	}
 	return steps
 }
@@ -118,11 +114,11 @@ func tutorialBinary(t *testing.T, root, env, name string) string {
 	return p
 }
 
-// TestNATSTutorial runs the README's tutorial against a demo of its own
+// TestNATSTutorial runs the NATS tutorial against a demo of its own
 // (scripts/demo.sh up in a directory of its own, with EXAMPLE=nats, as
 // `make demo EXAMPLE=nats` runs it): every command in one shell, in order,
 // from the repository's root. Each must succeed, and print the lines the
-// README shows, in order, up to what differs between runs.
+// page shows, in order, up to what differs between runs.
 func TestNATSTutorial(t *testing.T) {
 	if _, err := os.Stat(natsBin); err != nil {
 		t.Fatalf("nats-server is not installed (%v): %s", err, natsInstall)
@@ -131,7 +127,7 @@ func TestNATSTutorial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := tutorialSteps(t, filepath.Join(root, "README.md"))
+	steps := tutorialSteps(t, filepath.Join(root, tutorialPage))
 	if steps[0].cmd != "make demo EXAMPLE=nats" || steps[1].cmd != "source .cache/demo/env.sh" {
 		t.Fatalf("the tutorial must begin with `make demo EXAMPLE=nats` and `source .cache/demo/env.sh`; it begins with %q, %q", steps[0].cmd, steps[1].cmd)
 	}
@@ -168,12 +164,12 @@ func TestNATSTutorial(t *testing.T) {
 	out, err := run(ctx, "bash", "scripts/demo.sh", "up")
 	cancel()
 	if err != nil {
-		t.Fatalf("README.md:%d: `%s` (scripts/demo.sh up): %v\n%s", steps[0].line, steps[0].cmd, err, out)
+		t.Fatalf(tutorialPage+":%d: `%s` (scripts/demo.sh up): %v\n%s", steps[0].line, steps[0].cmd, err, out)
 	}
 	if missing, ok := tutorialMatch(steps[0].want, out); !ok {
-		t.Fatalf("README.md:%d: `%s` does not print %q; it printed:\n%s", steps[0].line, steps[0].cmd, missing, out)
+		t.Fatalf(tutorialPage+":%d: `%s` does not print %q; it printed:\n%s", steps[0].line, steps[0].cmd, missing, out)
 	}
-	t.Logf("README.md:%d: %s: %v", steps[0].line, steps[0].cmd, time.Since(start).Round(time.Second))
+	t.Logf(tutorialPage+":%d: %s: %v", steps[0].line, steps[0].cmd, time.Since(start).Round(time.Second))
 
 	// The rest in one shell, between markers, stopping at the first
 	// command that fails.
@@ -218,22 +214,22 @@ func TestNATSTutorial(t *testing.T) {
 	for i, s := range rest {
 		got, done := outputs[i]
 		if !done {
-			t.Fatalf("README.md:%d: `%s` did not finish (%v); its output so far:\n%s", s.line, s.cmd, err, buf.String())
+			t.Fatalf(tutorialPage+":%d: `%s` did not finish (%v); its output so far:\n%s", s.line, s.cmd, err, buf.String())
 		}
 		if rcs[i] != "0" {
-			t.Fatalf("README.md:%d: `%s` exited %s:\n%s", s.line, s.cmd, rcs[i], got)
+			t.Fatalf(tutorialPage+":%d: `%s` exited %s:\n%s", s.line, s.cmd, rcs[i], got)
 		}
 		if missing, ok := tutorialMatch(s.want, got); !ok {
-			t.Fatalf("README.md:%d: `%s` does not print %q (as %q); it printed:\n%s", s.line, s.cmd, missing, tutorialNorm(missing), got)
+			t.Fatalf(tutorialPage+":%d: `%s` does not print %q (as %q); it printed:\n%s", s.line, s.cmd, missing, tutorialNorm(missing), got)
 		}
 		if took[i] > 2*time.Second {
-			t.Logf("README.md:%d: %s: %v", s.line, s.cmd, took[i].Round(100*time.Millisecond))
+			t.Logf(tutorialPage+":%d: %s: %v", s.line, s.cmd, took[i].Round(100*time.Millisecond))
 		}
 	}
 	if err != nil {
 		t.Fatalf("the tutorial's shell: %v\n%s", err, out)
 	}
-	t.Logf("the tutorial's %d commands ran as the README shows them in %v", len(steps), time.Since(start).Round(time.Second))
+	t.Logf("the tutorial's %d commands ran as the page shows them in %v", len(steps), time.Since(start).Round(time.Second))
 }
 
 // tutorialEnvWithout returns env without the variables named.

@@ -152,26 +152,41 @@ func suggestCapacity(v string) string {
 }
 
 // fixSize returns s with its unit replaced by the nearest known one, and
-// whether the result is a size.
+// whether the result is a size. The suggestion keeps the magnitude the
+// user wrote: a unit is only proposed when it begins with the same letter
+// as the written one (K, M, G, T, P, or B for bytes), since "10XB" could
+// mean any of 10KB to 10PB, and proposing "10B" for it would be a guess a
+// billion times off. A swap of letters ("Gbi" for "GiB") is nearer than
+// any other edit; two units equally near are no suggestion at all.
 func fixSize(s string) (string, bool) {
 	if _, err := bytesize.Parse(strings.TrimSpace(s)); err == nil {
 		return strings.TrimSpace(s), true
 	}
 	m := sizeShape.FindStringSubmatch(s)
-	if m == nil {
+	if m == nil || m[2] == "" {
 		return "", false
 	}
-	best, bestDist := "", nearTypoDistance+1
+	written := strings.ToLower(m[2])
+	// Scores are twice the edit distance, so that a swap (1) beats any
+	// single edit (2).
+	best, bestScore, tied := "", 2*nearTypoDistance+1, false
 	for _, u := range sizeUnits {
-		d := levenshtein.Distance(strings.ToLower(m[2]), strings.ToLower(u), nil)
-		if sameLetters(m[2], u) {
-			d = min(d, 1) // a swap, "Gbi" for "GiB"
+		unit := strings.ToLower(u)
+		if unit[0] != written[0] {
+			continue
 		}
-		if d < bestDist {
-			best, bestDist = u, d
+		score := 2 * levenshtein.Distance(written, unit, nil)
+		if sameLetters(written, unit) {
+			score = min(score, 1)
+		}
+		switch {
+		case score < bestScore:
+			best, bestScore, tied = u, score, false
+		case score == bestScore:
+			tied = true
 		}
 	}
-	if best == "" {
+	if best == "" || tied {
 		return "", false
 	}
 	fixed := m[1] + best

@@ -40,7 +40,8 @@ nomad {
   # env: NOMAD_ADDR. A URL: http://, https:// or unix://.
   # address = "http://127.0.0.1:4646"
 
-  # env: NOMAD_TOKEN. Never logged. The minimal ACL policy is in README.md.
+  # env: NOMAD_TOKEN. Never logged. The minimal ACL policy is in
+  # docs/operations.md ("The daemon's tokens").
   # token = "00000000-0000-0000-0000-000000000000"
 
   # env: NOMAD_REGION. Empty: the region of the agent we talk to.
