@@ -8,11 +8,33 @@ import (
 	"time"
 )
 
-// Maintenance windows (DESIGN §3b, statefulset_maintenance_window): the
-// spans of wall-clock time, in a zone, on some days of the week, in which
-// a set's voluntary disruptions may start. A window is wall clock in its
-// zone, so that "02:00" stays 02:00 across daylight saving. Whether one is
-// open is a question about Input.Now: nothing here reads a clock.
+// Maintenance windows (DESIGN §3b, statefulset_maintenance_window): outside
+// every window of a set no voluntary disruption of a Ready pod starts. A
+// rollout (a template change, `rollout restart`), a drift repair, a volume
+// expansion and a scale-down wait for the next window; a pod that is down
+// already is still replaced, a pod on a draining node still leaves within
+// the budget, a `pod replace` (the operator's explicit delete) and the
+// set's deletion still go. A held step is reported like any other hold
+// (HoldWaitingForMaintenanceWindow, until the next window opens), the set
+// shows ConditionWaitingForMaintenanceWindow, and the wait does not count
+// against the progress deadline. `rollout approve` lets one step through.
+//
+// The time is Input.Now: the gate reads no clock. A window is a wall-clock
+// span in its zone, so that "02:00" stays 02:00 across daylight saving.
+
+// ConditionWaitingForMaintenanceWindow is true while a voluntary disruption
+// waits for the set's next maintenance window; its message names when that
+// opens. It is absent otherwise.
+const ConditionWaitingForMaintenanceWindow ConditionType = "WaitingForMaintenanceWindow"
+
+// ReasonOutsideMaintenanceWindow: WaitingForMaintenanceWindow is true
+// because Now is outside every window of statefulset_maintenance_window.
+const ReasonOutsideMaintenanceWindow = "OutsideMaintenanceWindow"
+
+// HoldWaitingForMaintenanceWindow: a voluntary disruption of the ordinal
+// (a rollout, a repair, an expansion, a scale-down) waits for the next
+// maintenance window; `rollout approve` lets one step go now.
+const HoldWaitingForMaintenanceWindow = "WaitingForMaintenanceWindow"
 
 // minutesPerDay bounds a window's times: 00:00 is 0, 24:00 is 1440.
 const minutesPerDay = 24 * 60
@@ -299,4 +321,123 @@ func (ws Windows) String() string {
 		parts[i] = w.String()
 	}
 	return strings.Join(parts, ", ")
+}
+
+// voluntaryCause reports whether a deletion for cause is a disruption the
+// maintenance window governs: a rollout (a template change, `rollout
+// restart`), a drift repair, a volume expansion and a scale-down. A drain's
+// evacuation follows the drain, a `pod replace` is the operator's explicit
+// delete, the set's deletion was asked for, and an ended or duplicate pod
+// disrupts nothing: none of them waits for a window. (Recreate, when it
+// comes, is a rollout: CauseUpdate.)
+func voluntaryCause(cause DeleteCause) bool {
+	switch cause {
+	case CauseUpdate, CauseRepair, CauseResize, CauseScaleDown:
+		return true
+	}
+	return false
+}
+
+// outsideWindow reports whether the maintenance window keeps p's
+// disruption for cause from starting now: the set has windows, none is open
+// at Now, the cause is voluntary, and p is a Ready pod that is not on a
+// draining node. A pod that is down already is replaced at any time, and
+// one on a draining node must leave anyway.
+func (r *reconciler) outsideWindow(p *Pod, cause DeleteCause) bool {
+	return len(r.spec.MaintenanceWindows) > 0 && voluntaryCause(cause) && runningAndReady(p) && !p.Terminating &&
+		!p.NodeDraining && !r.spec.MaintenanceWindows.Open(r.now)
+}
+
+// mayDisruptInWindow is mayDisrupt behind the maintenance window: outside
+// every window a voluntary disruption of a Ready pod is held until the
+// next one opens, unless the operator approved a step that none has used
+// (`rollout approve`). The approval answers for the whole step, as it does
+// for a disruption check or a supervised leader: when mayDisrupt spent it
+// already, it is not spent again, and a step that still waits (the leader
+// goes last) leaves it for the next decision.
+func (r *reconciler) mayDisruptInWindow(p *Pod, cause DeleteCause) bool {
+	if !r.outsideWindow(p, cause) {
+		return r.mayDisrupt(p, cause)
+	}
+	if !r.approvalPending() {
+		r.holdForWindow(p)
+		return false
+	}
+	used := r.status.ApprovalUsed
+	if !r.mayDisrupt(p, cause) {
+		return false
+	}
+	if r.status.ApprovalUsed == used {
+		r.useApproval()
+	}
+	return true
+}
+
+// holdForWindow records that p's disruption waits for the next window:
+// a hold until it opens, which Output.Requeue then covers.
+func (r *reconciler) holdForWindow(p *Pod) {
+	next := r.spec.MaintenanceWindows.NextStart(r.now)
+	r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Until: next, Reason: HoldWaitingForMaintenanceWindow,
+		Message: "outside statefulset_maintenance_window; the next window opens at " + windowTime(next) +
+			" (`nomad-statefulset rollout approve " + r.spec.Name + "` lets one step go now)"})
+}
+
+// windowTime renders a window's start in RFC 3339 with its zone's offset,
+// and as the zone's wall clock with the zone's name.
+func windowTime(t time.Time) string {
+	if t.IsZero() {
+		return "never (no window ever opens)"
+	}
+	return t.Format(time.RFC3339) + " (" + t.Format("Mon 15:04") + " " + t.Location().String() + ")"
+}
+
+// windowHold returns the first hold this decision made for the window.
+func (r *reconciler) windowHold() (Hold, bool) {
+	for _, h := range r.held {
+		if h.Reason == HoldWaitingForMaintenanceWindow {
+			return h, true
+		}
+	}
+	return Hold{}, false
+}
+
+// waitedForWindow reports whether st was computed while a step waited for
+// a maintenance window. The progress deadline did not run then, so the
+// decision after such a status starts it afresh, as after rest.
+func waitedForWindow(st Status) bool {
+	for _, c := range st.Conditions {
+		if c.Type == ConditionWaitingForMaintenanceWindow {
+			return c.Status
+		}
+	}
+	return false
+}
+
+// windowClock keeps the progress deadline from counting a wait for the
+// window. It reports whether this decision waits for one; while it does,
+// the progress time stays where the previous waiting status left it
+// unless the set progressed, so a long wait stores no new status on every
+// pass, and the deadline neither fires nor is requeued for.
+func (r *reconciler) windowClock() bool {
+	if _, ok := r.windowHold(); !ok {
+		return false
+	}
+	prev := r.in.Previous
+	if waitedForWindow(prev) && !prev.LastProgressTime.IsZero() && !r.progressed() {
+		r.status.LastProgressTime = prev.LastProgressTime
+	}
+	return true
+}
+
+// windowCondition is the WaitingForMaintenanceWindow condition while a
+// step waits for the window, or nothing.
+func (r *reconciler) windowCondition() (Condition, bool) {
+	h, ok := r.windowHold()
+	if !ok {
+		return Condition{}, false
+	}
+	return r.keepTransition(Condition{Type: ConditionWaitingForMaintenanceWindow, Status: true, Reason: ReasonOutsideMaintenanceWindow,
+		Message: "no rollout, repair, volume expansion or scale-down starts outside " + r.spec.MaintenanceWindows.String() +
+			"; the next window opens at " + windowTime(h.Until) + "; waiting: " + PodName(r.spec.Name, h.Ordinal) +
+			"; `nomad-statefulset rollout approve " + r.spec.Name + "` lets one step go now"}), true
 }
