@@ -58,6 +58,9 @@ func checkSafety(in Input) (Output, error) {
 	if err := checkLeaderAndAsking(in, out); err != nil {
 		return out, err
 	}
+	if err := checkMaintenanceWindow(in, out); err != nil {
+		return out, err
+	}
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {

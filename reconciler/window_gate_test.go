@@ -2,8 +2,10 @@ package reconciler
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -328,4 +330,171 @@ func TestMaintenanceWindowBadInput(t *testing.T) {
 		safe(t, in)
 		_ = ws.String()
 	}
+}
+
+// randomWindows is a maintenance window list for the randomized drivers:
+// a few short windows near the world's epoch (00:00 UTC), so that a run's
+// clock crosses some, in UTC or in Berlin (01:00 there), on every day or
+// on some. Built as text, it goes through the parser too.
+func randomWindows(rng *rand.Rand) Windows {
+	var parts []string
+	for n := 1 + rng.IntN(2); n > 0; n-- {
+		start := rng.IntN(12)
+		end := start + 1 + rng.IntN(4)
+		hour, zone := 0, "UTC"
+		if rng.IntN(3) == 0 {
+			hour, zone = 1, "Europe/Berlin"
+		}
+		days := []string{"", "Thu ", "Wed-Fri ", "Fri ", "Sat-Thu "}[rng.IntN(5)]
+		parts = append(parts, fmt.Sprintf("%s%02d:%02d-%02d:%02d %s", days, hour, start, hour, end, zone))
+	}
+	if rng.IntN(8) == 0 {
+		parts = append(parts, "23:59-00:01 UTC") // across midnight
+	}
+	ws, err := ParseMaintenanceWindows(strings.Join(parts, ", "))
+	if err != nil {
+		panic(err)
+	}
+	return ws
+}
+
+// windowChaos is the randomized drivers' part of the windows: now and
+// then a set gets windows or loses them, and the clock jumps ahead by
+// minutes or hours (a quiet stretch with no event), crossing windows.
+func windowChaos(w *world, rng *rand.Rand) {
+	switch rng.IntN(16) {
+	case 0:
+		w.spec.MaintenanceWindows = randomWindows(rng)
+		w.logf("spec: maintenance windows %s", w.spec.MaintenanceWindows)
+	case 1:
+		w.spec.MaintenanceWindows = nil
+		w.logf("spec: no maintenance windows")
+	case 2, 3:
+		d := time.Duration(1+rng.IntN(180)) * time.Minute
+		w.now = w.now.Add(d)
+		w.logf("world: %s pass quietly; now %s", d, w.now.Format(time.RFC3339))
+	}
+}
+
+// waitForWindow plays the agent's requeue: a set waiting for its
+// maintenance window is looked at again when the window opens (with no
+// event in between). Now and then the operator approves one step instead.
+func (w *world) waitForWindow() {
+	h, ok := windowHeld(w.last)
+	if !ok || !h.Until.After(w.now) {
+		return
+	}
+	if w.rng.IntN(4) == 0 {
+		w.spec.Approval = fmt.Sprint("window-", w.steps)
+		w.logf("user: rollout approve outside the window (%s)", w.spec.Approval)
+		return
+	}
+	w.now = h.Until
+	randomWindowWaits.Add(1)
+	w.logf("world: waited for the maintenance window; now %s", w.now.Format(time.RFC3339))
+}
+
+// randomWindowWaits counts the waits for a window the randomized drivers
+// sat out, randomWindowHolds the decisions that held a step for one, and
+// randomWindowApproved the steps an approval let through outside one:
+// TestRandomized fails when a full run never got there.
+var randomWindowWaits, randomWindowHolds, randomWindowApproved atomic.Int64
+
+// checkMaintenanceWindow is DESIGN §3b's window promise on one decision:
+// outside every maintenance window no voluntary disruption starts, except
+// one approved step. It is judged from the observation, not from the
+// causes the decision gives: a Ready pod taken down, asked about (the
+// disruption check) or made to hand leadership over counts, unless it is on
+// a draining node, the user asked to replace its ordinal, or the set is
+// being deleted. One approval is good for one pod, whatever else it
+// answered for (a supervised leader, a disruption check).
+//
+// While a step waits for the window, the set says so
+// (WaitingForMaintenanceWindow, naming the next start), is not stuck, and
+// is looked at again by the time the window opens.
+func checkMaintenanceWindow(in Input, out Output) error {
+	spec := in.Spec
+	if StatusDetached(out.Status) {
+		// A detached set acts on nothing and keeps its last status as it
+		// was, conditions and all (checked in checkDecision).
+		return nil
+	}
+	if h, ok := windowHeld(out); ok {
+		randomWindowHolds.Add(1)
+		next := spec.MaintenanceWindows.NextStart(in.Now)
+		switch {
+		case spec.MaintenanceWindows.Open(in.Now):
+			return fmt.Errorf("ordinal %d held for the window %s, which is open at %s", h.Ordinal, spec.MaintenanceWindows, in.Now)
+		case !h.Until.Equal(next):
+			return fmt.Errorf("held until %s, but the next window opens at %s", h.Until, next)
+		case !next.IsZero() && (out.Requeue <= 0 || out.Requeue > next.Sub(in.Now)):
+			// (Windows built by hand that never open hold for good.)
+			return fmt.Errorf("requeue %v while waiting for the window %v away", out.Requeue, next.Sub(in.Now))
+		case condition(out.Status, ConditionRolloutStuck).Status:
+			return fmt.Errorf("RolloutStuck while waiting for the window: %s", conditionMessages(out.Status))
+		}
+		c := condition(out.Status, ConditionWaitingForMaintenanceWindow)
+		if !c.Status || (!next.IsZero() && !strings.Contains(c.Message, next.Format(time.RFC3339))) {
+			return fmt.Errorf("waiting for the window without a WaitingForMaintenanceWindow condition naming %s: %+v", next.Format(time.RFC3339), c)
+		}
+	} else if condition(out.Status, ConditionWaitingForMaintenanceWindow).Status {
+		return fmt.Errorf("WaitingForMaintenanceWindow, but nothing is held for it: %s", conditionMessages(out.Status))
+	}
+	if len(spec.MaintenanceWindows) == 0 || spec.Deleted || spec.MaintenanceWindows.Open(in.Now) {
+		return nil
+	}
+	approvals := 0
+	if out.Status.ApprovalUsed != in.Previous.ApprovalUsed {
+		approvals = 1
+	}
+	cleared := func(o int) bool {
+		return slices.ContainsFunc(in.Cleared, func(c Clearance) bool { return c.Ordinal == o && c.Until.After(in.Now) })
+	}
+	windowed := map[int]bool{} // Ready pods disrupted on purpose outside the window
+	approved := map[int]bool{} // pods an approval had to answer for, for any reason
+	for _, a := range out.Actions {
+		if a.Type != ActionDeletePod && a.Type != ActionCheckDisruption && a.Type != ActionSwitchover {
+			continue
+		}
+		i := slices.IndexFunc(in.Pods, func(p Pod) bool { return p.Ordinal == a.Ordinal && p.Created.Equal(a.Pod.Created) })
+		if i < 0 {
+			continue
+		}
+		p := in.Pods[i]
+		if p.Terminating || p.Phase != PhaseRunning || !p.Ready {
+			continue // down already: replaced at any time
+		}
+		replace := slices.ContainsFunc(spec.Replacements, func(r Replacement) bool { return r.Ordinal == a.Ordinal })
+		if !p.NodeDraining && !replace {
+			windowed[a.Ordinal] = true
+			approved[a.Ordinal] = true
+		}
+		if a.Type == ActionDeletePod {
+			leaderAsks := spec.LeaderCheck != "" && p.Leader && a.Cause != CauseReplace &&
+				(spec.LeaderUpdate == LeaderSwitchover || spec.LeaderUpdate == LeaderSupervised)
+			if leaderAsks || (spec.DisruptionCheck != "" && !cleared(a.Ordinal)) {
+				approved[a.Ordinal] = true
+			}
+		}
+	}
+	if len(windowed) > approvals {
+		return fmt.Errorf("outside the maintenance window %s at %s: Ready pods %v disrupted on purpose with %d approvals",
+			spec.MaintenanceWindows, in.Now.Format(time.RFC3339), mapKeys(windowed), approvals)
+	}
+	if len(windowed) > 0 && len(approved) > approvals {
+		return fmt.Errorf("outside the maintenance window: one approval let pods %v through", mapKeys(approved))
+	}
+	if len(windowed) > 0 {
+		randomWindowApproved.Add(1)
+	}
+	return nil
+}
+
+func mapKeys(m map[int]bool) []int {
+	var ks []int
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }

@@ -957,6 +957,7 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		w.now = w.now.Add(time.Second)
 		w.advance(rng)
 		w.approveIfWaiting()
+		w.waitForWindow()
 		if w.userDeletesBroken {
 			for i, p := range w.pods {
 				// A pod stuck at a broken revision is the user's to delete
