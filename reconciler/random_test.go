@@ -60,6 +60,11 @@ func TestRandomized(t *testing.T) {
 		if *flagRuns >= 1024 && !t.Failed() && randomLeaderResizes.Load() == 0 {
 			t.Errorf("no randomized run took a leader down to grow its volume: the leader-last rule of a growing claim went unexercised")
 		}
+		t.Logf("maintenance windows: %d decisions held a step, %d waits sat out, %d steps approved outside a window",
+			randomWindowHolds.Load(), randomWindowWaits.Load(), randomWindowApproved.Load())
+		if *flagRuns >= 1024 && !t.Failed() && (randomWindowWaits.Load() == 0 || randomWindowApproved.Load() == 0) {
+			t.Errorf("the randomized runs never waited for a maintenance window, or never approved a step outside one: the window promise went unexercised")
+		}
 	})
 	for ci, c := range cs {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
@@ -126,6 +131,12 @@ func randomRun(seed uint64) (err error) {
 	}
 	if rng.IntN(2) == 0 {
 		spec.DisruptionCheck = "check"
+	}
+	// Maintenance windows draw from a stream of their own, so that the
+	// other choices of a seed stay what they were before windows came.
+	wrng := rand.New(rand.NewPCG(seed, 0x3a1d))
+	if wrng.IntN(3) == 0 {
+		spec.MaintenanceWindows = randomWindows(wrng)
 	}
 	w := newWorld(spec, "v1")
 	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
@@ -269,6 +280,7 @@ func randomRun(seed uint64) (err error) {
 		}
 		w.elect()
 		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
+		windowChaos(w, wrng)
 	}
 
 	// Calm: a good template (a revert, if it was broken), the drains

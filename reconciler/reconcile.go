@@ -364,7 +364,9 @@ func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 			r.noteHeld(h)
 			return
 		}
-		if !r.mayDisrupt(p, cause) {
+		// The maintenance window comes first: outside it nothing is asked
+		// or handed over for a voluntary step (window.go).
+		if !r.mayDisruptInWindow(p, cause) {
 			return
 		}
 	}
@@ -678,11 +680,12 @@ func (r *reconciler) replaceableNow(i int, p *Pod) bool {
 
 // pastDeadline reports whether the set has made no progress for its whole
 // progress deadline, as of the previous status. A set that was at rest
-// (restingStatus) is not: its clock kept the time it came to rest, and its
-// work starts with this pass.
+// (restingStatus), or waited for a maintenance window (waitedForWindow), is
+// not: its clock kept the time it came to rest, and its work starts with
+// this pass.
 func pastDeadline(spec Spec, prev Status, now time.Time) bool {
 	return !spec.Paused && spec.ProgressDeadline > 0 && !prev.LastProgressTime.IsZero() && !restingStatus(prev) &&
-		now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
+		!waitedForWindow(prev) && now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
 }
 
 // outdated reports whether a rolling update must replace the pod: it is not

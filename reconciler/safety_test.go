@@ -59,6 +59,9 @@ func checkSafety(in Input) (Output, error) {
 	if err := checkLeaderAndAsking(eff, out); err != nil {
 		return out, err
 	}
+	if err := checkMaintenanceWindow(in, out); err != nil {
+		return out, err
+	}
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {

@@ -142,6 +142,11 @@ type Spec struct {
 	// disruption under LeaderSupervised, or a held switchover or
 	// disruption check the operator overrules.
 	Approval string
+	// MaintenanceWindows are when voluntary disruptions may start
+	// (statefulset_maintenance_window); none: at any time. Outside them
+	// a rollout, a repair, an expansion or a scale-down of a Ready pod
+	// waits (window.go); an Approval lets one step through.
+	MaintenanceWindows Windows
 }
 
 // ClaimTemplate is one claim's size and storage class (DESIGN §3b).

@@ -1071,6 +1071,7 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 			w.now = w.now.Add(w.last.Requeue - time.Second)
 		}
 		w.approveIfWaiting()
+		w.waitForWindow()
 		if w.userDeletesBroken {
 			for i, p := range w.pods {
 				// A pod stuck at a broken revision is the user's to delete
