@@ -113,11 +113,11 @@ func applyNativeLeader(src leaderSource, key backend.SetKey, pods []backend.PodD
 }
 
 // applyChecks records the Consul checks of each live pod's allocation in its
-// readiness facts and judges the pod again: what the checks do to its
-// readiness (DESIGN §2) is reconciler.JudgeReadiness's to say, not this
-// gate's. It also marks the pod where the set's leader check passes as the
-// Leader (DESIGN §3b). hasServices says whether the set has Consul services
-// at all; without, the checks have no say and no pod leads.
+// readiness facts; what the checks do to its readiness (DESIGN §2) is
+// reconciler.JudgeReadiness's to say, once every fact is in (controller.judge),
+// not this gate's. It also marks the pod where the set's leader check passes
+// as the Leader (DESIGN §3b). hasServices says whether the set has Consul
+// services at all; without, the checks have no say and no pod leads.
 func applyChecks(src checkSource, key backend.SetKey, pods []backend.PodDetail, hasServices bool) (synced bool) {
 	synced = true
 	for i := range pods {
@@ -137,7 +137,6 @@ func applyChecks(src checkSource, key backend.SetKey, pods []backend.PodDetail, 
 			}
 			d.Pod.Leader = checks.Leader
 		}
-		d.Judge()
 	}
 	return synced
 }

@@ -139,6 +139,7 @@ func randomRun(seed uint64) (err error) {
 		spec.MaintenanceWindows = randomWindows(wrng)
 	}
 	w := newWorld(spec, "v1")
+	w.hooks = rng.IntN(3) == 0
 	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
 	w.broken["bad"] = true
 	phase := "create"
@@ -254,6 +255,7 @@ func randomRun(seed uint64) (err error) {
 			// The application refuses now and then; the operator
 			// sometimes approves a step.
 			w.appFails = !w.appFails
+			w.hooksWait = w.hooks && rng.IntN(2) == 0
 			w.leaderUnknown = rng.IntN(3) == 0
 			if rng.IntN(3) == 0 {
 				w.spec.Approval = fmt.Sprint("approve-", w.steps)
@@ -290,7 +292,7 @@ func randomRun(seed uint64) (err error) {
 		w.setAnnotated(true)
 	}
 	w.liftDrains()
-	w.appFails, w.leaderUnknown, w.waits = false, false, 0
+	w.appFails, w.leaderUnknown, w.waits, w.hooksWait = false, false, 0, false
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {
