@@ -39,7 +39,11 @@ type leaderSource interface {
 // leader check cannot be read at all (a Consul check without Consul, or on
 // no service it watches), so that the reconciler waits rather than take
 // the leader down as if it were a follower.
-func (c *controller) gateChecks(key backend.SetKey, obs backend.Observation, deleted bool, leaderCheck string) (leaderKnown bool) {
+//
+// watch says to keep the watches to what the set asks now: the pass that
+// builds the decision's input does, the view of what a pass did does not
+// (building a view starts no watcher).
+func (c *controller) gateChecks(key backend.SetKey, obs backend.Observation, deleted bool, leaderCheck string, watch bool) (leaderKnown bool) {
 	var interval time.Duration
 	native := false
 	if !deleted && obs.Parent != nil {
@@ -55,7 +59,9 @@ func (c *controller) gateChecks(key backend.SetKey, obs backend.Observation, del
 		if !deleted && obs.Parent != nil {
 			services = obs.Parent.ConsulServices()
 		}
-		c.checks.Watch(key, services, consulLeader)
+		if watch {
+			c.checks.Watch(key, services, consulLeader)
+		}
 		synced := applyChecks(c.checks, key, obs.Pods, len(services) > 0)
 		leaderKnown = leaderKnown || (!native && len(services) > 0 && synced)
 	}
@@ -66,7 +72,9 @@ func (c *controller) gateChecks(key backend.SetKey, obs backend.Observation, del
 		} else {
 			leaderCheck = ""
 		}
-		c.native.Watch(key, leaderCheck, interval, allocs)
+		if watch {
+			c.native.Watch(key, leaderCheck, interval, allocs)
+		}
 		if native {
 			leaderKnown = applyNativeLeader(c.native, key, obs.Pods)
 		}

@@ -166,7 +166,7 @@ func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
 			src.checks[tc.leads] = consul.AllocChecks{Known: true, Leader: true}
 		}
 		obs := observe()
-		c.gateChecks(key, obs, tc.deleted, "primary")
+		c.gateChecks(key, obs, tc.deleted, "primary", true)
 		if tc.deleted {
 			if len(src.watched[key]) != 0 {
 				t.Errorf("%s: still watching %v", tc.name, src.watched[key])
@@ -181,22 +181,30 @@ func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
 		}
 	}
 
+	// Reading the checks for a view starts and changes no watch: the
+	// watches follow the passes that decide.
+	other := backend.SetKey{Namespace: "default", Name: "view-only"}
+	c.gateChecks(other, observe(), false, "primary", false)
+	if _, ok := src.watched[other]; ok {
+		t.Errorf("building a view watched %v", src.watched[other])
+	}
+
 	// The leader is known only once every live pod's checks are read, and
 	// never without Consul: until then the reconciler takes no Ready pod
 	// down as a follower.
 	src.checks = map[string]consul.AllocChecks{"a0": {Known: true, Leader: true}, "a1": {Known: true}}
-	if !c.gateChecks(key, observe(), false, "primary") {
+	if !c.gateChecks(key, observe(), false, "primary", true) {
 		t.Error("synced checks: the leader is unknown")
 	}
 	src.synced = false
-	if c.gateChecks(key, observe(), false, "primary") {
+	if c.gateChecks(key, observe(), false, "primary", true) {
 		t.Error("checks not read yet: the leader is taken as known")
 	}
-	if !c.gateChecks(key, observe(), false, "") {
+	if !c.gateChecks(key, observe(), false, "", true) {
 		t.Error("a set without a leader check has an unknown leader")
 	}
 	noConsul := &controller{}
-	if noConsul.gateChecks(key, observe(), false, "primary") {
+	if noConsul.gateChecks(key, observe(), false, "primary", true) {
 		t.Error("without Consul the leader check cannot be read, yet the leader is taken as known")
 	}
 }
@@ -315,7 +323,7 @@ func TestGateChecksNativeLeader(t *testing.T) {
 			c.checks = consulSrc
 		}
 		obs := observe(nativeParent)
-		if !c.gateChecks(key, obs, false, "primary") {
+		if !c.gateChecks(key, obs, false, "primary", true) {
 			t.Fatalf("consul %v: every live pod read, and the leader is unknown", withConsul)
 		}
 		if src.check[key] != "primary" || src.interval[key] != 3*time.Second || !slices.Equal(src.allocs[key], []string{"a0", "a1"}) {
@@ -331,14 +339,14 @@ func TestGateChecksNativeLeader(t *testing.T) {
 			}
 		}
 		delete(src.leads, "a0")
-		if c.gateChecks(key, observe(nativeParent), false, "primary") {
+		if c.gateChecks(key, observe(nativeParent), false, "primary", true) {
 			t.Fatalf("consul %v: a0 not read, and the leader is taken as known", withConsul)
 		}
-		c.gateChecks(key, observe(consulParent), false, "primary")
+		c.gateChecks(key, observe(consulParent), false, "primary", true)
 		if src.check[key] != "" {
 			t.Fatalf("consul %v: a Consul leader check still read natively (%q)", withConsul, src.check[key])
 		}
-		c.gateChecks(key, observe(nativeParent), true, "primary")
+		c.gateChecks(key, observe(nativeParent), true, "primary", true)
 		if src.check[key] != "" {
 			t.Fatalf("consul %v: a deleted set still read natively (%q)", withConsul, src.check[key])
 		}

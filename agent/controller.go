@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -119,24 +120,18 @@ type pass struct {
 	holdReady time.Duration
 	// placed are the nodes of the volumes this pass created, by ordinal:
 	// spreading must see them before the watcher does (a Parallel set
-	// creates every volume in one pass).
+	// creates every volume in one pass). The controller adds to it from
+	// each CreateVolume's outcome.
 	placed map[int][]string
-	// nodeBackSince is, per ordinal whose pod is NodeBack, the node change
-	// that made it so: EvaluatePod remembers it, to ask once per change.
-	nodeBackSince map[int]uint64
-	// askAgain is how soon to look again when a provisioner could not be
-	// asked whether it can expand; zero when it could.
-	askAgain time.Duration
 }
 
 // effector carries out the reconciler's actions, as Kubernetes'
 // StatefulPodControl carries out the StatefulSet controller's: the
-// controller decides, the effector acts. A step that must wait returns a
-// *holdError, which becomes a hold for the next decisions. It reports
-// whether the set's stored state was deleted (the end of a cascading
-// delete).
+// reconciler decides, the effector acts and says what happened. It writes
+// nothing to the pass, so that the actions of one group
+// (reconciler.Batches) can run at once, whatever the effector.
 type effector interface {
-	execute(ctx context.Context, p *pass, act reconciler.Action) (stateDeleted bool, err error)
+	execute(ctx context.Context, p *pass, act reconciler.Action) outcome
 }
 
 // workQueue is what the controller needs of the work queue: to look at a
@@ -208,10 +203,6 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 	if parseErr != nil {
 		return nil, c.recordInvalid(ctx, key, parseErr, now)
 	}
-	if spec == nil {
-		// Nothing of the set is left in Nomad and we never knew its spec.
-		return nil, c.forgetOrphanState(ctx, key)
-	}
 	if !slices.Equal(spec.VolumeClaims, claims) {
 		obs.Volumes = c.term.Observe(key, spec.VolumeClaims, now).Volumes
 	}
@@ -239,7 +230,7 @@ func (c *controller) observe(ctx context.Context, key backend.SetKey) (*pass, er
 		// A detached set's decision reads its stored state only. The
 		// rest of the input would ask its pods' post_ready hooks and
 		// watch its checks: nothing of a detached set is touched.
-		p.in = reconciler.Input{Spec: p.spec, Revisions: p.revs, Previous: p.prev, Now: now}
+		p.in = c.baseInput(p)
 		return p, nil
 	}
 	if ok, err := c.buildInput(ctx, p); !ok {
@@ -270,7 +261,7 @@ func (c *controller) readStore(ctx context.Context, p *pass) (bool, error) {
 // that could not be recorded).
 func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	spec, obs, now := p.spec, p.obs, p.now
-	p.in = reconciler.Input{Spec: spec, Revisions: p.revs, Previous: p.prev, Now: now}
+	p.in = c.baseInput(p)
 	if obs.Parent != nil {
 		p.in.JobVersion, _ = obs.Parent.Version()
 	}
@@ -283,19 +274,29 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	}
 	// Consul checks first: a pod they make not Ready is not one whose
 	// post_ready hooks should be asked.
-	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck)
+	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck, true)
 	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
 	p.in.Pods = c.inputPods(p)
-	c.noteLeader(p, p.in.Pods)
 	for _, v := range obs.Volumes {
 		p.in.Volumes = append(p.in.Volumes, v.Volume)
 	}
-	// Copies: the effector adds to the state's lists while the pass runs.
-	p.in.Holds = append(slices.Clone(p.st.liveHolds(now)), p.st.backoffHolds(now)...)
-	p.in.Holds = append(p.in.Holds, c.unwatchedGone(p)...)
-	p.in.Cleared = slices.Clone(p.st.liveClearances(now))
-	p.in.CannotExpand = c.cannotExpand(ctx, p)
+	p.in.CannotExpand, p.in.CapabilitiesUnknown = c.cannotExpand(ctx, p)
 	return true, nil
+}
+
+// baseInput is the input every decision of the set reads, detached or
+// not: the spec, the stored state and the set's memory, and what Nomad
+// still holds of stopped children.
+func (c *controller) baseInput(p *pass) reconciler.Input {
+	in := reconciler.Input{Spec: p.spec, Revisions: p.revs, Previous: p.prev, Now: p.now,
+		Memory: p.st.memory, TermStart: c.termStart, StateAbsent: len(p.revs) == 0 && !p.found}
+	for _, s := range p.obs.Stopped {
+		in.Stopped = append(in.Stopped, reconciler.StoppedChild{JobID: s.JobID, Ordinal: s.Ordinal})
+	}
+	if !p.st.memory.TermSeen && !c.termStart.IsZero() {
+		in.StopGrace = c.stopGrace(p)
+	}
+	return in
 }
 
 // inputPods are the observed pods as the reconciler sees them.
@@ -336,152 +337,197 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 		if !p.spec.Deleted && d.Job != nil {
 			pod.ScaledCount = d.Job.ScaledCount()
 		}
-		pod.NodeBack = c.nodeBack(p, d, volumeNodes[pod.Ordinal])
+		pod.NodeChange = c.nodeChange(d, volumeNodes[pod.Ordinal])
 		pods = append(pods, pod)
 	}
 	return pods
 }
 
-// nodeBack reports whether Nomad blocked the child while its volume's node
-// was ineligible and should now be asked to place it again: it has no
-// allocation, every node holding its volumes is fine, one of them became
-// fine after the child was registered, and Nomad was not asked for that
-// change yet. It reacts to node events (FineSince), not to a timer.
-func (c *controller) nodeBack(p *pass, d backend.PodDetail, nodes []string) bool {
+// nodeChange is Pod.NodeChange: for a child Nomad may have blocked while
+// its volume's node was ineligible (it has no allocation, and every node
+// holding its volumes is fine), the node change that made them all fine,
+// when it came after the child was registered; 0 otherwise. The reconciler
+// asks Nomad to place it again once per change. It reacts to node events
+// (FineSince), not to a timer.
+func (c *controller) nodeChange(d backend.PodDetail, nodes []string) uint64 {
 	if d.AllocID != "" || d.Pod.Terminating || len(nodes) == 0 {
-		return false
+		return 0
 	}
 	var since uint64
 	for _, id := range nodes {
 		n, ok := c.term.NodeState(id)
 		if !ok || !n.Fine() {
-			return false
+			return 0
 		}
 		since = max(since, n.FineSince)
 	}
 	if since <= d.JobModifyIndex {
-		return false
+		return 0
 	}
-	if m, ok := p.st.children[d.JobID]; ok && m.evaluated >= since {
-		return false
-	}
-	if p.nodeBackSince == nil {
-		p.nodeBackSince = map[int]uint64{}
-	}
-	p.nodeBackSince[d.Pod.Ordinal] = since
-	return true
+	return since
 }
 
-// act carries out the decision's actions in order. A step that must wait
-// holds only what depends on it: later actions on the same ordinal, and the
-// end of a cascading delete. Every other action goes ahead, so that one
-// ordinal held by a hook does not hold up the others (plugin/manager
-// promises hooks that say wait let other work carry on). An error stops
-// the pass; the next one starts from fresh observations.
+// act carries out a prefix of the decision's actions, in the reconciler's
+// groups (reconciler.Batches): the actions of a group run at once, and the
+// first group in which an action fails or meets a wait is the last. The
+// reconciler promises that stopping anywhere is safe (reconciler/doc.go);
+// the set is queued again, and the next decision, with the wait in its
+// memory, goes on from there. Every result is folded into the set's memory
+// (reconciler.Fold), so that what an action met is the reconciler's to
+// remember.
 func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (acted, error) {
 	var res acted
-	heldOrdinals := map[int]bool{}
-	for i := 0; i < len(out.Actions); {
+	p.st.memory = out.Memory
+	if ch := out.LeaderChange; ch != nil {
+		from, to := reconciler.PodName(p.key.Name, ch.From), reconciler.PodName(p.key.Name, ch.To)
+		c.sets.event(p.key, p.now, "Switchover", fmt.Sprintf("%s leads, after a switchover from %s in %s", to, from, ch.Took.Round(time.Millisecond)))
+		c.log.Info("the leader changed after a switchover", "set", p.key.String(), "from", from, "to", to, "took", ch.Took)
+	}
+	for _, group := range reconciler.Batches(p.spec, out.Actions) {
 		if ctx.Err() != nil {
 			// Leadership or the agent is going away: stop between actions.
 			return res, ctx.Err()
 		}
-		if creates := c.parallelCreates(p, out.Actions[i:], heldOrdinals, len(res.held)); creates != nil {
-			// A Parallel set's pods are registered several at a time.
-			// Every result is settled, so that a pod registered beside
-			// one that failed is counted and announced; the first error
-			// then ends the pass, as it does below.
-			errs := c.effector.(podCreator).createPods(ctx, p, creates)
-			var first error
-			for k, a := range creates {
-				if err := c.settle(p, a, false, errs[k], &res, heldOrdinals); err != nil && first == nil {
-					first = err
-				}
+		outcomes := c.runGroup(ctx, p, group)
+		// Every result is settled, so that a pod registered beside one
+		// that failed is counted and announced; the first error then ends
+		// the pass.
+		var first error
+		stop := false
+		for k, a := range group {
+			if err := c.settle(p, a, outcomes[k], &res); err != nil && first == nil {
+				first = err
 			}
-			if first != nil {
-				c.sets.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
-				return res, first
-			}
-			i += len(creates)
-			continue
+			stop = stop || outcomes[k].Err != nil || outcomes[k].Wait != nil
 		}
-		a := out.Actions[i]
-		i++
-		if a.Type == reconciler.ActionDeleteSetState && len(p.revs) == 0 && !p.found && len(p.obs.Stopped) == 0 {
-			// The cascade finished on an earlier pass: nothing to do, and
-			// nothing to look at again until the set changes. Counting
-			// this as an action queued the set again at once, forever.
-			res.stateDeleted = true
-			continue
-		}
-		if dependsOnHeld(a, heldOrdinals, len(res.held)) {
-			continue
-		}
-		deleted, err := c.effector.execute(withAction(ctx, p.key, a), p, a)
-		if err := c.settle(p, a, deleted, err, &res, heldOrdinals); err != nil {
+		if first != nil {
 			c.sets.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
-			return res, err
+			return res, first
+		}
+		if stop {
+			break
 		}
 	}
 	return res, nil
 }
 
-// settle takes in the result of one action: a hold becomes a hold for the
-// next decisions, an error is announced and returned, and a success is
-// counted and announced. An action a batch did not try is left alone.
-func (c *controller) settle(p *pass, a reconciler.Action, deleted bool, err error, res *acted, heldOrdinals map[int]bool) error {
-	var why *holdError
-	switch {
-	case errors.Is(err, errNotTried):
-		return nil
-	case errors.As(err, &why):
-		h := reconciler.Hold{Ordinal: a.Ordinal, Step: why.step, Until: p.now.Add(why.wait), Reason: why.reason, Message: why.msg}
-		p.st.addHold(h)
-		c.hold(p, a, why)
-		res.held = append(res.held, h)
-		heldOrdinals[a.Ordinal] = true
-		return nil
-	case err != nil:
-		c.sets.event(p.key, p.now, "Error", fmt.Sprintf("%s ordinal %d: %v", a.Type, a.Ordinal, err))
-		return fmt.Errorf("%s for ordinal %d of %s: %w", a.Type, a.Ordinal, p.key, err)
+// runGroup carries out the actions of one group, at once when there are
+// several (a Parallel set's creates, in slow-start batches, as Kubernetes'
+// runForAll creates a bursting set's pods with slowStartBatch), each call
+// tagged with the action it carries out.
+func (c *controller) runGroup(ctx context.Context, p *pass, group []reconciler.Action) []outcome {
+	outcomes := make([]outcome, len(group))
+	if len(group) == 1 {
+		outcomes[0] = c.effector.execute(withAction(ctx, p.key, group[0]), p, group[0])
+		return outcomes
 	}
+	var wg sync.WaitGroup
+	for k, a := range group {
+		wg.Go(func() { outcomes[k] = c.effector.execute(withAction(ctx, p.key, a), p, a) })
+	}
+	wg.Wait()
+	return outcomes
+}
+
+// settle takes in the outcome of one action: its result is folded into the
+// set's memory; a wait becomes a hold (the fold says until when) and is
+// announced, an error is announced and returned, and a success is counted,
+// announced, and its writes expected in the cache.
+func (c *controller) settle(p *pass, a reconciler.Action, o outcome, res *acted) error {
+	var h *reconciler.Hold
+	p.st.memory, h = reconciler.Fold(p.spec, p.st.memory, a, o.Result, p.now)
+	switch {
+	case o.Err != nil:
+		c.sets.event(p.key, p.now, "Error", fmt.Sprintf("%s ordinal %d: %v", a.Type, a.Ordinal, o.Err))
+		return fmt.Errorf("%s for ordinal %d of %s: %w", a.Type, a.Ordinal, p.key, o.Err)
+	case h != nil:
+		c.hold(p, a, *h)
+		res.held = append(res.held, *h)
+		return nil
+	}
+	c.expectOutcome(p, a, o)
 	res.done++
-	res.stateDeleted = res.stateDeleted || deleted
+	res.stateDeleted = res.stateDeleted || o.stateDeleted
 	c.sets.event(p.key, p.now, string(a.Type), actionMessage(p.key, a))
 	c.log.Info("acted", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal, "revision", a.Revision.Name, "reason", a.Reason)
 	return nil
 }
 
-// dependsOnHeld reports whether action a must wait because an earlier one
-// was held: it acts on a held ordinal, or it ends a cascading delete, which
-// must come after everything else.
-func dependsOnHeld(a reconciler.Action, heldOrdinals map[int]bool, nHeld int) bool {
-	if nHeld == 0 {
-		return false
+// expectOutcome records the writes of a successful action that the cache
+// must show before the set is decided on again: the watcher sees them in
+// its own time, and until it does the set waits rather than act on a cache
+// without them.
+func (c *controller) expectOutcome(p *pass, a reconciler.Action, o outcome) {
+	if a.Type == reconciler.ActionCreateVolume && o.node != "" {
+		if p.placed == nil {
+			p.placed = map[int][]string{}
+		}
+		p.placed[a.Ordinal] = append(p.placed[a.Ordinal], o.node)
 	}
+	if !o.wrote {
+		return
+	}
+	now := c.clock()
 	switch a.Type {
-	case reconciler.ActionDeleteSetState:
-		return true
-	case reconciler.ActionRecordOrdinals, reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision, reconciler.ActionDeleteRevision:
-		return false
+	case reconciler.ActionCreatePod:
+		c.expectChild(p.st, childID(p.key, a.Ordinal), "registered", o.index)
+	case reconciler.ActionRestoreCount:
+		if d, ok := podDetail(p.obs, p.key, a.Ordinal); ok {
+			c.expectChild(p.st, d.JobID, "back to count 1", o.index)
+		}
+	case reconciler.ActionDeletePod:
+		id := childID(p.key, a.Ordinal)
+		if d, ok := podDetail(p.obs, p.key, a.Ordinal); ok {
+			id = d.JobID
+		}
+		p.st.expectWrite("child "+id+" stopping", now, c.expectTTL, func(obs backend.Observation) bool {
+			return !slices.ContainsFunc(obs.Pods, func(q backend.PodDetail) bool { return q.JobID == id && !q.Pod.Terminating })
+		})
+	case reconciler.ActionCreateVolume:
+		name := a.Volume.Name
+		p.st.expectWrite("volume "+name+" created", now, c.expectTTL, func(obs backend.Observation) bool {
+			return slices.ContainsFunc(obs.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
+		})
+	case reconciler.ActionDeleteVolume:
+		name := a.Volume.Name
+		p.st.expectWrite("volume "+name+" deleted", now, c.expectTTL, func(obs backend.Observation) bool {
+			return !slices.ContainsFunc(obs.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
+		})
+	case reconciler.ActionExpandVolume:
+		name, want := a.Volume.Name, a.Volume.Capacity
+		p.st.expectWrite("volume "+name+" expanded", now, c.expectTTL, func(obs backend.Observation) bool {
+			return slices.ContainsFunc(obs.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name && v.Volume.Capacity >= want })
+		})
 	}
-	// Every other action acts on one ordinal: its volumes, its pod, what
-	// is asked of its pod. A volume that could not be made must not be
-	// grown, nor its pod created; a pod whose check was held stays.
-	return heldOrdinals[a.Ordinal]
+}
+
+// expectChild records that the set waits until Nomad's child id is seen at
+// JobModifyIndex want or later, and that the child at that index is the
+// daemon's own rendering.
+func (c *controller) expectChild(st *setState, id, what string, want uint64) {
+	st.child(id).own = want
+	st.expectWrite("child "+id+" "+what, c.clock(), c.expectTTL, func(o backend.Observation) bool {
+		for _, p := range o.Pods {
+			if p.JobID == id && p.JobModifyIndex >= want {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // hold reports a step that must wait, in the log and the set's events.
-func (c *controller) hold(p *pass, a reconciler.Action, why *holdError) {
-	msg := fmt.Sprintf("%s: %v", reconciler.PodName(p.key.Name, a.Ordinal), why)
-	if why.reason == reconciler.HoldSpreadUnsatisfiable && !p.spec.SpreadRequired {
+func (c *controller) hold(p *pass, a reconciler.Action, h reconciler.Hold) {
+	wait := h.Until.Sub(p.now)
+	msg := fmt.Sprintf("%s: %s; trying again in %s", reconciler.PodName(p.key.Name, a.Ordinal), h.Message, wait.Round(time.Second))
+	if h.Reason == reconciler.HoldSpreadUnsatisfiable && !p.spec.SpreadRequired {
 		// A soft spread does not wait: the reconciler places the ordinal
 		// without the rule at once (Action.Unspread).
-		msg = fmt.Sprintf("%s: %s; placing it without the spread rule", reconciler.PodName(p.key.Name, a.Ordinal), why.msg)
+		msg = fmt.Sprintf("%s: %s; placing it without the spread rule", reconciler.PodName(p.key.Name, a.Ordinal), h.Message)
 	}
 	c.log.Info("a step is held; will look again", "set", p.key.String(), "action", a.Type, "ordinal", a.Ordinal,
-		"reason", why.reason, "detail", why.msg, "retry_in", why.wait)
-	c.sets.event(p.key, p.now, why.reason, msg)
+		"reason", h.Reason, "detail", h.Message, "retry_in", wait)
+	c.sets.event(p.key, p.now, h.Reason, msg)
 }
 
 // record stores the status, updates the view and says when to look again.
@@ -489,14 +535,19 @@ func (c *controller) hold(p *pass, a reconciler.Action, why *holdError) {
 // carried out, and the next pass recomputes it from what really happened.
 func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output, res acted) error {
 	key := p.key
-	cascadeDone := p.spec.Deleted && len(p.obs.Pods) == 0 && len(p.obs.Volumes) == 0
+	// A cascade is done once nothing of the set is left to delete: its
+	// pods, and its volumes or (retained volumes stay) its stored state.
+	// Its status is not written again then: that would bring back the
+	// state it just deleted.
+	cascadeDone := p.spec.Deleted && len(p.obs.Pods) == 0 && len(p.obs.Stopped) == 0 &&
+		(len(p.obs.Volumes) == 0 || p.in.StateAbsent)
 	if res.stateDeleted || cascadeDone {
 		c.forget(key)
 		return nil
 	}
 	c.noteDetached(p, out.Status)
 	if len(res.held) == 0 && (!p.found || !reconciler.StatusEqual(p.prev, out.Status)) {
-		if err := c.store.PutStatus(ctx, key, out.Status); err != nil {
+		if err := c.store.PutStatus(withAction(ctx, key, recordStatus), key, out.Status); err != nil {
 			return fmt.Errorf("writing status of %s: %w", key, err)
 		}
 	}
@@ -510,7 +561,7 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		// another way (a soft spread no node meets).
 		c.queue.Add(key.String())
 	default:
-		if wait := soonest(soonest(soonest(out.Requeue, p.holdReady), p.askAgain), p.obs.RecheckAfter); wait > 0 {
+		if wait := soonest(soonest(out.Requeue, p.holdReady), p.obs.RecheckAfter); wait > 0 {
 			c.queue.AddAfter(key.String(), wait)
 		}
 	}
@@ -552,7 +603,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 			finalRevs = r
 		}
 		finalObs = c.term.Observe(key, p.spec.VolumeClaims, p.now)
-		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck)
+		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck, false)
 		finalObs = c.postReadyView(p.st, finalObs)
 	}
 	shown := out.Status
@@ -616,11 +667,13 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Obser
 	}
 	last.ParentGone = true
 	if !ok {
-		if len(obs.Pods) == 0 && len(obs.Stopped) == 0 {
-			return nil, nil
-		}
-		// Children without a known parent spec: tear them down, keeping
-		// volumes (Retain is the only policy that can never lose data).
+		// Children without a known parent spec, or only the stored state
+		// of a set Nomad no longer has at all: tear down what is left,
+		// keeping volumes (Retain is the only policy that can never lose
+		// data). The reconciler decides what that is, as for any set: a
+		// detached set's state stays (its revisions wait for a job of its
+		// name to be annotated again), and a set with nothing stored and
+		// nothing left gets no action.
 		last = reconciler.Spec{
 			Namespace: key.Namespace, Name: key.Name,
 			PodManagementPolicy: reconciler.OrderedReady, UpdateStrategy: reconciler.RollingUpdate,
@@ -629,30 +682,6 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Obser
 	}
 	last.Deleted, last.Detached = true, false
 	return &last, nil
-}
-
-// forgetOrphanState removes stored state of a set that Nomad no longer has
-// at all. It reads first so that steady state makes no writes.
-func (c *controller) forgetOrphanState(ctx context.Context, key backend.SetKey) error {
-	c.forget(key)
-	revs, err := c.store.ListRevisions(ctx, key)
-	if err != nil {
-		return fmt.Errorf("reading revisions of %s: %w", key, err)
-	}
-	st, found, err := c.store.GetStatus(ctx, key)
-	if err != nil {
-		return fmt.Errorf("reading status of %s: %w", key, err)
-	}
-	if len(revs) == 0 && !found {
-		return nil
-	}
-	if reconciler.StatusDetached(st) {
-		// Detached, then its parent purged: the revisions wait for a job
-		// of its name to be annotated again (docs: uninstalling).
-		return nil
-	}
-	c.log.Info("removing the state of a set whose job is gone", "set", key.String())
-	return c.store.DeleteSet(ctx, key)
 }
 
 // recordInvalid leaves the set untouched and reports why, as a condition
@@ -667,7 +696,7 @@ func (c *controller) recordInvalid(ctx context.Context, key backend.SetKey, err 
 	}
 	next := reconciler.InvalidStatus(prev, msg, now)
 	if !reconciler.StatusEqual(prev, next) {
-		if perr := c.store.PutStatus(ctx, key, next); perr != nil {
+		if perr := c.store.PutStatus(withAction(ctx, key, recordStatus), key, next); perr != nil {
 			c.log.Warn("could not record the invalid-spec condition", "set", key.String(), "error", perr)
 		}
 	}
@@ -730,6 +759,9 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Revision.Name, a.Reason)
 	}
 }
+
+// recordStatus is the action a status write is made for.
+var recordStatus = reconciler.Action{Type: reconciler.ActionRecordStatus, Reason: "the status of the decision"}
 
 // actionKey is the context key of the action a call is made for.
 type actionKey struct{}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,8 @@ import (
 // TestCrashCountedOnceItsPurgeSucceeds: the crash-loop backoff counted a
 // failed pod before its purge was sent, so every failed retry of that purge
 // counted the same failure again and lengthened the backoff. It is counted
-// once Nomad has taken the purge.
+// once Nomad has taken the purge: the outcome of each try is folded into
+// the set's memory as the controller settles it.
 func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
 	ctx := context.Background()
 	sim := nomadsim.NewNomad(fastSim())
@@ -29,6 +31,7 @@ func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
 	control := &podControl{log: hclog.NewNullLogger(), nomad: nomad.NewCluster(sim), clock: func() time.Time { return now }, expectTTL: time.Minute}
+	c := &controller{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil), effector: control, expectTTL: time.Minute}
 	st := &setState{}
 	failed := reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseFailed, AllTerminal: true}
 	act := reconciler.Action{Type: reconciler.ActionDeletePod, Ordinal: 0, Pod: failed, Cause: reconciler.CauseEnded, Purge: true}
@@ -38,18 +41,19 @@ func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
 	}
 
 	sim.FailVerb(nomad.VerbDeregisterJob, 2, nomadsim.ServerError())
+	var res acted
 	for i := 0; i < 2; i++ {
-		if _, err := control.execute(ctx, p, act); err == nil {
+		if err := c.settle(p, act, control.execute(ctx, p, act), &res); err == nil {
 			t.Fatal("the purge did not fail as injected")
 		}
 	}
-	if n := st.crashes[0].count; n != 0 {
+	if n := st.memory.Crashes[0].Count; n != 0 {
 		t.Fatalf("two failed purges counted %d crashes, want none", n)
 	}
-	if _, err := control.execute(ctx, p, act); err != nil {
+	if err := c.settle(p, act, control.execute(ctx, p, act), &res); err != nil {
 		t.Fatal(err)
 	}
-	if n := st.crashes[0].count; n != 1 {
+	if n := st.memory.Crashes[0].Count; n != 1 {
 		t.Fatalf("the purge that went through counted %d crashes, want 1", n)
 	}
 }
@@ -120,31 +124,33 @@ func TestCorruptRevisionLeavesTheSetUntouched(t *testing.T) {
 	}
 }
 
-// TestHeldStepHoldsEveryLaterActionOfItsOrdinal: once a step of an ordinal
-// is held, none of that ordinal's later actions runs in the pass (an
-// expansion of a volume that could not be made, a switchover or a check
-// about a pod whose step waits), while other ordinals' actions and the
-// revision and record actions go on. It used to name four action types
-// only, and let an ExpandVolume or a CheckDisruption through.
-func TestHeldStepHoldsEveryLaterActionOfItsOrdinal(t *testing.T) {
-	held := map[int]bool{2: true}
-	for _, tc := range []struct {
-		typ     reconciler.ActionType
-		ordinal int
-		want    bool
-	}{
-		{reconciler.ActionExpandVolume, 2, true},
-		{reconciler.ActionCreatePod, 2, true},
-		{reconciler.ActionCheckDisruption, 2, true},
-		{reconciler.ActionSwitchover, 2, true},
-		{reconciler.ActionRestoreCount, 2, true},
-		{reconciler.ActionExpandVolume, 1, false},
-		{reconciler.ActionCreateRevision, 2, false},
-		{reconciler.ActionRecordOrdinals, 2, false},
-		{reconciler.ActionDeleteSetState, 0, true},
-	} {
-		if got := dependsOnHeld(reconciler.Action{Type: tc.typ, Ordinal: tc.ordinal}, held, 1); got != tc.want {
-			t.Errorf("%s of ordinal %d after ordinal 2 was held: waits %v, want %v", tc.typ, tc.ordinal, got, tc.want)
-		}
+// TestActRunsAPrefix: once a step meets a wait, nothing after its group
+// runs in the pass, whatever the action and ordinal (the filter that once
+// chose which later actions could go on had a bug of its own: it let an
+// ExpandVolume or a CheckDisruption of the held ordinal through). The
+// reconciler decides again with the wait in the set's memory.
+func TestActRunsAPrefix(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "3"}, "v1"))
+	r.eff.hold["CreateVolume 1"] = &waitError{reason: reconciler.HoldUnknownClass, msg: "no such class"}
+	p := &pass{key: r.key, st: r.c.sets.of(r.key), now: r.now}
+	out := reconciler.Output{Actions: []reconciler.Action{
+		{Type: reconciler.ActionCreateVolume, Ordinal: 0},
+		{Type: reconciler.ActionCreateVolume, Ordinal: 1},
+		{Type: reconciler.ActionExpandVolume, Ordinal: 1},
+		{Type: reconciler.ActionCreateVolume, Ordinal: 2},
+		{Type: reconciler.ActionCreateRevision},
+	}}
+	res, err := r.c.act(context.Background(), p, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"CreateVolume 0"}; !slices.Equal(r.eff.calls, want) {
+		t.Fatalf("carried out %v, want %v", r.eff.calls, want)
+	}
+	if len(res.held) != 1 || res.held[0].Reason != reconciler.HoldUnknownClass || res.held[0].Until != r.now.Add(reconciler.UnknownClassRetry) {
+		t.Fatalf("held %+v, want UnknownClass for the policy's %s", res.held, reconciler.UnknownClassRetry)
+	}
+	if hs := p.st.memory.Holds; len(hs) != 1 || hs[0].Ordinal != 1 || hs[0].Step != reconciler.StepCreate {
+		t.Fatalf("the set's memory holds %+v", hs)
 	}
 }

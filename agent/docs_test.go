@@ -15,7 +15,7 @@ import (
 // every pod state the agent shows and every hold reason it makes up
 // itself (reconciler's own are checked there), read from the source: the
 // string literals podState, nodeReason and podStateAndReason give a
-// state, and the reason of every holdError literal.
+// state, and the reason of every waitError literal.
 func TestTroubleshootingNamesEveryStateAndHold(t *testing.T) {
 	doc, err := os.ReadFile("../docs/troubleshooting.md")
 	if err != nil {
@@ -57,7 +57,7 @@ func TestTroubleshootingNamesEveryStateAndHold(t *testing.T) {
 				})
 				return false
 			case *ast.CompositeLit:
-				if id, ok := n.Type.(*ast.Ident); !ok || id.Name != "holdError" {
+				if id, ok := n.Type.(*ast.Ident); !ok || id.Name != "waitError" {
 					return true
 				}
 				for _, el := range n.Elts {
@@ -67,7 +67,7 @@ func TestTroubleshootingNamesEveryStateAndHold(t *testing.T) {
 					}
 					if lit, ok := kv.Value.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 						v, _ := strconv.Unquote(lit.Value)
-						names[v] = "holdError"
+						names[v] = "waitError"
 					}
 				}
 			}

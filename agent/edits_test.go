@@ -168,14 +168,14 @@ func TestForgetKeepsOtherSetsChildren(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1"))
 	db := backend.SetKey{Namespace: "default", Name: "web-db"}
 	r.c.sets.of(r.key).child("web-0").own = 30
-	*r.c.sets.of(db).child("web-db-0") = childMemo{own: 40, edited: 41, evaluated: 42}
+	*r.c.sets.of(db).child("web-db-0") = childMemo{own: 40, edited: 41}
 
 	r.c.forget(r.key)
 
 	if r.c.sets.of(r.key).isOwn(nomad.PodDetail{JobID: "web-0", JobModifyIndex: 30}) {
 		t.Fatal("web-0's registration is still remembered after web was forgotten")
 	}
-	if got := *r.c.sets.of(db).child("web-db-0"); got != (childMemo{own: 40, edited: 41, evaluated: 42}) {
+	if got := *r.c.sets.of(db).child("web-db-0"); got != (childMemo{own: 40, edited: 41}) {
 		t.Fatalf("forgetting web changed web-db-0's memo: %+v", got)
 	}
 }

@@ -24,9 +24,11 @@ func effectContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // podControl carries out the reconciler's actions against Nomad, the store
 // and the plugins, as Kubernetes' StatefulPodControl carries out the
-// StatefulSet controller's: it decides nothing. It holds only its own
-// dependencies; what it learns (a write to expect, a hold it met, a failure
-// to back off from) goes to the set's state it is given.
+// StatefulSet controller's: it decides nothing and remembers nothing. It
+// holds only its own dependencies, reads the pass it is given and writes
+// nothing to it: what it met is its outcome, which the reconciler folds
+// into the set's memory and the controller turns into the writes to wait
+// for. So several of its calls can run at once (a Parallel set's creates).
 type podControl struct {
 	log   hclog.Logger
 	nomad backend.Cluster
@@ -51,10 +53,8 @@ type podControl struct {
 	exec commandRunner
 }
 
-// execute carries out one action. It reports whether the set's stored state
-// was deleted (the end of a cascading delete). A step that must wait
-// returns a *holdError.
-func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
+// execute carries out one action and returns what it did.
+func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action) outcome {
 	ectx, cancel := effectContext(ctx)
 	defer cancel()
 	switch act.Type {
@@ -63,37 +63,80 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		// touched; the rest of the status waits for the end of the pass.
 		rec := p.prev
 		rec.Ordinals = act.Ordinals
-		return false, e.store.PutStatus(ectx, p.key, rec)
+		return done(e.store.PutStatus(ectx, p.key, rec))
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
-		return false, e.store.PutRevision(ectx, p.key, act.Revision)
+		return done(e.store.PutRevision(ectx, p.key, act.Revision))
 	case reconciler.ActionDeleteRevision:
-		return false, e.store.DeleteRevision(ectx, p.key, act.Revision.Name)
+		return done(e.store.DeleteRevision(ectx, p.key, act.Revision.Name))
 	case reconciler.ActionCreateVolume:
-		return false, e.createVolume(ectx, p, act)
+		node, err := e.createVolume(ectx, p, act)
+		o := wrote(err)
+		o.node = node
+		return o
 	case reconciler.ActionDeleteVolume:
-		return false, e.deleteVolume(ectx, p, act)
+		return wrote(e.deleteVolume(ectx, p, act))
 	case reconciler.ActionExpandVolume:
-		return false, e.expandVolume(ectx, p, act)
+		unsupported, err := e.expandVolume(ectx, p, act)
+		o := wrote(err)
+		o.Unsupported, o.wrote = unsupported, o.wrote && !unsupported
+		return o
 	case reconciler.ActionCreatePod:
-		return false, e.createPod(ectx, p, act)
+		index, err := e.registerPod(ectx, p, act)
+		o := wrote(err)
+		o.index = index
+		return o
 	case reconciler.ActionDeletePod:
 		if err := e.runHooks(ctx, p, act); err != nil {
-			return false, err
+			return done(err)
 		}
-		return false, e.deletePod(ectx, p, act)
+		return wrote(e.deletePod(ectx, p, act))
 	case reconciler.ActionRestoreCount:
-		return false, e.restoreCount(ectx, p, act)
+		index, err := e.restoreCount(ectx, p, act)
+		o := wrote(err)
+		o.index, o.wrote = index, o.wrote && index > 0
+		return o
 	case reconciler.ActionEvaluatePod:
-		return false, e.evaluatePod(ectx, p, act)
+		return done(e.evaluatePod(ectx, p, act))
 	case reconciler.ActionCheckDisruption:
 		// On the worker's context: the command's own timeout bounds it.
-		return false, e.checkDisruption(ctx, p, act)
+		return done(e.checkDisruption(ctx, p, act))
 	case reconciler.ActionSwitchover:
-		return false, e.switchover(ctx, p, act)
+		return done(e.switchover(ctx, p, act))
 	case reconciler.ActionDeleteSetState:
-		return e.deleteSetState(ectx, p)
+		o := done(e.deleteSetState(ectx, p, act))
+		o.stateDeleted = o.Err == nil
+		return o
 	}
-	return false, fmt.Errorf("unknown action %q", act.Type)
+	return done(fmt.Errorf("unknown action %q", act.Type))
+}
+
+// outcome is what carrying out one action did: the Result the reconciler
+// folds into the set's memory, and what the controller must see in Nomad
+// before it trusts its cache again.
+type outcome struct {
+	reconciler.Result
+	// index is the JobModifyIndex a registration got (CreatePod,
+	// RestoreCount); 0 when there is nothing to wait for.
+	index uint64
+	// node is the node a created volume is on.
+	node string
+	// stateDeleted is set when the set's stored state was deleted (the
+	// end of a cascading delete).
+	stateDeleted bool
+	// wrote is set when the effect changed Nomad's children or volumes: the
+	// change must be seen in the cache before the set is decided on again.
+	wrote bool
+}
+
+// done is the outcome of an effect that returned err.
+func done(err error) outcome { return outcome{Result: resultOf(err)} }
+
+// wrote is the outcome of an effect on Nomad's children or volumes that
+// returned err: one that succeeded must be seen in the cache.
+func wrote(err error) outcome {
+	o := done(err)
+	o.wrote = err == nil
+	return o
 }
 
 func childID(key backend.SetKey, ordinal int) string {
@@ -113,32 +156,9 @@ func podDetail(obs backend.Observation, key backend.SetKey, ord int) (backend.Po
 	return found, ok
 }
 
-// expectChild records that the set waits until Nomad's child id is seen at
-// JobModifyIndex want or later.
-func (e *podControl) expectChild(st *setState, id, what string, want uint64) {
-	st.child(id).own = want
-	st.expectWrite("child "+id+" "+what, e.clock(), e.expectTTL, func(o backend.Observation) bool {
-		for _, p := range o.Pods {
-			if p.JobID == id && p.JobModifyIndex >= want {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-func (e *podControl) createPod(ctx context.Context, p *pass, act reconciler.Action) error {
-	index, err := e.registerPod(ctx, p, act)
-	if err != nil {
-		return err
-	}
-	e.expectChild(p.st, childID(p.key, act.Ordinal), "registered", index)
-	return nil
-}
-
 // registerPod registers the child of a CreatePod action and returns its
 // JobModifyIndex. It reads the pass and writes nothing to it, so that the
-// pods of a Parallel set can be registered at once (createPods).
+// pods of a Parallel set can be registered at once.
 func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Action) (uint64, error) {
 	key, spec := p.key, p.spec
 	id := childID(key, act.Ordinal)
@@ -193,19 +213,6 @@ func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Acti
 	if err != nil {
 		return err
 	}
-	if act.Purge && act.Pod.Phase == reconciler.PhaseFailed {
-		// Counted once the failed pod is really gone, so that a retry of
-		// a deregistration that failed does not count it again.
-		p.st.crashed(act.Ordinal, p.now)
-	}
-	p.st.expectWrite("child "+id+" stopping", e.clock(), e.expectTTL, func(o backend.Observation) bool {
-		for _, q := range o.Pods {
-			if q.JobID == id && !q.Pod.Terminating {
-				return false
-			}
-		}
-		return true
-	})
 	return nil
 }
 
@@ -213,55 +220,42 @@ func (e *podControl) deletePod(ctx context.Context, p *pass, act reconciler.Acti
 // its own revision, with only the count back at 1, fenced on the
 // JobModifyIndex observed: Nomad then stops only the extra allocations and
 // the original keeps running.
-func (e *podControl) restoreCount(ctx context.Context, p *pass, act reconciler.Action) error {
+// It returns the JobModifyIndex of the registration, 0 when the cache is
+// behind Nomad (the event that says so is on its way).
+func (e *podControl) restoreCount(ctx context.Context, p *pass, act reconciler.Action) (uint64, error) {
 	d, ok := podDetail(p.obs, p.key, act.Ordinal)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	index, err := e.nomad.RestoreCount(ctx, p.key.Namespace, d.JobID, d.JobModifyIndex)
-	if err != nil {
-		if backend.IsConflict(err) {
-			e.requestResync()
-		}
-		return err
+	if err != nil && backend.IsConflict(err) {
+		e.requestResync()
 	}
-	if index == 0 {
-		// The cache is behind Nomad: the event that says so is on its way.
-		return nil
-	}
-	e.expectChild(p.st, d.JobID, "back to count 1", index)
-	return nil
+	return index, err
 }
 
-// evaluatePod asks Nomad to place a blocked child again, and remembers for
-// which node change it asked, so that it asks once per change.
+// evaluatePod asks Nomad to place a blocked child again; the reconciler
+// remembers for which node change (reconciler.Fold), to ask once per change.
 func (e *podControl) evaluatePod(ctx context.Context, p *pass, act reconciler.Action) error {
 	d, ok := podDetail(p.obs, p.key, act.Ordinal)
 	if !ok {
 		return nil
 	}
-	if err := e.nomad.EvaluateChild(ctx, p.key.Namespace, d.JobID); err != nil {
-		return err
-	}
-	p.st.child(d.JobID).evaluated = p.nodeBackSince[act.Ordinal]
-	return nil
+	return e.nomad.EvaluateChild(ctx, p.key.Namespace, d.JobID)
 }
 
-// deleteSetState purges the set's stopped children, so nothing of it is
-// left in Nomad, then deletes its stored state.
-func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) {
-	for _, s := range p.obs.Stopped {
-		if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, s.JobID, true); err != nil && !errors.Is(err, backend.ErrNotFound) {
-			return false, err
+// deleteSetState purges the stopped children the reconciler names, so
+// nothing of the set is left in Nomad, then deletes its stored state.
+func (e *podControl) deleteSetState(ctx context.Context, p *pass, act reconciler.Action) error {
+	for _, id := range act.Targets {
+		if err := e.nomad.DeregisterChild(ctx, p.key.Namespace, id, true); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			return err
 		}
 	}
 	if len(p.revs) == 0 && !p.found {
-		return true, nil
+		return nil
 	}
-	if err := e.store.DeleteSet(ctx, p.key); err != nil {
-		return false, err
-	}
-	return true, nil
+	return e.store.DeleteSet(ctx, p.key)
 }
 
 // hookEvent is the lifecycle hook a deletion runs, by why it happens. An
@@ -271,7 +265,7 @@ func (e *podControl) deleteSetState(ctx context.Context, p *pass) (bool, error) 
 // so they run pre_delete. A pod that already ended, or a duplicate, runs
 // none.
 func hookEvent(act reconciler.Action) (plugin.Event, bool) {
-	if act.Type != reconciler.ActionDeletePod {
+	if !act.Disrupts() {
 		return "", false
 	}
 	switch act.Cause {
@@ -300,11 +294,7 @@ func (e *podControl) runHooks(ctx context.Context, p *pass, act reconciler.Actio
 	if res.Proceed {
 		return nil
 	}
-	wait := res.RetryAfter
-	if wait <= 0 {
-		wait = 10 * time.Second
-	}
-	return &holdError{step: reconciler.StepDisrupt, reason: reconciler.HoldHookWaiting, wait: wait,
+	return &waitError{reason: reconciler.HoldHookWaiting, retryAfter: res.RetryAfter,
 		msg: fmt.Sprintf("%s hook %q holds %s: %s", event, res.Hook, pod.Name, res.Reason)}
 }
 
@@ -366,7 +356,7 @@ func volumeRequest(key backend.SetKey, spec reconciler.Spec, obs backend.Observa
 // leaves that class's volumes at their size, and says so) and the pod
 // comes back on its volume as it is. A volume Nomad still counts as
 // claimed (the old allocation is being released) waits a little.
-func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.Action) (unsupported bool, err error) {
 	started := e.clock()
 	before := int64(0)
 	for _, v := range p.obs.Volumes {
@@ -374,25 +364,20 @@ func (e *podControl) expandVolume(ctx context.Context, p *pass, act reconciler.A
 			before = v.Volume.Capacity
 		}
 	}
-	_, err := e.provisioner.ExpandVolume(ctx, volumeRequest(p.key, p.spec, p.obs, act))
+	_, err = e.provisioner.ExpandVolume(ctx, volumeRequest(p.key, p.spec, p.obs, act))
 	switch {
 	case errors.Is(err, plugin.ErrExpandUnsupported):
-		p.st.cannotExpand = appendUnique(p.st.cannotExpand, act.Volume.Class)
 		e.event(p.key, p.now, "ExpandUnsupported", fmt.Sprintf("%s: the provisioner of class %q cannot expand volumes; it keeps its %s",
 			act.Volume.Name, classOrDefault(act.Volume.Class), bytesize.Format(before)))
-		return nil
+		return true, nil
 	case errors.Is(err, plugin.ErrVolumeInUse):
-		return &holdError{step: reconciler.StepCreate, reason: "VolumeInUse", wait: 5 * time.Second, msg: err.Error()}
+		return false, &waitError{reason: reconciler.HoldVolumeInUse, msg: err.Error()}
 	case err != nil:
-		return pluginDown(err)
+		return false, pluginDown(err)
 	}
 	e.event(p.key, p.now, "VolumeExpanded", fmt.Sprintf("%s: %s → %s in %s", act.Volume.Name, bytesize.Format(before),
 		bytesize.Format(act.Volume.Capacity), e.clock().Sub(started).Round(time.Millisecond)))
-	name, want := act.Volume.Name, act.Volume.Capacity
-	p.st.expectWrite("volume "+name+" expanded", e.clock(), e.expectTTL, func(o backend.Observation) bool {
-		return slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name && v.Volume.Capacity >= want })
-	})
-	return nil
+	return false, nil
 }
 
 // classOrDefault names a storage class for messages.
@@ -401,14 +386,6 @@ func classOrDefault(class string) string {
 		return "(default)"
 	}
 	return class
-}
-
-// appendUnique adds s to list unless it is there.
-func appendUnique(list []string, s string) []string {
-	if slices.Contains(list, s) {
-		return list
-	}
-	return append(list, s)
 }
 
 // claimClassKey is the annotation that names a claim's storage class
@@ -427,7 +404,7 @@ type fineNodes interface {
 // hot.
 func pluginDown(err error) error {
 	if errors.Is(err, plugin.ErrPluginUnavailable) {
-		return &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: 15 * time.Second, msg: err.Error()}
+		return &waitError{reason: reconciler.HoldPluginUnavailable, msg: err.Error()}
 	}
 	return err
 }
@@ -436,7 +413,8 @@ func pluginDown(err error) error {
 // domains, unless the reconciler said to drop the spread rule. A volume for
 // an ordinal that already has one goes to that node: its pod mounts all of
 // them on one node.
-func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.Action) error {
+// It returns the node the volume is on.
+func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.Action) (string, error) {
 	key, spec := p.key, p.spec
 	req := volumeRequest(key, spec, p.obs, act)
 	var used []string
@@ -445,7 +423,7 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 	} else if !act.Unspread {
 		var err error
 		if used, err = e.usedSpreadValues(ctx, spec, p.obs, p.placed, act.Ordinal); err != nil {
-			return fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
+			return "", fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
 		req.Constraints = append(req.Constraints, spreadConstraints(spec.Spread, used)...)
 	}
@@ -454,19 +432,14 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 		// No node with a spread value of its own takes it: the reconciler
 		// decides whether to wait (a required spread) or to place it where
 		// it fits (a soft one).
-		return spreadUnmet(act.Ordinal, spec, used, err)
+		return "", spreadUnmet(act.Ordinal, spec, used, err)
 	}
 	if errors.Is(err, plugin.ErrUnknownClass) {
-		return &holdError{step: reconciler.StepCreate, reason: "UnknownClass", wait: time.Minute,
-			msg: fmt.Sprintf("%s: %v", claimClassKey(act.Volume.Claim), err)}
+		return "", &waitError{reason: reconciler.HoldUnknownClass, msg: fmt.Sprintf("%s: %v", claimClassKey(act.Volume.Claim), err)}
 	}
 	if err != nil {
-		return pluginDown(err)
+		return "", pluginDown(err)
 	}
-	if p.placed == nil {
-		p.placed = map[int][]string{}
-	}
-	p.placed[act.Ordinal] = append(p.placed[act.Ordinal], vol.NodeID)
 	if rec, ok := findOrdinalRecord(p.prev.Ordinals, act.Ordinal); ok && rec.Revision != "" {
 		// The ordinal has run before, so this volume replaces one that is
 		// gone (deleted by hand, or by pod replace -new-volume) or serves a
@@ -475,22 +448,12 @@ func (e *podControl) createVolume(ctx context.Context, p *pass, act reconciler.A
 		e.event(key, p.now, "NewVolume", fmt.Sprintf("%s: created empty for %s, which has run before: its data in this volume starts new",
 			act.Volume.Name, reconciler.PodName(key.Name, act.Ordinal)))
 	}
-	// The watcher sees the volume on the HostVolume topic; until it does,
-	// the set waits rather than act on a cache without it.
-	name := vol.Name
-	p.st.expectWrite("volume "+name+" created", e.clock(), e.expectTTL, func(o backend.Observation) bool {
-		return slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
-	})
-	return nil
+	return vol.NodeID, nil
 }
 
 func (e *podControl) deleteVolume(ctx context.Context, p *pass, act reconciler.Action) error {
 	if err := e.provisioner.DeleteVolume(ctx, volumeRequest(p.key, p.spec, p.obs, act)); err != nil {
 		return pluginDown(err)
 	}
-	name := act.Volume.Name
-	p.st.expectWrite("volume "+name+" deleted", e.clock(), e.expectTTL, func(o backend.Observation) bool {
-		return !slices.ContainsFunc(o.Volumes, func(v backend.VolumeDetail) bool { return v.Volume.Name == name })
-	})
 	return nil
 }

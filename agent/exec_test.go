@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,6 +47,23 @@ func askRig(answer func(allocID, command string, env map[string]string) (int, st
 	return e, p, run
 }
 
+// runAsk carries out act as the controller does: the effect, then its
+// result settled into the set's memory. It returns the effect's outcome
+// and the hold it became, if any.
+func runAsk(t *testing.T, e *podControl, p *pass, act reconciler.Action) (outcome, *reconciler.Hold) {
+	t.Helper()
+	c := &controller{log: hclog.NewNullLogger(), clock: e.clock, sets: newSetStates(nil), effector: e, expectTTL: time.Minute}
+	o := e.execute(context.Background(), p, act)
+	var res acted
+	if err := c.settle(p, act, o, &res); err != nil {
+		t.Fatalf("%s: %v", act.Type, err)
+	}
+	if len(res.held) == 0 {
+		return o, nil
+	}
+	return o, &res.held[0]
+}
+
 // TestDisruptionCheckRunsInAnotherPod: the check runs in the pod the
 // reconciler named, with the env of DESIGN §3b; a pass clears the pod for a
 // while, a refusal holds it with the command's output and a growing backoff,
@@ -56,38 +72,35 @@ func TestDisruptionCheckRunsInAnotherPod(t *testing.T) {
 	exit, out := 0, ""
 	e, p, run := askRig(func(string, string, map[string]string) (int, string, error) { return exit, out, nil })
 	act := reconciler.Action{Type: reconciler.ActionCheckDisruption, Ordinal: 2, Target: 0}
-	if _, err := e.execute(context.Background(), p, act); err != nil {
-		t.Fatal(err)
+	if _, h := runAsk(t, e, p, act); h != nil {
+		t.Fatalf("a pass held: %+v", h)
 	}
 	env := run.ran[0]
 	if run.allocs[0] != "alloc-0" || env["NSS_SET"] != "pg" || env["NSS_POD"] != "pg-0" || env["NSS_ORDINAL"] != "0" ||
 		env["NSS_TARGET_POD"] != "pg-2" || env["NSS_TARGET_ORDINAL"] != "2" {
 		t.Fatalf("ran in %s with %v", run.allocs[0], env)
 	}
-	if c := p.st.liveClearances(p.now); len(c) != 1 || c[0].Ordinal != 2 || !c[0].Until.After(p.now) {
+	if c := p.st.memory.Cleared; len(c) != 1 || c[0].Ordinal != 2 || !c[0].Until.After(p.now) {
 		t.Fatalf("clearances after a pass: %+v", c)
 	}
 
 	exit, out = 1, "replica lag\n 12 MB"
 	var waits []time.Duration
 	for i := 0; i < 2; i++ {
-		_, err := e.execute(context.Background(), p, act)
-		var h *holdError
-		if !errors.As(err, &h) || h.reason != reconciler.HoldDisruptionCheckFailed || h.step != reconciler.StepDisrupt ||
-			!strings.Contains(h.msg, "replica lag 12 MB") {
-			t.Fatalf("a refusal gave %v", err)
+		_, h := runAsk(t, e, p, act)
+		if h == nil || h.Reason != reconciler.HoldDisruptionCheckFailed || h.Step != reconciler.StepDisrupt ||
+			!strings.Contains(h.Message, "replica lag 12 MB") {
+			t.Fatalf("a refusal gave %+v", h)
 		}
-		waits = append(waits, h.wait)
+		waits = append(waits, h.Until.Sub(p.now))
 	}
 	if waits[1] <= waits[0] {
 		t.Fatalf("backoff did not grow: %v", waits)
 	}
 
 	e.exec = nil
-	_, err := e.execute(context.Background(), p, act)
-	var h *holdError
-	if !errors.As(err, &h) || !strings.Contains(h.msg, "could not run the disruption check") {
-		t.Fatalf("a check that cannot run gave %v", err)
+	if _, h := runAsk(t, e, p, act); h == nil || !strings.Contains(h.Message, "could not run the disruption check") {
+		t.Fatalf("a check that cannot run gave %+v", h)
 	}
 }
 
@@ -98,46 +111,47 @@ func TestSwitchoverWaitsForTheLeaderToMove(t *testing.T) {
 	exit := 0
 	e, p, run := askRig(func(string, string, map[string]string) (int, string, error) { return exit, "promoting", nil })
 	act := reconciler.Action{Type: reconciler.ActionSwitchover, Ordinal: 1, Target: 2}
-	if _, err := e.execute(context.Background(), p, act); err != nil {
-		t.Fatal(err)
+	if _, h := runAsk(t, e, p, act); h != nil {
+		t.Fatalf("a switchover that ran held: %+v", h)
 	}
 	if run.allocs[0] != "alloc-1" || run.ran[0]["NSS_TARGET_POD"] != "pg-2" {
 		t.Fatalf("switchover ran in %s with %v", run.allocs[0], run.ran[0])
 	}
-	holds := p.st.liveHolds(p.now)
+	holds := p.st.memory.Holds
 	if len(holds) != 1 || holds[0].Reason != reconciler.HoldSwitchingOver || holds[0].Ordinal != 1 ||
-		holds[0].Until.Sub(p.now) != defaultSwitchoverTimeout {
+		holds[0].Until.Sub(p.now) != reconciler.DefaultSwitchoverTimeout {
 		t.Fatalf("holds after a switchover: %+v", holds)
 	}
-	c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil)}
-	p.now = p.now.Add(3 * time.Second)
-	c.noteLeader(p, []reconciler.Pod{{Ordinal: 1, Leader: true}})
-	// For a moment both checks pass: the switch is announced, and the hold
-	// stays, so that the old leader is not asked for another switchover.
-	c.noteLeader(p, []reconciler.Pod{{Ordinal: 1, Leader: true}, {Ordinal: 2, Leader: true}})
-	if holds := p.st.liveHolds(p.now); len(holds) != 1 {
+	// The next decisions see the leader move; the agent announces the
+	// change the reconciler reports, once.
+	c := &controller{log: hclog.NewNullLogger(), clock: e.clock, sets: newSetStates(nil), effector: e}
+	decide := func(pods ...reconciler.Pod) {
+		p.now = p.now.Add(time.Second)
+		out := reconciler.Reconcile(reconciler.Input{Spec: p.spec, Now: p.now, Memory: p.st.memory, Pods: pods})
+		if _, err := c.act(context.Background(), p, reconciler.Output{Memory: out.Memory, LeaderChange: out.LeaderChange}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decide(reconciler.Pod{Ordinal: 1, Leader: true})
+	decide(reconciler.Pod{Ordinal: 1, Leader: true}, reconciler.Pod{Ordinal: 2, Leader: true})
+	if holds := p.st.memory.Holds; len(holds) != 1 {
 		t.Fatalf("holds while pg-1 and pg-2 both look like leaders: %+v", holds)
 	}
-	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
-	c.noteLeader(p, []reconciler.Pod{{Ordinal: 2, Leader: true}})
+	decide(reconciler.Pod{Ordinal: 2, Leader: true})
+	decide(reconciler.Pod{Ordinal: 2, Leader: true})
 	d, _ := c.sets.get(p.key)
-	if n := len(d.Events); n != 1 || !strings.Contains(d.Events[0].Message, "pg-2 leads, after a switchover from pg-1 in 3s") {
+	if n := len(d.Events); n != 1 || !strings.Contains(d.Events[0].Message, "pg-2 leads, after a switchover from pg-1 in 2s") {
 		t.Fatalf("events: %+v", d.Events)
 	}
 	// The switch is done: the hold is gone, and does not come back to
-	// life should pg-1 lead again before the command's timeout (a
-	// failover back, or a switchover by hand). It used to stay until the
-	// timeout, and then held pg-1's next disruption, saying "handed
-	// leadership to pg-2; waiting for the leader check to pass there".
-	if holds := p.st.liveHolds(p.now); len(holds) != 0 {
+	// life should pg-1 lead again before the command's timeout.
+	if holds := p.st.memory.Holds; len(holds) != 0 {
 		t.Fatalf("holds once only pg-2 leads: %+v", holds)
 	}
 
 	exit = 3
-	_, err := e.execute(context.Background(), p, act)
-	var h *holdError
-	if !errors.As(err, &h) || h.reason != reconciler.HoldSwitchoverFailed || !strings.Contains(h.msg, "exit 3") {
-		t.Fatalf("a failed switchover gave %v", err)
+	if _, h := runAsk(t, e, p, act); h == nil || h.Reason != reconciler.HoldSwitchoverFailed || !strings.Contains(h.Message, "exit 3") {
+		t.Fatalf("a failed switchover gave %+v", h)
 	}
 }
 

@@ -14,30 +14,26 @@ import (
 // hold the set.
 const capabilitiesTimeout = 10 * time.Second
 
-// capabilitiesRetry is how soon a set is looked at again after its
-// provisioner could not be asked whether a class can expand.
-const capabilitiesRetry = 15 * time.Second
-
 // capabilitySource answers what a storage class's provisioner can do: the
 // plugin manager's provisioner, or a fake in tests.
 type capabilitySource interface {
 	Capabilities(ctx context.Context, req *plugin.VolumeRequest) (*plugin.Capabilities, error)
 }
 
-// cannotExpand is Input.CannotExpand: the storage classes whose volumes a
-// claim now asks to grow and whose provisioner cannot expand them. Each
-// such class's provisioner is asked before the reconciler decides, because
-// a volume can only be expanded once its pod is stopped: learning it from
+// cannotExpand is Input.CannotExpand and Input.CapabilitiesUnknown: the
+// storage classes whose volumes a claim now asks to grow and whose
+// provisioner says it cannot expand them, and those whose provisioner could
+// not be asked (down, or the class gone from the config). Each such class's
+// provisioner is asked before the reconciler decides, because a volume can
+// only be expanded once its pod is stopped: learning it from
 // ExpandVolume's refusal would stop a pod for nothing, once per leadership
-// term. A provisioner that cannot be asked (down, or the class gone from
-// the config) counts as one that cannot expand for this pass, so that
-// nothing is stopped on a guess; the set is looked at again soon
-// (p.askAgain). A class whose ExpandVolume refused although Capabilities
-// said it could (st.cannotExpand) stays refused for the term.
-func (c *controller) cannotExpand(ctx context.Context, p *pass) []string {
-	out := slices.Clone(p.st.cannotExpand)
+// term. The reconciler grows neither kind (nothing is stopped on a guess)
+// and looks again soon at the second. A class whose ExpandVolume refused
+// although Capabilities said it could is in the set's memory for the term
+// (reconciler.Memory.CannotExpand) and is not asked again.
+func (c *controller) cannotExpand(ctx context.Context, p *pass) (cannot, unknown []string) {
 	if c.capabilities == nil || len(p.spec.ClaimTemplates) == 0 {
-		return out
+		return nil, nil
 	}
 	var asked []string
 	for _, v := range p.obs.Volumes {
@@ -46,7 +42,7 @@ func (c *controller) cannotExpand(ctx context.Context, p *pass) []string {
 			continue
 		}
 		asked = append(asked, class)
-		if slices.Contains(out, class) {
+		if slices.Contains(p.st.memory.CannotExpand, class) {
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, capabilitiesTimeout)
@@ -55,8 +51,8 @@ func (c *controller) cannotExpand(ctx context.Context, p *pass) []string {
 		switch {
 		case err != nil:
 			c.log.Warn("cannot ask the volume provisioner whether it can expand; growing nothing of the class for now",
-				"set", p.key.String(), "class", classOrDefault(class), "error", err, "retry_in", capabilitiesRetry)
-			p.askAgain = capabilitiesRetry
+				"set", p.key.String(), "class", classOrDefault(class), "error", err, "retry_in", reconciler.CapabilitiesRetry)
+			unknown = append(unknown, class)
 		case !caps.Expand:
 			if !slices.Contains(p.st.unexpandable, class) {
 				// Once per class and term: the condition says it for good.
@@ -64,12 +60,10 @@ func (c *controller) cannotExpand(ctx context.Context, p *pass) []string {
 				c.sets.event(p.key, p.now, "ExpandUnsupported", "the provisioner of class "+classOrDefault(class)+
 					" cannot expand volumes ("+caps.Reason+"); its volumes keep their size and no pod is stopped for them")
 			}
-		default:
-			continue
+			cannot = append(cannot, class)
 		}
-		out = append(out, class)
 	}
-	return out
+	return cannot, unknown
 }
 
 // growthClass returns the class of v when its claim asks it to grow: the

@@ -56,31 +56,30 @@ func TestCannotExpandIsAskedBeforeDeciding(t *testing.T) {
 		vols      []nomad.VolumeDetail
 		want      []string
 		asked     []string
-		askAgain  time.Duration
-		refused   []string // st.cannotExpand: an ExpandVolume refused this term
+		unknown   []string // Input.CapabilitiesUnknown
+		refused   []string // the memory's CannotExpand: an ExpandVolume refused this term
 		wantEvent int
 	}{
 		{name: "nothing to grow", vols: []nomad.VolumeDetail{vol("data", "fast", 20), vol("wal", "slow", 30)}},
 		{name: "a class that can", vols: []nomad.VolumeDetail{vol("data", "fast", 10)}, asked: []string{"fast"}},
 		{name: "a class that cannot", vols: []nomad.VolumeDetail{vol("data", "fast", 10), vol("wal", "slow", 10), vol("wal", "slow", 5)},
 			want: []string{"slow"}, asked: []string{"fast", "slow"}, wantEvent: 1},
-		{name: "a provisioner down", vols: []nomad.VolumeDetail{vol("logs", "down", 5)}, want: []string{"down"}, asked: []string{"down"},
-			askAgain: capabilitiesRetry},
+		{name: "a provisioner down", vols: []nomad.VolumeDetail{vol("logs", "down", 5)}, unknown: []string{"down"}, asked: []string{"down"}},
 		{name: "unknown size or another class", vols: []nomad.VolumeDetail{vol("wal", "slow", 0), vol("tmp", "fast", 10)}},
-		{name: "refused this term", vols: []nomad.VolumeDetail{vol("data", "fast", 10)}, refused: []string{"fast"}, want: []string{"fast"}},
+		{name: "refused this term", vols: []nomad.VolumeDetail{vol("data", "fast", 10)}, refused: []string{"fast"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			caps := &fakeCapabilities{fixed: []string{"slow"}, down: []string{"down"}}
 			c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil), capabilities: caps}
 			st := c.sets.of(key)
-			st.cannotExpand = slices.Clone(tc.refused)
+			st.memory.CannotExpand = slices.Clone(tc.refused)
 			for round := 0; round < 2; round++ {
 				caps.asked = nil
 				p := &pass{key: key, st: st, spec: spec, obs: nomad.Observation{Volumes: tc.vols}, now: time.Unix(100, 0)}
-				got := c.cannotExpand(context.Background(), p)
-				if fmt.Sprint(got) != fmt.Sprint(tc.want) || fmt.Sprint(caps.asked) != fmt.Sprint(tc.asked) || p.askAgain != tc.askAgain {
-					t.Fatalf("round %d: CannotExpand %v after asking %v, ask again in %s; want %v after asking %v, %s",
-						round, got, caps.asked, p.askAgain, tc.want, tc.asked, tc.askAgain)
+				got, unknown := c.cannotExpand(context.Background(), p)
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) || fmt.Sprint(caps.asked) != fmt.Sprint(tc.asked) || fmt.Sprint(unknown) != fmt.Sprint(tc.unknown) {
+					t.Fatalf("round %d: CannotExpand %v, unknown %v after asking %v; want %v, %v after asking %v",
+						round, got, unknown, caps.asked, tc.want, tc.unknown, tc.asked)
 				}
 			}
 			d, _ := c.sets.get(key)
@@ -98,7 +97,7 @@ func TestCannotExpandIsAskedBeforeDeciding(t *testing.T) {
 	// Without a capability source (tests that need none) nothing is asked.
 	c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil)}
 	p := &pass{key: key, st: c.sets.of(key), spec: spec, obs: nomad.Observation{Volumes: []nomad.VolumeDetail{vol("wal", "slow", 10)}}}
-	if got := c.cannotExpand(context.Background(), p); len(got) != 0 {
+	if got, _ := c.cannotExpand(context.Background(), p); len(got) != 0 {
 		t.Fatalf("CannotExpand %v without a capability source", got)
 	}
 }

@@ -120,34 +120,6 @@ func TestQueueRateLimitedRetriesAndForgetResets(t *testing.T) {
 	}
 }
 
-func TestCrashBackoffWaitsLongerAfterEachFailure(t *testing.T) {
-	var st setState
-	now := time.Unix(1000, 0)
-	wait := func(ord int, at time.Time) time.Duration {
-		for _, h := range st.backoffHolds(at) {
-			if h.Ordinal == ord && h.Step == reconciler.StepCreate && h.Reason == reconciler.HoldBackOff {
-				return h.Until.Sub(at)
-			}
-		}
-		return 0
-	}
-	st.crashed(2, now)
-	if w := wait(2, now); w != 0 {
-		t.Fatalf("the first failure is recreated at once, got a wait of %v", w)
-	}
-	st.crashed(2, now)
-	st.crashed(2, now)
-	if w := wait(2, now); w != 2*time.Second {
-		t.Fatalf("after three failures wait %v, want 2s", w)
-	}
-	if w := wait(1, now); w != 0 {
-		t.Fatalf("another ordinal must not wait: %v", w)
-	}
-	if w := wait(2, now.Add(crashBackoffReset+time.Second)); w != 0 {
-		t.Fatalf("failures older than the reset window must be forgotten: %v", w)
-	}
-}
-
 func TestQueueShutDownReleasesWorkers(t *testing.T) {
 	q := newQueue(time.Millisecond, time.Second)
 	done := make(chan bool)

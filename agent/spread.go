@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin"
@@ -73,15 +72,9 @@ func spreadConstraints(attr string, used []string) []plugin.Constraint {
 	return out
 }
 
-// spreadRetry is how long a spread no node meets holds the ordinal's
-// creation (required spread) or lets it go without the rule (soft spread)
-// before the rule is tried again; a node event (a node joining, a drain
-// ending) looks at the set sooner.
-const spreadRetry = 30 * time.Second
-
 // spreadUnmet reports that no node with a spread value of its own takes the
 // ordinal; the reconciler decides what follows (Hold SpreadUnsatisfiable).
 func spreadUnmet(ord int, spec reconciler.Spec, used []string, err error) error {
-	return &holdError{step: reconciler.StepCreate, reason: reconciler.HoldSpreadUnsatisfiable, wait: spreadRetry,
+	return &waitError{reason: reconciler.HoldSpreadUnsatisfiable,
 		msg: fmt.Sprintf("ordinal %d needs a node whose %s is none of %v: %v", ord, spec.Spread, used, err)}
 }

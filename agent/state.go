@@ -34,35 +34,15 @@ type setState struct {
 	// event and a warning), so that it is announced once per term, and
 	// its adoption when it is annotated again.
 	detached bool
-	// vanished holds the ordinals found missing at the set's first pass in
-	// this term and when each may be created again (unwatchedGone);
-	// vanishedKnown says that first pass happened.
-	vanished      map[int]time.Time
-	vanishedKnown bool
+	// memory is the set's decision memory (reconciler.Memory): the
+	// reconciler's last Output.Memory, with the result of every action
+	// carried out since folded in.
+	memory reconciler.Memory
 	// expect are the writes not yet seen in the cache.
 	expect []expectation
-	// crashes counts, per ordinal, the recent failures of its pod: the
-	// crash-loop backoff.
-	crashes map[int]crashRecord
-	// holds are the waits the effector met (a hook that said wait, a
-	// plugin that is down, a spread no node meets), passed to the
-	// reconciler until they end.
-	holds []reconciler.Hold
 	// readyHolds remembers, per allocation ID, what the post_ready hooks
 	// said.
 	readyHolds map[string]*readyHold
-	// cleared are the passing disruption checks, until they go stale.
-	cleared []reconciler.Clearance
-	// askFailures counts, per ordinal, the disruption checks and
-	// switchovers refused in a row: their backoff.
-	askFailures map[int]int
-	// switching is the switchover whose command ran, until another pod
-	// is seen to lead.
-	switching *switchoverRecord
-	// cannotExpand are the storage classes whose ExpandVolume refused
-	// although their provisioner's Capabilities said it could expand: a
-	// pod was stopped for it once, and no other will be this term.
-	cannotExpand []string
 	// unexpandable are the classes whose Capabilities said they cannot
 	// expand, each reported once in an event this term.
 	unexpandable []string
@@ -92,9 +72,6 @@ type childMemo struct {
 	// edited is the JobModifyIndex of the hand edit last reported, so that
 	// it is reported once.
 	edited uint64
-	// evaluated is the node change (NodeState.FineSince) for which Nomad
-	// was last asked to place the child again.
-	evaluated uint64
 }
 
 // child returns the memo of child job id, creating it.
@@ -108,46 +85,6 @@ func (st *setState) child(id string) *childMemo {
 		st.children[id] = m
 	}
 	return m
-}
-
-// addHold records a wait the effector met, replacing an earlier one on the
-// same ordinal and step.
-func (st *setState) addHold(h reconciler.Hold) {
-	for i := range st.holds {
-		if st.holds[i].Ordinal == h.Ordinal && st.holds[i].Step == h.Step {
-			st.holds[i] = h
-			return
-		}
-	}
-	st.holds = append(st.holds, h)
-}
-
-// dropHold removes ord's hold for reason, if it has one.
-func (st *setState) dropHold(ord int, reason string) {
-	keep := st.holds[:0]
-	for _, h := range st.holds {
-		if h.Ordinal != ord || h.Reason != reason {
-			keep = append(keep, h)
-		}
-	}
-	st.holds = keep
-}
-
-// liveHolds drops the holds that ended by now and returns the rest.
-func (st *setState) liveHolds(now time.Time) []reconciler.Hold {
-	st.holds = dropEnded(st.holds, now, func(h reconciler.Hold) time.Time { return h.Until })
-	return st.holds
-}
-
-// dropEnded keeps, in place, the entries of list whose end is after now.
-func dropEnded[T any](list []T, now time.Time, end func(T) time.Time) []T {
-	keep := list[:0]
-	for _, x := range list {
-		if end(x).After(now) {
-			keep = append(keep, x)
-		}
-	}
-	return keep
 }
 
 // setStates is the one map of per-set state of a leadership term.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,31 +32,42 @@ import (
 // ("CreatePod 5") as a backoff or a hook would.
 type fakeEffector struct {
 	store backend.Store
+	// mu guards calls: the actions of a group run at once.
+	mu    sync.Mutex
 	calls []string
-	hold  map[string]*holdError
+	hold  map[string]*waitError
 	// next, when set, carries the actions out for real after they are
 	// recorded (a podControl over a simulated Nomad).
 	next effector
 }
 
-func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Action) (bool, error) {
+func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Action) outcome {
 	name := fmt.Sprintf("%s %d", act.Type, act.Ordinal)
-	if d := f.hold[name]; d != nil {
-		return false, d
+	f.mu.Lock()
+	d := f.hold[name]
+	if d == nil {
+		f.calls = append(f.calls, name)
 	}
-	f.calls = append(f.calls, name)
+	f.mu.Unlock()
+	if d != nil {
+		return done(d)
+	}
 	if f.next != nil {
 		return f.next.execute(ctx, p, act)
 	}
 	switch act.Type {
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
-		return false, f.store.PutRevision(ctx, p.key, act.Revision)
+		return done(f.store.PutRevision(ctx, p.key, act.Revision))
 	case reconciler.ActionRecordOrdinals:
 		st := p.prev
 		st.Ordinals = act.Ordinals
-		return false, f.store.PutStatus(ctx, p.key, st)
+		return done(f.store.PutStatus(ctx, p.key, st))
+	case reconciler.ActionDeleteSetState:
+		o := done(f.store.DeleteSet(ctx, p.key))
+		o.stateDeleted = o.Err == nil
+		return o
 	}
-	return false, nil
+	return outcome{}
 }
 
 // recordingQueue records what the controller queues.
@@ -91,7 +103,7 @@ func newSyncRig(t *testing.T, parent *api.Job) *syncRig {
 	parent.Version, parent.JobModifyIndex, parent.ModifyIndex, parent.CreateIndex = ptr(uint64(0)), ptr(uint64(10)), ptr(uint64(10)), ptr(uint64(10))
 	r.cache.Replace(nomad.Snapshot{Index: 10, Jobs: []*api.Job{parent}})
 	store := memory.NewStore()
-	r.eff = &fakeEffector{store: store, hold: map[string]*holdError{}}
+	r.eff = &fakeEffector{store: store, hold: map[string]*waitError{}}
 	r.c = &controller{
 		log: hclog.NewNullLogger(), store: store, term: &nomad.Term{Cache: r.cache}, render: jobs.RenderedDigest, queue: r.queue,
 		expectTTL: time.Minute, clock: func() time.Time { return r.now },
@@ -156,19 +168,32 @@ func (r *syncRig) sync(t *testing.T) {
 // TestHeldStepHoldsOnlyItsOrdinal is issue 17's first defect: under
 // Parallel a scale-up emits CreatePod for every new ordinal in one pass, and
 // one of them in crash-loop backoff used to hold all the others for up to
-// the backoff's maximum (5 minutes). A held step now holds only the actions
-// that depend on it: the same ordinal's, and the end of a cascading delete.
+// the backoff's maximum (5 minutes). The agent runs a prefix of the
+// decision: the pass stops after the group in which the step was held, and
+// the set is queued again at once; the next decision, with the wait in the
+// set's memory, creates every other ordinal and holds only the one.
 func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{
 		"statefulset_replicas": "10", "statefulset_pod_management_policy": "Parallel"}, "v1"))
-	r.eff.hold["CreatePod 5"] = &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: 5 * time.Minute, msg: "the plugin is down"}
+	r.eff.hold["CreatePod 5"] = &waitError{reason: reconciler.HoldPluginUnavailable, msg: "the plugin is down"}
 	r.sync(t)
+	if slices.Contains(r.eff.calls, "CreatePod 9") && slices.Contains(r.eff.calls, "CreatePod 8") {
+		// 1, 2, 4, then 3: 5 is in the fourth group with 3 others only if
+		// the prefix went on past the group with the wait.
+		t.Fatalf("the pass went on past the held group: %v", r.eff.calls)
+	}
+	first := slices.Clone(r.eff.calls)
+	if len(r.queue.added) == 0 {
+		t.Fatal("a held pass did not queue the set again at once")
+	}
+	r.sync(t)
+	calls := append(first, r.eff.calls...)
 	for o := 0; o < 10; o++ {
 		want := fmt.Sprintf("CreatePod %d", o)
-		if got := slices.Contains(r.eff.calls, want); got != (o != 5) {
-			t.Errorf("%s carried out: %v, want %v", want, got, o != 5)
+		if got := slices.Contains(calls, want); got != (o != 5) {
+			t.Errorf("%s carried out: %v, want %v (%v)", want, got, o != 5, calls)
 		}
-		if !slices.Contains(r.eff.calls, fmt.Sprintf("CreateVolume %d", o)) {
+		if !slices.Contains(calls, fmt.Sprintf("CreateVolume %d", o)) {
 			t.Errorf("CreateVolume %d not carried out: it comes before the held step", o)
 		}
 	}
@@ -190,12 +215,12 @@ func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 	// held ordinal's creation back and says so, with no call to the
 	// effector, until the wait ends.
 	delete(r.eff.hold, "CreatePod 5")
-	r.now = r.now.Add(time.Minute)
+	r.now = r.now.Add(reconciler.PluginRetry - time.Second)
 	r.sync(t)
 	if slices.Contains(r.eff.calls, "CreatePod 5") {
 		t.Fatalf("CreatePod 5 carried out while its hold is in force: %v", r.eff.calls)
 	}
-	r.now = r.now.Add(5 * time.Minute)
+	r.now = r.now.Add(time.Second)
 	r.sync(t)
 	if !slices.Contains(r.eff.calls, "CreatePod 5") {
 		t.Fatalf("CreatePod 5 not carried out once its hold ended: %v", r.eff.calls)
@@ -208,7 +233,7 @@ func TestHeldStepHoldsOnlyItsOrdinal(t *testing.T) {
 // a hook that says "ask again in an hour").
 func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
-	r.eff.hold["CreatePod 0"] = &holdError{step: reconciler.StepCreate, reason: reconciler.HoldPluginUnavailable, wait: time.Hour, msg: "the plugin holds web-0"}
+	r.eff.hold["CreatePod 0"] = &waitError{reason: reconciler.HoldPluginUnavailable, msg: "the plugin holds web-0"}
 	r.sync(t) // stores the revision; CreatePod 0 is held
 	r.sync(t) // only the held step is left
 	if len(r.eff.calls) != 0 {
@@ -262,11 +287,10 @@ func TestForgetDropsAllPerSetState(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
 	r.sync(t)
 	fill := func(st *setState) {
-		st.crashed(0, r.now)
-		st.crashed(0, r.now)
+		st.memory = reconciler.Memory{Crashes: map[int]reconciler.CrashRecord{0: {Count: 2, Last: r.now}},
+			Holds: []reconciler.Hold{{Ordinal: 0, Step: reconciler.StepDisrupt, Until: r.now.Add(time.Hour)}}}
 		st.expectWrite("x", r.now, time.Minute, func(nomad.Observation) bool { return false })
 		st.recordPostReady("alloc-1", plugin.HookResult{Proceed: true}, r.now, time.Time{})
-		st.addHold(reconciler.Hold{Ordinal: 0, Step: reconciler.StepDisrupt, Until: r.now.Add(time.Hour)})
 		st.child("web-0").own = 7
 	}
 	fill(r.c.sets.of(r.key))
@@ -280,11 +304,11 @@ func TestForgetDropsAllPerSetState(t *testing.T) {
 		t.Fatal("view left")
 	}
 	fresh := r.c.sets.of(r.key)
-	if fresh.spec != nil || len(fresh.crashes)+len(fresh.expect)+len(fresh.readyHolds)+len(fresh.holds)+len(fresh.children) != 0 {
+	if fresh.spec != nil || len(fresh.memory.Crashes)+len(fresh.expect)+len(fresh.readyHolds)+len(fresh.memory.Holds)+len(fresh.children) != 0 {
 		t.Fatalf("a set seen again does not start afresh: %+v", fresh)
 	}
 	kept, ok := r.c.sets.peek(other)
-	if !ok || len(kept.backoffHolds(r.now)) != 1 || len(kept.expect) != 1 || len(kept.readyHolds) != 1 || len(kept.holds) != 1 || kept.children["web-0"].own != 7 {
+	if !ok || kept.memory.Crashes[0].Count != 2 || len(kept.expect) != 1 || len(kept.readyHolds) != 1 || len(kept.memory.Holds) != 1 || kept.children["web-0"].own != 7 {
 		t.Fatalf("forgetting web touched web2's state: %+v", kept)
 	}
 }

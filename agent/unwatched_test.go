@@ -32,8 +32,15 @@ func TestPurgeWhileNoLeaderWatchedWaitsOutTheKillGrace(t *testing.T) {
 		{name: "fresh term waits kill_timeout 20s plus the margin", wantWait: 20*time.Second + nomad.PurgeMargin},
 		{name: "grace already passed in this term", sinceTerm: time.Minute},
 		{name: "half the grace passed", sinceTerm: 10 * time.Second, wantWait: 10*time.Second + nomad.PurgeMargin},
-		{name: "condemned ordinal is not a purge", record: func(r *reconciler.OrdinalRecord) { r.Condemned = true }},
-		{name: "ordinal that never had a pod", record: func(r *reconciler.OrdinalRecord) { r.Revision = "" }},
+		// A condemned ordinal may come back into the range while its old
+		// task stops, and one recorded as never run may have had its pod
+		// created by a pass that held before its status was written: both
+		// wait too (found by the randomized drivers' "an ordinal never
+		// runs twice").
+		{name: "condemned ordinal waits too", record: func(r *reconciler.OrdinalRecord) { r.Condemned = true },
+			wantWait: 20*time.Second + nomad.PurgeMargin},
+		{name: "ordinal recorded as never run waits too", record: func(r *reconciler.OrdinalRecord) { r.Revision = "" },
+			wantWait: 20*time.Second + nomad.PurgeMargin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := parentJob("web", map[string]string{"statefulset_replicas": "3",

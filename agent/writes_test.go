@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/agent/config"
+	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/plugin/manager"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
@@ -26,6 +27,59 @@ var writeVerbFor = map[string][]reconciler.ActionType{
 	nomad.VerbDeleteHostVolume: {reconciler.ActionDeleteVolume},
 	nomad.VerbEvaluateJob:      {reconciler.ActionEvaluatePod},
 	nomad.VerbExecAlloc:        {reconciler.ActionCheckDisruption, reconciler.ActionSwitchover},
+}
+
+// storeWriteFor names, for each write to the daemon's store, the actions
+// that may make it. RecordStatus is the decision's status, written once its
+// actions are carried out (or the condition of a spec that does not parse).
+var storeWriteFor = map[string][]reconciler.ActionType{
+	"store.PutStatus":      {reconciler.ActionRecordOrdinals, reconciler.ActionRecordStatus},
+	"store.PutRevision":    {reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision},
+	"store.DeleteRevision": {reconciler.ActionDeleteRevision},
+	"store.DeleteSet":      {reconciler.ActionDeleteSetState},
+}
+
+// auditedStore traces every write to the store to the action it is made
+// for, as the Nomad trace does for Nomad's writes.
+type auditedStore struct {
+	backend.Store
+	audit *writeAudit
+}
+
+func (s auditedStore) PutStatus(ctx context.Context, set backend.SetKey, st reconciler.Status) error {
+	s.audit.storeWrite(ctx, "store.PutStatus")
+	return s.Store.PutStatus(ctx, set, st)
+}
+
+func (s auditedStore) PutRevision(ctx context.Context, set backend.SetKey, rev reconciler.Revision) error {
+	s.audit.storeWrite(ctx, "store.PutRevision")
+	return s.Store.PutRevision(ctx, set, rev)
+}
+
+func (s auditedStore) DeleteRevision(ctx context.Context, set backend.SetKey, name string) error {
+	s.audit.storeWrite(ctx, "store.DeleteRevision")
+	return s.Store.DeleteRevision(ctx, set, name)
+}
+
+func (s auditedStore) DeleteSet(ctx context.Context, set backend.SetKey) error {
+	s.audit.storeWrite(ctx, "store.DeleteSet")
+	return s.Store.DeleteSet(ctx, set)
+}
+
+// storeWrite records one store write and whether it traces back to an
+// action that makes it.
+func (w *writeAudit) storeWrite(ctx context.Context, verb string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	call, ok := ActionOf(ctx)
+	switch {
+	case !ok:
+		w.stray = append(w.stray, verb+" made outside any action")
+	case !slices.Contains(storeWriteFor[verb], call.Action.Type):
+		w.stray = append(w.stray, fmt.Sprintf("%s made for %s of ordinal %d", verb, call.Action.Type, call.Action.Ordinal))
+	default:
+		w.writes[actionWrite{verb, call.Action.Type}]++
+	}
 }
 
 // actionWrite is one kind of traced write: a verb made for an action.
@@ -94,14 +148,15 @@ func (w *writeAudit) check(t *testing.T, sim map[string]int, testWrites map[stri
 // evaluated once the node is back; a claim grown in place; a child scaled
 // by hand; a scale-down; the set's deletion), with a disruption check
 // asked before each Ready pod goes, and checks that every Nomad write the
-// agent makes was made while carrying out an action of the reconciler's
-// output, one that makes that kind of write. The safety promises are
+// agent makes, and every write to its store, was made while carrying out
+// an action of the reconciler's output, one that makes that kind of write. The safety promises are
 // proven for the reconciler's actions only (the randomized drivers), so a
 // write made anywhere else would be unproven: this test fails on it.
 func TestEveryWriteIsAnAction(t *testing.T) {
 	audit := &writeAudit{writes: map[actionWrite]int{}, traced: map[string]int{}}
 	h := startAgentWith(t, fastSim(), func(o *Options) {
 		o.CallTrace = audit.trace
+		o.Store = auditedStore{Store: o.Store, audit: audit}
 		// A host volume plugin that can grow volumes (mkdir cannot).
 		o.Plugins = manager.ConfigOf(config.Default())
 		o.Plugins.VolumeProvisioner.Config = map[string]string{"plugin_id": "lvm"}
@@ -194,5 +249,9 @@ func TestEveryWriteIsAnAction(t *testing.T) {
 		actionWrite{nomad.VerbCreateHostVolume, reconciler.ActionExpandVolume},
 		actionWrite{nomad.VerbDeleteHostVolume, reconciler.ActionDeleteVolume},
 		actionWrite{nomad.VerbEvaluateJob, reconciler.ActionEvaluatePod},
-		actionWrite{nomad.VerbExecAlloc, reconciler.ActionCheckDisruption})
+		actionWrite{nomad.VerbExecAlloc, reconciler.ActionCheckDisruption},
+		actionWrite{"store.PutStatus", reconciler.ActionRecordOrdinals},
+		actionWrite{"store.PutStatus", reconciler.ActionRecordStatus},
+		actionWrite{"store.PutRevision", reconciler.ActionCreateRevision},
+		actionWrite{"store.DeleteSet", reconciler.ActionDeleteSetState})
 }

@@ -44,5 +44,6 @@ func SpecOf(s reconciler.Spec) Spec {
 		DisruptionCheck:      s.DisruptionCheck,
 		ExecTask:             s.ExecTask,
 		ExecTimeout:          execTimeout,
+		MaintenanceWindow:    s.MaintenanceWindows.String(),
 	}
 }

@@ -105,6 +105,10 @@ type Spec struct {
 	DisruptionCheck   string `json:"disruption_check,omitempty"`
 	ExecTask          string `json:"exec_task,omitempty"`
 	ExecTimeout       string `json:"exec_timeout,omitempty"`
+	// MaintenanceWindow is statefulset_maintenance_window as parsed, in
+	// its canonical form ("Sat 02:00-05:00 UTC, ..."); empty when the set
+	// has none (voluntary disruptions may start at any time).
+	MaintenanceWindow string `json:"maintenance_window,omitempty"`
 }
 
 // ClaimSpec is one claim template's size and class.

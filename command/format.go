@@ -112,9 +112,9 @@ func (m *Meta) outputJSON(v any) int {
 }
 
 // specDetailPairs are the spec's lines beyond its counts and policies, for
-// `validate` and `status`: the claims' sizes and classes, the spread, and
-// the leader and disruption settings, each shown when it is set, so that a
-// user can see that every key parsed.
+// `validate` and `status`: the claims' sizes and classes, the spread, the
+// leader and disruption settings and the maintenance windows, each shown
+// when it is set, so that a user can see that every key parsed.
 func specDetailPairs(s client.Spec) [][2]string {
 	var out [][2]string
 	for _, c := range s.Claims {
@@ -143,7 +143,8 @@ func specDetailPairs(s client.Spec) [][2]string {
 	if s.LeaderCheck != "" {
 		out = append(out, [2]string{"Leader Check", fmt.Sprintf("%s (leader update: %s)", s.LeaderCheck, orDash(s.LeaderUpdate))})
 	}
-	for _, kv := range [][2]string{{"Switchover Command", s.SwitchoverCommand}, {"Disruption Check", s.DisruptionCheck}, {"Exec Task", s.ExecTask}, {"Exec Timeout", s.ExecTimeout}} {
+	for _, kv := range [][2]string{{"Switchover Command", s.SwitchoverCommand}, {"Disruption Check", s.DisruptionCheck}, {"Exec Task", s.ExecTask}, {"Exec Timeout", s.ExecTimeout},
+		{"Maintenance Window", s.MaintenanceWindow}} {
 		if kv[1] != "" {
 			out = append(out, kv)
 		}

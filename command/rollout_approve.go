@@ -27,8 +27,11 @@ Usage: nomad-statefulset rollout approve [options] <set>
 
   Lets the one pending step of a set through: taking its leader down under
   statefulset_leader_update = "supervised" (the set waits with the
-  condition WaitingForApproval), or a step held because its switchover or
-  disruption check failed, which this overrules.
+  condition WaitingForApproval), a step held because its switchover or
+  disruption check failed, which this overrules, or one step of a rollout,
+  repair, volume expansion or scale-down held outside the set's
+  statefulset_maintenance_window (the condition WaitingForMaintenanceWindow).
+  One approval answers for the whole of that one step.
 
   The approval goes through Nomad, so that whichever agent leads carries
   it out, once: the parent job's meta statefulset_approve is set to a new

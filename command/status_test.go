@@ -355,3 +355,24 @@ func TestStatusSetNamesOlderRenderings(t *testing.T) {
 		t.Fatalf("status names older renderings when there are none:\n%s", out)
 	}
 }
+
+// A set with maintenance windows shows them, and while a step waits for
+// one, the condition naming the next window's start.
+func TestStatusSetShowsMaintenanceWindow(t *testing.T) {
+	agent := newFakeAgent(t)
+	d := webDetail()
+	d.Spec.MaintenanceWindow = "Sat 02:00-05:00 UTC"
+	msg := "no rollout, repair, volume expansion or scale-down starts outside Sat 02:00-05:00 UTC; the next window opens at 2026-01-03T02:00:00Z (Sat 02:00 UTC)"
+	d.Status.Conditions = append(d.Status.Conditions, client.Condition{Type: "WaitingForMaintenanceWindow", Status: true,
+		Reason: "OutsideMaintenanceWindow", Message: msg, LastTransitionTime: d.Status.Conditions[0].LastTransitionTime})
+	agent.add(d)
+	code, out, errOut := runStatus(t, agent, "web")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"Maintenance Window", "Sat 02:00-05:00 UTC", "WaitingForMaintenanceWindow", "OutsideMaintenanceWindow", "2026-01-03T02:00:00Z (Sat 02:00 UTC)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not show %q:\n%s", want, out)
+		}
+	}
+}

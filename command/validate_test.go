@@ -229,13 +229,15 @@ func TestValidateShowsTheWholeSpec(t *testing.T) {
 	j.Meta["statefulset_switchover_command"] = "/local/switchover.sh"
 	j.Meta["statefulset_disruption_check"] = "/local/can-lose-one.sh"
 	j.Meta["statefulset_exec_timeout"] = "45s"
+	j.Meta["statefulset_maintenance_window"] = "sat 02:00-05:00 UTC,Mon-Fri 22:00-23:30 Europe/Berlin"
 	code, out, errOut := runValidate(t, closedAddress(t), writeJSONJob(t, j, true))
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}
 	for _, want := range []string{"Claim data", "1.0 GiB..2.0 GiB, class default", "Spread", "${meta.rack} (required)",
 		"Leader Check", "primary (leader update: switchover)", "Switchover Command", "/local/switchover.sh",
-		"Disruption Check", "/local/can-lose-one.sh", "Exec Timeout", "45s"} {
+		"Disruption Check", "/local/can-lose-one.sh", "Exec Timeout", "45s",
+		"Maintenance Window", "Sat 02:00-05:00 UTC, Mon-Fri 22:00-23:30 Europe/Berlin"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("validate does not show %q:\n%s", want, out)
 		}

@@ -40,6 +40,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("statefulset=true\nstatefulset_volume_claims=data,logs\nstatefulset_claim_data_capacity=10GiB..20GiB\nstatefulset_claim_data_class=fast\nstatefulset_claim_logs_capacity=1.5GB", 0, uint8(1), "host", "pg")
 	f.Add("statefulset=true\nstatefulset_volume_claims=data\nstatefulset_claim_dta_capacity=10GiBs\nstatefulset_claim_data_class=9x\nstatefulset_claim_data_size=1", 0, uint8(1), "host", "pg")
 	f.Add("statefulset=true\nstatefulset_volume_claims=data\nstatefulset_claim_data_capacity=20GiB..10GiB", 0, uint8(1), "host", "db")
+	f.Add("statefulset=true\nstatefulset_maintenance_window=Sat 02:00-05:00 UTC, Mon-Fri 22:00-23:30 Europe/Berlin", 0, uint8(1), "host", "db")
+	f.Add("statefulset=true\nstatefulset_maintenance_window=Sat 02:00-25:00 UTC", 0, uint8(1), "host", "db")
 	f.Fuzz(func(t *testing.T, metaText string, count int, groups uint8, volType, id string) {
 		job := newJob(metaFromText(metaText))
 		job.ID = &id

@@ -47,6 +47,9 @@ const (
 	// KeyApprove holds the token `rollout approve` writes: a new token
 	// lets one held step through (DESIGN §3b, §4).
 	KeyApprove = "statefulset_approve"
+	// KeyMaintenanceWindow holds the windows in which voluntary
+	// disruptions may start (DESIGN §3b): "Sat 02:00-05:00 UTC, ...".
+	KeyMaintenanceWindow = "statefulset_maintenance_window"
 	// DefaultSpread spreads a set's ordinals over distinct nodes.
 	DefaultSpread = "${node.unique.id}"
 	// KeyPodReplacePrefix starts the keys `pod replace` writes, one per
@@ -123,7 +126,7 @@ var annotationKeys = []string{
 	KeyVolumeClaims, KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled,
 	KeyPaused, KeyProgressDeadline, KeySpread, KeySpreadRequired,
 	KeyLeaderCheck, KeyLeaderUpdate, KeySwitchoverCommand, KeyDisruptionCheck,
-	KeyExecTask, KeyExecTimeout, KeyApprove,
+	KeyExecTask, KeyExecTimeout, KeyApprove, KeyMaintenanceWindow,
 }
 
 var (
@@ -391,6 +394,13 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 				continue
 			}
 			spec.Approval = v
+		case KeyMaintenanceWindow:
+			ws, err := reconciler.ParseMaintenanceWindows(v)
+			if err != nil {
+				ps.add(k, raw, err.Error())
+				continue
+			}
+			spec.MaintenanceWindows = ws
 		default:
 			if strings.HasPrefix(k, KeyClaimPrefix) {
 				// They need the claims, which sort after them:

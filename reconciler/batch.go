@@ -32,3 +32,27 @@ func SlowStartBatches(n int) []int {
 	}
 	return sizes
 }
+
+// Batches splits a decision's actions into the groups they are carried out
+// in: each run of a bursting set's CreatePods in slow-start batches
+// (BurstCreates, SlowStartBatches), every other action alone. The actions
+// of one group may run at once; a group ends before the next starts, and
+// the caller runs a prefix of the groups: it stops after the first group
+// in which an action failed or met a wait, and decides again. The agent and
+// the test worlds both carry a decision out by it.
+func Batches(spec Spec, actions []Action) [][]Action {
+	out := make([][]Action, 0, len(actions))
+	for next := 0; next < len(actions); {
+		n := BurstCreates(spec, actions[next:])
+		if n < 2 {
+			out = append(out, actions[next:next+1])
+			next++
+			continue
+		}
+		for _, size := range SlowStartBatches(n) {
+			out = append(out, actions[next:next+size])
+			next += size
+		}
+	}
+	return out
+}

@@ -119,3 +119,11 @@ func (r *reconciler) deleting(ord int) bool {
 	}
 	return false
 }
+
+// Disrupts reports whether the action takes a live member down on purpose:
+// a DeletePod of a pod that has not ended, for a cause that is not a
+// duplicate's. Only such a step waits on a hold of StepDisrupt, and only
+// such a step runs the pre_update and pre_delete hooks.
+func (a Action) Disrupts() bool {
+	return a.Type == ActionDeletePod && disrupts(a.Cause) && !finished(&a.Pod)
+}

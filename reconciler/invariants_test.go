@@ -114,6 +114,11 @@ func checkDecision(w *world, in Input, out Output) error {
 	if err := checkLeaderAndAsking(in, out); err != nil {
 		return err
 	}
+	// DESIGN §3b: outside a maintenance window no voluntary disruption
+	// starts, except one approved step (window_gate_test.go).
+	if err := checkMaintenanceWindow(in, out); err != nil {
+		return err
+	}
 	if spec.PodManagementPolicy == OrderedReady && (creates > 1 || scaleDowns > 1) {
 		return fmt.Errorf("monotonic: %d creates and %d scale-down deletes in one decision", creates, scaleDowns)
 	}

@@ -92,7 +92,7 @@ func TestDisruptionCheckBeforeSwitchover(t *testing.T) {
 				steps++
 				w.appFails = refuse && steps < 40
 				for _, a := range out.Actions {
-					if a.Type == ActionSwitchover && !slices.ContainsFunc(w.cleared, func(c Clearance) bool {
+					if a.Type == ActionSwitchover && !slices.ContainsFunc(w.memory.Cleared, func(c Clearance) bool {
 						return c.Ordinal == a.Ordinal && c.Until.After(w.now)
 					}) {
 						t.Fatalf("switchover of %d without a passing disruption check for it\n%s", a.Ordinal, w.dump())

@@ -60,6 +60,11 @@ func TestRandomized(t *testing.T) {
 		if *flagRuns >= 1024 && !t.Failed() && randomLeaderResizes.Load() == 0 {
 			t.Errorf("no randomized run took a leader down to grow its volume: the leader-last rule of a growing claim went unexercised")
 		}
+		t.Logf("maintenance windows: %d decisions held a step, %d waits sat out, %d steps approved outside a window",
+			randomWindowHolds.Load(), randomWindowWaits.Load(), randomWindowApproved.Load())
+		if *flagRuns >= 1024 && !t.Failed() && (randomWindowWaits.Load() == 0 || randomWindowApproved.Load() == 0) {
+			t.Errorf("the randomized runs never waited for a maintenance window, or never approved a step outside one: the window promise went unexercised")
+		}
 	})
 	for ci, c := range cs {
 		t.Run(fmt.Sprintf("%s/%s/scaled=%s/deleted=%s", c.policy, c.strategy, c.whenScaled, c.whenDeleted), func(t *testing.T) {
@@ -127,6 +132,12 @@ func randomRun(seed uint64) (err error) {
 	if rng.IntN(2) == 0 {
 		spec.DisruptionCheck = "check"
 	}
+	// Maintenance windows draw from a stream of their own, so that the
+	// other choices of a seed stay what they were before windows came.
+	wrng := rand.New(rand.NewPCG(seed, 0x3a1d))
+	if wrng.IntN(3) == 0 {
+		spec.MaintenanceWindows = randomWindows(wrng)
+	}
 	w := newWorld(spec, "v1")
 	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
 	w.broken["bad"] = true
@@ -171,7 +182,11 @@ func randomRun(seed uint64) (err error) {
 	// Chaos.
 	phase = "chaos"
 	for i := 0; i < 20+rng.IntN(40); i++ {
-		switch rng.IntN(18) {
+		switch rng.IntN(19) {
+		case 18:
+			// The leader daemon changes: the next one starts from no
+			// memory, and may find a child purged unseen.
+			w.newTerm(rng)
 		case 17:
 			// The parent's annotation is mistyped or removed, or put
 			// back: the set detaches and is adopted again.
@@ -265,6 +280,7 @@ func randomRun(seed uint64) (err error) {
 		}
 		w.elect()
 		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
+		windowChaos(w, wrng)
 	}
 
 	// Calm: a good template (a revert, if it was broken), the drains
@@ -274,7 +290,7 @@ func randomRun(seed uint64) (err error) {
 		w.setAnnotated(true)
 	}
 	w.liftDrains()
-	w.appFails, w.leaderUnknown = false, false
+	w.appFails, w.leaderUnknown, w.waits = false, false, 0
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 {

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -79,6 +80,47 @@ type reconciler struct {
 // state one step closer to the spec, and what status to record. It is pure:
 // the same Input always gives the same Output, and Input is not modified.
 func Reconcile(in Input) Output {
+	mem, change := in.Memory.begin(in)
+	in = withMemory(in, mem)
+	out := decide(in)
+	out.Memory, out.LeaderChange = mem, change
+	if len(in.CapabilitiesUnknown) > 0 {
+		out.Requeue = soonestOf(out.Requeue, CapabilitiesRetry)
+	}
+	return out
+}
+
+// withMemory is in as the decision reads it: the memory's holds, backoffs
+// and answers among the inputs' own, and each pod's NodeBack judged against
+// the node changes Nomad was already asked about.
+func withMemory(in Input, mem Memory) Input {
+	if backoff := mem.backoffHolds(in.Now); len(mem.Holds)+len(backoff) > 0 {
+		in.Holds = slices.Concat(in.Holds, mem.Holds, backoff)
+	}
+	if len(mem.Cleared) > 0 {
+		in.Cleared = slices.Concat(in.Cleared, mem.Cleared)
+	}
+	if extra := slices.Concat(mem.CannotExpand, in.CapabilitiesUnknown); len(extra) > 0 {
+		in.CannotExpand = slices.Clone(in.CannotExpand)
+		for _, class := range extra {
+			if !slices.Contains(in.CannotExpand, class) {
+				in.CannotExpand = append(in.CannotExpand, class)
+			}
+		}
+	}
+	if slices.ContainsFunc(in.Pods, func(p Pod) bool { return p.NodeChange > 0 }) {
+		in.Pods = slices.Clone(in.Pods)
+		for i := range in.Pods {
+			if p := &in.Pods[i]; p.NodeChange > 0 {
+				p.NodeBack = p.NodeChange > mem.Evaluated[p.Ordinal]
+			}
+		}
+	}
+	return in
+}
+
+// decide is Reconcile on an input that includes its memory.
+func decide(in Input) Output {
 	r := reconciler{in: in, now: in.Now, waitPod: -1, awaitingApproval: -1}
 	r.status.ApprovalUsed = in.Previous.ApprovalUsed
 	r.spec = normalize(in.Spec)
@@ -322,7 +364,9 @@ func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 			r.noteHeld(h)
 			return
 		}
-		if !r.mayDisrupt(p, cause) {
+		// The maintenance window comes first: outside it nothing is asked
+		// or handed over for a voluntary step (window.go).
+		if !r.mayDisruptInWindow(p, cause) {
 			return
 		}
 	}
@@ -636,11 +680,12 @@ func (r *reconciler) replaceableNow(i int, p *Pod) bool {
 
 // pastDeadline reports whether the set has made no progress for its whole
 // progress deadline, as of the previous status. A set that was at rest
-// (restingStatus) is not: its clock kept the time it came to rest, and its
-// work starts with this pass.
+// (restingStatus), or waited for a maintenance window (waitedForWindow), is
+// not: its clock kept the time it came to rest, and its work starts with
+// this pass.
 func pastDeadline(spec Spec, prev Status, now time.Time) bool {
 	return !spec.Paused && spec.ProgressDeadline > 0 && !prev.LastProgressTime.IsZero() && !restingStatus(prev) &&
-		now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
+		!waitedForWindow(prev) && now.Sub(prev.LastProgressTime) >= spec.ProgressDeadline
 }
 
 // outdated reports whether a rolling update must replace the pod: it is not

@@ -55,13 +55,17 @@ func checkSafety(in Input) (Output, error) {
 		return spec.MinReadySeconds == 0 ||
 			(!p.ReadySince.IsZero() && !in.Now.Before(p.ReadySince.Add(time.Duration(spec.MinReadySeconds)*time.Second)))
 	}
-	if err := checkLeaderAndAsking(in, out); err != nil {
+	eff := withMemory(in, out.Memory) // the holds and answers in force
+	if err := checkLeaderAndAsking(eff, out); err != nil {
+		return out, err
+	}
+	if err := checkMaintenanceWindow(in, out); err != nil {
 		return out, err
 	}
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {
-		if err := checkHoldsAndFixes(in, spec, a); err != nil {
+		if err := checkHoldsAndFixes(eff, spec, a); err != nil {
 			return out, err
 		}
 		switch a.Type {

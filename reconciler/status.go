@@ -181,7 +181,9 @@ func (r *reconciler) conditions() time.Duration {
 	paused := r.spec.Paused && r.revisionsPending()
 
 	st.LastProgressTime = r.in.Previous.LastProgressTime
-	resting := restingStatus(r.in.Previous)
+	// A wait for a maintenance window ended is like rest ended: the
+	// deadline counts from this pass.
+	resting := restingStatus(r.in.Previous) || waitedForWindow(r.in.Previous)
 	switch {
 	case (settled || paused) && resting && !st.LastProgressTime.IsZero():
 		// Still at rest: the deadline does not run, so the clock keeps the
@@ -201,7 +203,9 @@ func (r *reconciler) conditions() time.Duration {
 	if r.awaitingApproval >= 0 {
 		st.LastProgressTime = r.now
 	}
-	stuck := !settled && !r.spec.Paused && deadline > 0 && r.now.Sub(st.LastProgressTime) >= deadline
+	// Nor is waiting for a maintenance window (window.go).
+	waitingForWindow := r.windowClock()
+	stuck := !settled && !r.spec.Paused && !waitingForWindow && deadline > 0 && r.now.Sub(st.LastProgressTime) >= deadline
 
 	conds := make([]Condition, 0, 3)
 	want := r.spec.Replicas
@@ -258,10 +262,13 @@ func (r *reconciler) conditions() time.Duration {
 	if c, ok := r.claimCondition(); ok {
 		conds = append(conds, c)
 	}
+	if c, ok := r.windowCondition(); ok {
+		conds = append(conds, c)
+	}
 	st.Conditions = conds
 
 	var requeue time.Duration
-	if !settled && !r.spec.Paused && deadline > 0 && !stuck {
+	if !settled && !r.spec.Paused && deadline > 0 && !stuck && !waitingForWindow {
 		requeue = st.LastProgressTime.Add(deadline).Sub(r.now)
 	}
 	if r.spec.MinReadySeconds > 0 {

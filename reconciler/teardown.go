@@ -59,8 +59,15 @@ func (r *reconciler) teardown() Output {
 			r.deleteVolume(v, "set deleted while its volume was to be deleted (whenDeleted or whenScaled Delete)")
 		}
 	}
-	if len(in.Pods) == 0 && !volumesLeft {
-		r.emit(Action{Type: ActionDeleteSetState, Reason: "set deleted; nothing is left"})
+	if len(in.Pods) == 0 && !volumesLeft && (!in.StateAbsent || len(in.Stopped) > 0) {
+		// The stopped children Nomad still holds go first, then the
+		// stored state. Once both are gone there is nothing to do: an
+		// action then would queue the set again at once, forever.
+		a := Action{Type: ActionDeleteSetState, Reason: "set deleted; nothing is left"}
+		for _, s := range in.Stopped {
+			a.Targets = append(a.Targets, s.JobID)
+		}
+		r.emit(a)
 	}
 
 	msg := strconv.Itoa(len(in.Pods)) + " pods left" + r.waitingOn()

@@ -142,6 +142,11 @@ type Spec struct {
 	// disruption under LeaderSupervised, or a held switchover or
 	// disruption check the operator overrules.
 	Approval string
+	// MaintenanceWindows are when voluntary disruptions may start
+	// (statefulset_maintenance_window); none: at any time. Outside them
+	// a rollout, a repair, an expansion or a scale-down of a Ready pod
+	// waits (window.go); an Approval lets one step through.
+	MaintenanceWindows Windows
 }
 
 // ClaimTemplate is one claim's size and storage class (DESIGN §3b).
@@ -261,6 +266,12 @@ type Pod struct {
 	// not asked to place it since: Nomad blocked the placement while that
 	// node was ineligible (a drain) and does not retry by itself.
 	NodeBack bool
+	// NodeChange, when not zero, is the node change (a Nomad index) after
+	// which every node holding the pod's volumes became fine again, for a
+	// pod without an allocation registered before it: the reconciler sets
+	// NodeBack unless Nomad was already asked to place it for this change
+	// (Memory.Evaluated).
+	NodeChange uint64
 	// Leader means the set's leader check (Spec.LeaderCheck) passes on this
 	// pod now: it is the database's primary, the cluster's leader.
 	Leader bool
@@ -423,6 +434,37 @@ type Input struct {
 	// not at all): no pod's Leader can be trusted, so no Ready pod is taken
 	// down for a reason the leader rules order until it is known.
 	LeaderUnknown bool
+	// Memory is what the set's earlier decisions of this term remember
+	// (Output.Memory, with every action's Result folded in); the zero
+	// Memory at a term's first pass.
+	Memory Memory
+	// TermStart is when the caller's leadership term began: an ordinal
+	// missing at the set's first pass of the term may have been purged
+	// unseen, and waits out its StopGrace from then (HoldKillGrace). Zero
+	// when the caller does not model terms.
+	TermStart time.Time
+	// StopGrace is, per ordinal the status records, the longest its last
+	// task may run after a stop (its template's kill grace then and now,
+	// with a margin). Read only at the set's first pass of a term.
+	StopGrace map[int]time.Duration
+	// Stopped are the set's stopped children Nomad still holds: a
+	// cascading delete purges them (Action.Targets) before the set's
+	// stored state goes.
+	Stopped []StoppedChild
+	// StateAbsent says the store holds no revision and no status of the
+	// set: a cascading delete has nothing left to delete there.
+	StateAbsent bool
+	// CapabilitiesUnknown are the storage classes whose provisioner could
+	// not be asked whether it can expand: nothing of them grows in this
+	// decision (nothing is stopped on a guess), and the set is looked at
+	// again within CapabilitiesRetry.
+	CapabilitiesUnknown []string
+}
+
+// StoppedChild is a stopped child job Nomad still holds.
+type StoppedChild struct {
+	JobID   string
+	Ordinal int
 }
 
 // Clearance is a passing answer of the disruption check for taking one
@@ -476,7 +518,23 @@ const (
 	// reconciler does not wait: it creates the ordinal without the spread
 	// rule (Action.Unspread). Under a required spread it waits.
 	HoldSpreadUnsatisfiable = "SpreadUnsatisfiable"
+	// HoldVolumeInUse: a volume to expand is still claimed by Nomad (the
+	// old allocation is being released); the expansion is tried again
+	// shortly.
+	HoldVolumeInUse = "VolumeInUse"
+	// HoldUnknownClass: no provisioner serves the claim's storage class
+	// (statefulset_claim_<name>_class); the volume is tried again once a
+	// minute, as the agent's config may be fixed meanwhile.
+	HoldUnknownClass = "UnknownClass"
 )
+
+// HoldReasons are every reason a step can be held for, in the order the
+// reference documents them.
+var HoldReasons = []string{
+	HoldBackOff, HoldKillGrace, HoldHookWaiting, HoldPluginUnavailable, HoldDisruptionCheckFailed,
+	HoldSwitchoverFailed, HoldSwitchingOver, HoldWaitingForApproval, HoldSpreadUnsatisfiable,
+	HoldVolumeInUse, HoldUnknownClass,
+}
 
 // Hold is one wait on one ordinal's step; see Input.Holds.
 type Hold struct {
@@ -520,6 +578,13 @@ const (
 	// ActionDeleteSetState removes the set's revision history and status;
 	// it comes last in a cascading delete.
 	ActionDeleteSetState ActionType = "DeleteSetState"
+	// ActionRecordStatus names the write of the status a decision returns
+	// (Output.Status, or InvalidStatus for a spec that does not parse),
+	// made once the decision's actions are carried out. It is never in
+	// Output.Actions: the status is the decision's last write, and every
+	// store and Nomad write of the caller is made for an action of the
+	// output or for this one.
+	ActionRecordStatus ActionType = "RecordStatus"
 	// ActionRestoreCount puts the count of a child scaled up by hand back
 	// to 1, in place (Pod.ScaledCount).
 	ActionRestoreCount ActionType = "RestoreCount"
@@ -606,6 +671,9 @@ type Action struct {
 	// Target is the other ordinal CheckDisruption runs in, or Switchover
 	// hands leadership to.
 	Target int
+	// Targets are the stopped child jobs a DeleteSetState purges before
+	// it deletes the set's stored state.
+	Targets []string
 }
 
 // Output is the decision of one reconcile.
@@ -622,4 +690,10 @@ type Output struct {
 	// Held are the holds that kept a step from happening in this decision,
 	// in the order the steps were reached.
 	Held []Hold
+	// Memory is the memory the next decision starts from, once the result
+	// of every action carried out is folded in (Fold).
+	Memory Memory
+	// LeaderChange is a switchover seen to take effect in this decision,
+	// for the caller to announce; nil otherwise.
+	LeaderChange *LeaderChange
 }

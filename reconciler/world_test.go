@@ -88,13 +88,29 @@ type world struct {
 	// waitingForNode those that cannot be placed until a drain is lifted
 	// (Nomad blocks them: no node, so no NodeDraining).
 	onDrainingNode, waitingForNode map[int]bool
-	// nodeBack marks the pods Nomad blocked while their volume's node was
-	// drained: once the drain is lifted they stay unplaced until the set
-	// asks Nomad to evaluate them again (EvaluatePod), as real Nomad does.
-	nodeBack map[int]bool
-	// holds are the waits the agent would pass in (backoff, kill grace,
-	// hooks, plugin outages, unmet spreads).
-	holds []Hold
+	// nodeBack is, per pod Nomad blocked while its volume's node was
+	// drained, the node change that made the node fine again: once the
+	// drain is lifted such a pod stays unplaced until the set asks Nomad
+	// to evaluate it again (EvaluatePod), as real Nomad does. nodeChanges
+	// counts the changes.
+	nodeBack    map[int]uint64
+	nodeChanges uint64
+	// askedEval is, per ordinal, the node change this leadership term
+	// asked Nomad to place its pod again for.
+	askedEval map[int]uint64
+	// memory is the set's decision memory, as the agent keeps it: the
+	// last Output.Memory with every action's Result folded in (Fold). A
+	// new leadership term (chaos) starts it afresh.
+	memory Memory
+	// termStart is when the current leadership term began.
+	termStart time.Time
+	// waits is how many of the next effects meet a wait (chaos), each
+	// with a reason that effect can meet in the agent.
+	waits int
+	// stillStopping is, per ordinal whose child was purged while no leader
+	// watched, until when its old task may still run on its node: a pod
+	// created for it before then would run the ordinal twice.
+	stillStopping map[int]time.Time
 
 	// leader is the ordinal whose pod leads (its leader check passes), -1
 	// for none; the database elects one among its Ready pods by itself
@@ -104,9 +120,8 @@ type world struct {
 	// everLed holds every ordinal that led since the rollout began: the
 	// leader goes last, so each of them may be out of upstream's order.
 	everLed map[int]bool
-	// cleared are the passing disruption checks; appFails makes the
-	// application refuse checks and switchovers at random (chaos).
-	cleared  []Clearance
+	// appFails makes the application refuse checks and switchovers at
+	// random (chaos).
 	appFails bool
 	// leaderUnknown plays a leader check not read yet (chaos).
 	leaderUnknown bool
@@ -148,7 +163,7 @@ func newWorld(spec Spec, template string) *world {
 	}
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
-		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]bool{},
+		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]uint64{}, askedEval: map[int]uint64{}, stillStopping: map[int]time.Time{},
 		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2))}
 }
 
@@ -204,8 +219,8 @@ func (w *world) input() Input {
 		Previous:   w.status,
 		JobVersion: w.jobVersion,
 		Now:        w.now,
-		Holds:      slices.Clone(w.holds),
-		Cleared:    slices.Clone(w.cleared),
+		Memory:     w.memory,
+		TermStart:  w.termStart,
 		// The leader check is unread while nobody leads yet at times
 		// (a daemon restart, Consul catching up).
 		LeaderUnknown: w.leaderUnknown,
@@ -217,10 +232,41 @@ func (w *world) input() Input {
 	for i := range in.Pods {
 		in.Pods[i].Drifted = w.drifted(in.Pods[i])
 		in.Pods[i].NodeDraining = w.onDrainingNode[in.Pods[i].Ordinal]
-		in.Pods[i].NodeBack = w.nodeBack[in.Pods[i].Ordinal]
+		if in.Pods[i].Phase == PhasePending && !in.Pods[i].Terminating {
+			in.Pods[i].NodeChange = w.nodeBack[in.Pods[i].Ordinal]
+		}
 		in.Pods[i].Leader = in.Pods[i].Ordinal == w.leader && w.spec.LeaderCheck != "" && runningAndReady(&in.Pods[i]) && !w.hideLeader
 	}
+	if !w.memory.TermSeen {
+		in.StopGrace = map[int]time.Duration{}
+		for _, r := range w.status.Ordinals {
+			in.StopGrace[r.Ordinal] = worldStopGrace
+		}
+	}
 	return in
+}
+
+// worldStopGrace is how long a task of the world may run after its stop.
+const worldStopGrace = 8 * time.Second
+
+// newTerm plays a change of leader daemon: the new leader starts from no
+// memory. Sometimes a child was purged while nobody watched, and its task
+// still stops on its node.
+func (w *world) newTerm(rng *rand.Rand) {
+	w.memory, w.termStart, w.askedEval = Memory{}, w.now, map[int]uint64{}
+	w.logf("chaos: a new leadership term")
+	if len(w.pods) == 0 || rng.IntN(2) == 0 {
+		return
+	}
+	i := rng.IntN(len(w.pods))
+	p := w.pods[i]
+	if p.Terminating || w.spec.Deleted {
+		return
+	}
+	w.logf("chaos: pod %d purged while no leader watched", p.Ordinal)
+	w.stillStopping[p.Ordinal] = w.now.Add(worldStopGrace)
+	w.pods = slices.Delete(w.pods, i, i+1)
+	delete(w.nodeBack, p.Ordinal)
 }
 
 // replaceNewVolume reports whether a `pod replace -new-volume` request is
@@ -250,9 +296,10 @@ func (w *world) drain(ord int) {
 // liftDrains ends every drain: the nodes are eligible again. A pod Nomad
 // blocked meanwhile stays blocked (nodeBack) until it is evaluated again.
 func (w *world) liftDrains() {
+	w.nodeChanges++
 	for o, waiting := range w.waitingForNode {
 		if waiting && w.podIndex(o) >= 0 {
-			w.nodeBack[o] = true
+			w.nodeBack[o] = w.nodeChanges
 		}
 	}
 	w.draining = map[int]bool{}
@@ -260,9 +307,10 @@ func (w *world) liftDrains() {
 }
 
 // activeHold returns the hold in force on ord's step, as the agent would
-// honour it.
+// honour it: a wait its effects met, or the crash-loop backoff, in the
+// memory the decision started from.
 func (w *world) activeHold(ord int, step HoldStep) (Hold, bool) {
-	for _, h := range w.holds {
+	for _, h := range append(slices.Clone(w.memory.Holds), w.memory.backoffHolds(w.now)...) {
 		if h.Ordinal == ord && h.Step == step && h.Until.After(w.now) {
 			return h, true
 		}
@@ -366,8 +414,11 @@ func (w *world) step() error {
 	in := w.input()
 	out := Reconcile(in)
 	w.last = out
+	w.memory = out.Memory
 	w.steps++
-	if err := checkDecision(w, in, out); err != nil {
+	// The invariants judge the decision by the holds and answers in force:
+	// the input's own and its memory's.
+	if err := checkDecision(w, withMemory(in, out.Memory), out); err != nil {
 		return err
 	}
 	// The membership judged now counts once the decision is recorded. A
@@ -377,43 +428,31 @@ func (w *world) step() error {
 	// leaves nothing behind.
 	condemnedMembers, condemned := w.judge(false)
 	members, condemnedAll := w.judge(true)
-	// A Parallel set's leading CreatePods go out in slow-start batches, as
-	// the agent carries them out (BurstCreates): a failure ends the pass
-	// after the rest of its batch, not at once.
-	batches := []int{}
-	if n := BurstCreates(w.spec, out.Actions); n > 1 {
-		batches = SlowStartBatches(n)
-	}
-	for k := 0; k < len(out.Actions); {
-		size := 1
-		if len(batches) > 0 {
-			size, batches = batches[0], batches[1:]
-		}
-		failed := false
-		for i, a := range out.Actions[k : k+size] {
-			w.calls++
-			if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
-				(w.dropStatus && a.Type == ActionRecordOrdinals) {
-				w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
-				failed = true
-				continue
-			}
-			switch {
-			case a.Type == ActionRecordOrdinals:
-				// The records stored hold the whole membership.
-				w.members, w.condemnedDelete = members, condemnedAll
-			case k+i == 0:
-				// The pass's first action, not merely its first batch's.
-				w.members, w.condemnedDelete = condemnedMembers, condemned
-			}
-			if err := w.apply(in, out, a); err != nil {
+	// The actions go out in the reconciler's groups (a Parallel set's
+	// leading CreatePods in slow-start batches), as the agent carries them
+	// out: each result is folded into the memory, and a failure or a wait
+	// ends the pass after the rest of its group.
+	k := 0
+	for _, batch := range Batches(w.spec, out.Actions) {
+		stop := false
+		for _, a := range batch {
+			res, err := w.effect(in, out, a, k == 0, members, condemnedAll, condemnedMembers, condemned)
+			if err != nil {
 				return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
 			}
+			if res.Err == nil && res.Wait == nil {
+				k++
+			}
+			var h *Hold
+			w.memory, h = Fold(w.spec, w.memory, a, res, w.now)
+			if h != nil {
+				w.logf("  %s %d: held (%s) until %s", a.Type, a.Ordinal, h.Reason, h.Until.Sub(w.now))
+			}
+			stop = stop || res.Err != nil || res.Wait != nil
 		}
-		if failed {
+		if stop {
 			return w.checkState()
 		}
-		k += size
 	}
 	if !w.dropStatus {
 		if !w.unannotated {
@@ -426,35 +465,63 @@ func (w *world) step() error {
 	return w.checkState()
 }
 
+// effect carries out one action as the agent does, with the faults the test
+// injects: a failure, or a wait (chaos). first says no action of the pass
+// was done yet: the membership the decision judged counts from then.
+func (w *world) effect(in Input, out Output, a Action, first bool, members, condemnedAll, condemnedMembers, condemned map[int]bool) (Result, error) {
+	w.calls++
+	if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
+		(w.dropStatus && a.Type == ActionRecordOrdinals) {
+		w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
+		return Result{Err: errors.New("injected failure")}, nil
+	}
+	if w.waits > 0 {
+		if wt := w.waitFor(a); wt != nil {
+			w.waits--
+			w.logf("  %s %d: meets a wait (%s)", a.Type, a.Ordinal, wt.Reason)
+			return Result{Wait: wt}, w.checkHoldPromise(a)
+		}
+	}
+	switch {
+	case a.Type == ActionRecordOrdinals:
+		// The records stored hold the whole membership.
+		w.members, w.condemnedDelete = members, condemnedAll
+	case first:
+		// The pass's first action done, not merely its first batch's.
+		w.members, w.condemnedDelete = condemnedMembers, condemned
+	}
+	return w.apply(in, out, a)
+}
+
 // apply carries out one action after checking it against the world as it is
 // at that moment (earlier actions of the same decision already applied).
-func (w *world) apply(in Input, out Output, a Action) error {
+func (w *world) apply(in Input, out Output, a Action) (Result, error) {
 	w.logf("  %s ord=%d rev=%s vol=%s (%s)", a.Type, a.Ordinal, a.Revision.Name, a.Volume.Name, a.Reason)
 	switch a.Type {
 	case ActionCreateRevision:
 		if w.revision(a.Revision.Name) != nil {
-			return fmt.Errorf("revision %s already exists", a.Revision.Name)
+			return Result{}, fmt.Errorf("revision %s already exists", a.Revision.Name)
 		}
 		w.revisions = append(w.revisions, a.Revision)
 	case ActionUpdateRevision:
 		r := w.revision(a.Revision.Name)
 		if r == nil {
-			return fmt.Errorf("revision %s does not exist", a.Revision.Name)
+			return Result{}, fmt.Errorf("revision %s does not exist", a.Revision.Name)
 		}
 		r.Number = a.Revision.Number
 	case ActionDeleteRevision:
 		if a.Revision.Name == out.Status.CurrentRevision || a.Revision.Name == out.Status.UpdateRevision ||
 			a.Revision.Name == in.Previous.CurrentRevision {
-			return fmt.Errorf("deleting live revision %s", a.Revision.Name)
+			return Result{}, fmt.Errorf("deleting live revision %s", a.Revision.Name)
 		}
 		for _, p := range w.pods {
 			if p.Revision == a.Revision.Name {
-				return fmt.Errorf("deleting revision %s used by pod %d", a.Revision.Name, p.Ordinal)
+				return Result{}, fmt.Errorf("deleting revision %s used by pod %d", a.Revision.Name, p.Ordinal)
 			}
 		}
 		i := slices.IndexFunc(w.revisions, func(r Revision) bool { return r.Name == a.Revision.Name })
 		if i < 0 {
-			return fmt.Errorf("deleting missing revision %s", a.Revision.Name)
+			return Result{}, fmt.Errorf("deleting missing revision %s", a.Revision.Name)
 		}
 		// An ordinal that last ran the trimmed revision keeps the number
 		// it had last (a rollback may have renumbered it since its pod was
@@ -468,16 +535,16 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		w.revisions = slices.Delete(w.revisions, i, i+1)
 	case ActionCreateVolume:
 		if err := w.checkCreateHold(a); err != nil {
-			return err
+			return Result{}, err
 		}
 		if w.hasVolume(a.Volume.Claim, a.Volume.Ordinal) {
-			return fmt.Errorf("volume %s created twice", a.Volume.Name)
+			return Result{}, fmt.Errorf("volume %s created twice", a.Volume.Name)
 		}
 		if a.Volume.Name != VolumeName(a.Volume.Claim, w.spec.Name, a.Volume.Ordinal) {
-			return fmt.Errorf("volume name %q", a.Volume.Name)
+			return Result{}, fmt.Errorf("volume name %q", a.Volume.Name)
 		}
 		if a.Volume.Capacity != w.claimMin(a.Volume.Claim) || a.Volume.Class != w.claimClass(a.Volume.Claim) {
-			return fmt.Errorf("volume %s created with %d bytes of class %q, want its claim's %d of %q", a.Volume.Name,
+			return Result{}, fmt.Errorf("volume %s created with %d bytes of class %q, want its claim's %d of %q", a.Volume.Name,
 				a.Volume.Capacity, a.Volume.Class, w.claimMin(a.Volume.Claim), w.claimClass(a.Volume.Claim))
 		}
 		made := a.Volume
@@ -488,40 +555,44 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		w.volumesEverCreated++
 	case ActionDeleteVolume:
 		if w.podIndex(a.Volume.Ordinal) >= 0 {
-			return fmt.Errorf("volume %s deleted while its pod exists", a.Volume.Name)
+			return Result{}, fmt.Errorf("volume %s deleted while its pod exists", a.Volume.Name)
 		}
 		// DESIGN §3, kept data stays kept: only the volume of an ordinal
 		// condemned while its policy said Delete may go, or one the user
 		// asked to discard (pod replace -new-volume).
 		if !w.condemnedDelete[a.Volume.Ordinal] && !w.replaceNewVolume(a.Volume.Ordinal) {
-			return fmt.Errorf("volume %s deleted, but ordinal %d was not condemned under a Delete policy (whenScaled=%s whenDeleted=%s deleted=%v in range=%v)",
+			return Result{}, fmt.Errorf("volume %s deleted, but ordinal %d was not condemned under a Delete policy (whenScaled=%s whenDeleted=%s deleted=%v in range=%v)",
 				a.Volume.Name, a.Volume.Ordinal, w.spec.WhenScaled, w.spec.WhenDeleted, w.spec.Deleted, w.inRange(a.Volume.Ordinal))
 		}
 		i := slices.IndexFunc(w.volumes, func(v Volume) bool { return v.Name == a.Volume.Name })
 		if i < 0 {
-			return fmt.Errorf("deleting missing volume %s", a.Volume.Name)
+			return Result{}, fmt.Errorf("deleting missing volume %s", a.Volume.Name)
 		}
 		w.volumes = slices.Delete(w.volumes, i, i+1)
 		w.volumesDeleted++
 	case ActionCreatePod:
 		if w.spec.Deleted {
-			return errors.New("pod created for a deleted set")
+			return Result{}, errors.New("pod created for a deleted set")
 		}
 		if !w.inRange(a.Ordinal) {
-			return fmt.Errorf("pod created outside the range")
+			return Result{}, fmt.Errorf("pod created outside the range")
 		}
 		if w.podIndex(a.Ordinal) >= 0 {
-			return fmt.Errorf("second pod for ordinal %d", a.Ordinal)
+			return Result{}, fmt.Errorf("second pod for ordinal %d", a.Ordinal)
 		}
 		if err := w.checkCreateHold(a); err != nil {
-			return err
+			return Result{}, err
+		}
+		if until, ok := w.stillStopping[a.Ordinal]; ok && until.After(w.now) {
+			// DESIGN §3: an ordinal never runs twice.
+			return Result{}, fmt.Errorf("pod %d created while its child purged unseen may still run on its node for %s", a.Ordinal, until.Sub(w.now))
 		}
 		if w.revision(a.Revision.Name) == nil {
-			return fmt.Errorf("pod created at unstored revision %s", a.Revision.Name)
+			return Result{}, fmt.Errorf("pod created at unstored revision %s", a.Revision.Name)
 		}
 		for _, c := range w.spec.VolumeClaims {
 			if !w.hasVolume(c, a.Ordinal) {
-				return fmt.Errorf("pod created before its volume %s", c)
+				return Result{}, fmt.Errorf("pod created before its volume %s", c)
 			}
 		}
 		// DESIGN §3, no silent downgrade: a pod never starts at an older
@@ -531,7 +602,7 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		rev := *w.revision(a.Revision.Name)
 		stepBack := w.spec.UpdateStrategy == RollingUpdate && a.Ordinal-w.spec.OrdinalsStart < w.spec.Partition
 		if last, ok := w.lastRanNumber(a.Ordinal); ok && rev.Number < last && !stepBack {
-			return fmt.Errorf("downgrade: pod %d created at %s (number %d), but the ordinal last ran %s (number %d)",
+			return Result{}, fmt.Errorf("downgrade: pod %d created at %s (number %d), but the ordinal last ran %s (number %d)",
 				a.Ordinal, rev.Name, rev.Number, w.lastRan[a.Ordinal].Name, last)
 		}
 		w.lastRan[a.Ordinal] = rev
@@ -553,7 +624,7 @@ func (w *world) apply(in Input, out Output, a Action) error {
 			}
 		}
 		if i < 0 {
-			return fmt.Errorf("deleting a pod that is not there or already terminating")
+			return Result{}, fmt.Errorf("deleting a pod that is not there or already terminating")
 		}
 		p := w.pods[i]
 		// A live member is taken down only when no hold on its disruption
@@ -561,10 +632,10 @@ func (w *world) apply(in Input, out Output, a Action) error {
 		// A switchover in progress holds the old leader only while it leads.
 		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate &&
 			(h.Reason != HoldSwitchingOver || a.Pod.Leader) {
-			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+			return Result{}, fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
 		}
 		if a.Cause == CauseResize && !w.mustGrow(a.Ordinal) {
-			return fmt.Errorf("pod %d taken down to grow a volume that its provisioner cannot or need not grow", a.Ordinal)
+			return Result{}, fmt.Errorf("pod %d taken down to grow a volume that its provisioner cannot or need not grow", a.Ordinal)
 		}
 		w.podsDeleted++
 		if a.Cause == CauseResize && a.Pod.Leader && runningAndReady(&a.Pod) && w.spec.LeaderCheck != "" {
@@ -574,7 +645,7 @@ func (w *world) apply(in Input, out Output, a Action) error {
 			// A purge removes the child from Nomad at once: safe only when
 			// nothing of it runs, or one ordinal could run twice.
 			if !finishedPod(p) || !p.AllTerminal {
-				return fmt.Errorf("pod %d purged while something of it may run (phase %s, all terminal %v)", a.Ordinal, p.Phase, p.AllTerminal)
+				return Result{}, fmt.Errorf("pod %d purged while something of it may run (phase %s, all terminal %v)", a.Ordinal, p.Phase, p.AllTerminal)
 			}
 			w.pods = slices.Delete(w.pods, i, i+1)
 			break
@@ -585,35 +656,41 @@ func (w *world) apply(in Input, out Output, a Action) error {
 	case ActionCheckDisruption, ActionSwitchover:
 		return w.applyAsk(a)
 	case ActionExpandVolume:
-		return w.expand(a)
+		return Result{}, w.expand(a)
 	case ActionRestoreCount:
 		i := w.podIndex(a.Ordinal)
 		if i < 0 || w.pods[i].Terminating || w.pods[i].ScaledCount < 2 || w.drifted(w.pods[i]) {
-			return fmt.Errorf("count restored on ordinal %d, which is not a live child scaled by hand", a.Ordinal)
+			return Result{}, fmt.Errorf("count restored on ordinal %d, which is not a live child scaled by hand", a.Ordinal)
 		}
 		w.pods[i].ScaledCount = 0
 	case ActionEvaluatePod:
 		i := w.podIndex(a.Ordinal)
-		if i < 0 || w.pods[i].Terminating || !w.nodeBack[a.Ordinal] {
-			return fmt.Errorf("evaluation asked for ordinal %d, which is not blocked on a node that is back", a.Ordinal)
+		if i < 0 || w.pods[i].Terminating || w.nodeBack[a.Ordinal] == 0 {
+			return Result{}, fmt.Errorf("evaluation asked for ordinal %d, which is not blocked on a node that is back", a.Ordinal)
 		}
-		delete(w.nodeBack, a.Ordinal)
+		if w.askedEval[a.Ordinal] == w.nodeBack[a.Ordinal] {
+			// Nomad places it in its own time; asking again for the same
+			// node change makes another evaluation for nothing. (A new
+			// leader, which cannot know, may ask once more.)
+			return Result{}, fmt.Errorf("evaluation of ordinal %d asked twice for node change %d", a.Ordinal, w.nodeBack[a.Ordinal])
+		}
+		w.askedEval[a.Ordinal] = w.nodeBack[a.Ordinal]
 		w.waitingForNode[a.Ordinal] = false
 	case ActionDeleteSetState:
 		if len(w.pods) > 0 {
-			return fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
+			return Result{}, fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
 		}
 		for _, v := range w.volumes {
 			if w.condemnedDelete[v.Ordinal] {
-				return fmt.Errorf("set state deleted while volume %s remains to be deleted", v.Name)
+				return Result{}, fmt.Errorf("set state deleted while volume %s remains to be deleted", v.Name)
 			}
 		}
 		w.revisions, w.status, w.stateDeleted = nil, Status{}, true
 		w.lastRan, w.members, w.condemnedDelete = map[int]Revision{}, map[int]bool{}, map[int]bool{}
 	default:
-		return fmt.Errorf("unknown action %q", a.Type)
+		return Result{}, fmt.Errorf("unknown action %q", a.Type)
 	}
-	return nil
+	return Result{}, nil
 }
 
 // provisionerDefault is the size the world's provisioner gives a volume
@@ -689,33 +766,29 @@ func (w *world) mustGrow(ord int) bool {
 // does: it runs in another Ready pod (or the leader), and the application
 // answers; a pass or a switchover that ran is an input to the next
 // decisions, a refusal a hold with backoff.
-func (w *world) applyAsk(a Action) error {
+func (w *world) applyAsk(a Action) (Result, error) {
 	target := w.podIndex(a.Target)
 	if a.Target == a.Ordinal || target < 0 || !runningAndReady(&w.pods[target]) || w.pods[target].Terminating {
-		return fmt.Errorf("%s of %d run in %d, which is not another Ready pod", a.Type, a.Ordinal, a.Target)
+		return Result{}, fmt.Errorf("%s of %d run in %d, which is not another Ready pod", a.Type, a.Ordinal, a.Target)
 	}
 	fails := w.appFails && w.rng.IntN(3) == 0
 	if a.Type == ActionCheckDisruption {
 		if w.spec.DisruptionCheck == "" {
-			return errors.New("a disruption check the spec does not declare")
+			return Result{}, errors.New("a disruption check the spec does not declare")
 		}
 		if fails {
-			w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(3 * time.Second), Reason: HoldDisruptionCheckFailed})
-			return nil
+			return Result{Wait: &Wait{Reason: HoldDisruptionCheckFailed, Message: "the application says no"}}, nil
 		}
-		w.cleared = append(w.cleared, Clearance{Ordinal: a.Ordinal, Until: w.now.Add(30 * time.Second)})
-		return nil
+		return Result{}, nil
 	}
 	if w.spec.LeaderUpdate != LeaderSwitchover || a.Ordinal != w.leader || a.Target == w.leader {
-		return fmt.Errorf("switchover from %d to %d, but %d leads (leader update %s)", a.Ordinal, a.Target, w.leader, w.spec.LeaderUpdate)
+		return Result{}, fmt.Errorf("switchover from %d to %d, but %d leads (leader update %s)", a.Ordinal, a.Target, w.leader, w.spec.LeaderUpdate)
 	}
 	if fails {
-		w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(5 * time.Second), Reason: HoldSwitchoverFailed})
-		return nil
+		return Result{Wait: &Wait{Reason: HoldSwitchoverFailed, Message: "the switchover command failed"}}, nil
 	}
 	w.newLeader = a.Target
-	w.holds = append(w.holds, Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: w.now.Add(20 * time.Second), Reason: HoldSwitchingOver})
-	return nil
+	return Result{}, nil
 }
 
 // elect moves leadership as the database does by itself: a switchover that
@@ -809,6 +882,7 @@ func (w *world) move(i int) {
 	case p.Phase == PhasePending:
 		w.logf("world: pod %d running", p.Ordinal)
 		p.Phase = PhaseRunning
+		delete(w.nodeBack, p.Ordinal)
 	case p.Phase == PhaseRunning && !p.Ready && !w.isBroken(*p):
 		w.logf("world: pod %d ready", p.Ordinal)
 		p.Ready, p.ReadySince = true, w.now
@@ -824,25 +898,61 @@ func (w *world) advanceAll() {
 	}
 }
 
-// hold imposes a random wait on a random ordinal's step, as the agent's
-// backoffs, kill graces, hooks, plugins and spreads do.
+// hold makes the next few effects meet a wait, as the agent's hooks,
+// plugins, spreads and volumes do; what each waits for is one its effect
+// can meet (waitFor).
 func (w *world) hold(rng *rand.Rand) {
-	if w.spec.Replicas == 0 {
-		return
+	w.waits = 1 + rng.IntN(3)
+	w.logf("chaos: the next %d effects meet a wait", w.waits)
+}
+
+// waitFor is a wait the effect of a can meet in the agent, or nil for an
+// effect that meets none: a volume's provisioner down, a spread no node
+// meets, a storage class no provisioner serves, a volume still claimed, a
+// pre_update or pre_delete hook that says wait.
+func (w *world) waitFor(a Action) *Wait {
+	var reasons []string
+	switch a.Type {
+	case ActionCreateVolume:
+		reasons = []string{HoldPluginUnavailable, HoldUnknownClass}
+		if !a.Unspread {
+			reasons = append(reasons, HoldSpreadUnsatisfiable)
+		}
+	case ActionCreatePod:
+		if len(w.spec.VolumeClaims) == 0 && !a.Unspread {
+			reasons = []string{HoldSpreadUnsatisfiable}
+		}
+	case ActionDeleteVolume:
+		reasons = []string{HoldPluginUnavailable}
+	case ActionExpandVolume:
+		reasons = []string{HoldVolumeInUse, HoldPluginUnavailable}
+	case ActionDeletePod:
+		if a.Disrupts() {
+			reasons = []string{HoldHookWaiting}
+		}
 	}
-	h := Hold{
-		Ordinal: w.spec.OrdinalsStart + rng.IntN(w.spec.Replicas+1),
-		Step:    []HoldStep{StepCreate, StepDisrupt}[rng.IntN(2)],
-		Until:   w.now.Add(time.Duration(1+rng.IntN(20)) * time.Second),
+	if len(reasons) == 0 {
+		return nil
 	}
-	if h.Step == StepCreate {
-		h.Reason = []string{HoldBackOff, HoldKillGrace, HoldPluginUnavailable, HoldSpreadUnsatisfiable}[rng.IntN(4)]
-	} else {
-		h.Reason = HoldHookWaiting
+	wt := &Wait{Reason: reasons[w.rng.IntN(len(reasons))], Message: "chaos"}
+	if wt.Reason == HoldHookWaiting && w.rng.IntN(2) == 0 {
+		wt.RetryAfter = time.Duration(1+w.rng.IntN(20)) * time.Second
 	}
-	h.Message = "chaos"
-	w.holds = append(w.holds, h)
-	w.logf("chaos: hold %s of ordinal %d for %s (%s)", h.Step, h.Ordinal, h.Until.Sub(w.now), h.Reason)
+	return wt
+}
+
+// checkHoldPromise checks an action that meets a wait against the holds in
+// force, as apply does for one carried out.
+func (w *world) checkHoldPromise(a Action) error {
+	switch a.Type {
+	case ActionCreateVolume, ActionCreatePod:
+		return w.checkCreateHold(a)
+	case ActionDeletePod:
+		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && a.Disrupts() && (h.Reason != HoldSwitchingOver || a.Pod.Leader) {
+			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+		}
+	}
+	return nil
 }
 
 // chaos does something bad to a random pod: it fails, is stopped from
@@ -955,8 +1065,13 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 			return nil
 		}
 		w.now = w.now.Add(time.Second)
-		w.advance(rng)
+		if !w.advance(rng) && len(w.last.Actions) == 0 && w.last.Requeue > time.Second {
+			// Nothing moves and nothing was done: the agent looks again
+			// when the decision asked (a hold ending, a backoff).
+			w.now = w.now.Add(w.last.Requeue - time.Second)
+		}
 		w.approveIfWaiting()
+		w.waitForWindow()
 		if w.userDeletesBroken {
 			for i, p := range w.pods {
 				// A pod stuck at a broken revision is the user's to delete

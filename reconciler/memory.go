@@ -1,0 +1,438 @@
+package reconciler
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Memory is what a set's decisions remember from one pass to the next that
+// the cluster does not show: the waits the effects met, the failures to back
+// off from, the answers of the disruption check, a switchover in flight. It
+// is the reconciler's, as a value: the caller passes the last one in
+// (Input.Memory), gets the next in Output.Memory, and folds the result of
+// every action it carries out into it with Fold. The caller keeps it for a
+// leadership term only; a new leader starts from the zero Memory, which is
+// always safe (it waits out what it cannot know: Vanished).
+type Memory struct {
+	// Holds are the waits the effects met (a hook that said wait, a plugin
+	// that is down, a spread no node meets, a switchover in flight), each
+	// until its Until.
+	Holds []Hold
+	// Crashes counts, per ordinal, the recent failures of its pod: the
+	// crash-loop backoff.
+	Crashes map[int]CrashRecord
+	// AskFailures counts, per ordinal, the disruption checks and
+	// switchovers refused in a row: their backoff.
+	AskFailures map[int]int
+	// Cleared are the passing disruption checks, until they go stale.
+	Cleared []Clearance
+	// Switchover is the switchover whose command ran, until another pod is
+	// seen to lead and the old leader no longer does.
+	Switchover *Switchover
+	// TermSeen says the set's first pass of the term happened: the
+	// ordinals missing then were given their kill grace (HoldKillGrace,
+	// in Holds), and later losses are seen as they happen.
+	TermSeen bool
+	// CannotExpand are the storage classes whose ExpandVolume refused
+	// although their provisioner said it could expand: a pod was stopped
+	// for it once, and no other is for the rest of the term.
+	CannotExpand []string
+	// Evaluated is, per ordinal, the node change (Pod.NodeChange) for which
+	// Nomad was last asked to place its child again: it is asked once per
+	// change.
+	Evaluated map[int]uint64
+}
+
+// CrashRecord counts an ordinal's recent pod failures.
+type CrashRecord struct {
+	Count int
+	Last  time.Time
+}
+
+// Switchover is a switchover whose command ran.
+type Switchover struct {
+	From, To int
+	Started  time.Time
+	// Seen is set once another pod is seen to lead.
+	Seen bool
+}
+
+// LeaderChange is a switchover seen to take effect in this decision: the
+// pod To leads, Took after the command ran in From. The caller announces it.
+type LeaderChange struct {
+	From, To int
+	Took     time.Duration
+}
+
+// The wait policies: how long each kind of wait lasts. They are the
+// reconciler's, so that the randomized drivers check them under the
+// invariants like every other decision.
+const (
+	// CrashBackoffBase and CrashBackoffMax space the re-creations of a pod
+	// that ends Failed again and again. Kubernetes leaves this to the
+	// kubelet's CrashLoopBackOff; with Nomad the controller re-creates the
+	// child job itself, so it must not do that in a hot loop.
+	CrashBackoffBase = time.Second
+	CrashBackoffMax  = 5 * time.Minute
+	// CrashBackoffReset forgets the failures of an ordinal that has not
+	// failed for this long.
+	CrashBackoffReset = 10 * time.Minute
+	// AskBackoffBase and AskBackoffMax space the retries of a disruption
+	// check or a switchover that failed.
+	AskBackoffBase = 5 * time.Second
+	AskBackoffMax  = 5 * time.Minute
+	// ClearanceTTL is how long a passing disruption check lets its pod be
+	// taken down: long enough for the pass that acts on it, short enough
+	// that the answer still describes the cluster.
+	ClearanceTTL = 30 * time.Second
+	// DefaultCheckTimeout and DefaultSwitchoverTimeout bound one command
+	// when statefulset_exec_timeout is not set (DESIGN §3b). A switchover
+	// that ran holds the old leader (HoldSwitchingOver) for as long.
+	DefaultCheckTimeout      = 30 * time.Second
+	DefaultSwitchoverTimeout = 2 * time.Minute
+	// HookRetry is how soon a pre_update or pre_delete hook that said wait
+	// without saying for how long is asked again.
+	HookRetry = 10 * time.Second
+	// PluginRetry is how soon a step held by a provisioner that is down is
+	// tried again.
+	PluginRetry = 15 * time.Second
+	// SpreadRetry is how long a spread no node meets holds the ordinal's
+	// creation (required spread) or lets it go without the rule (soft
+	// spread) before the rule is tried again; a node event looks at the
+	// set sooner.
+	SpreadRetry = 30 * time.Second
+	// VolumeInUseRetry is how soon an expansion is tried again on a volume
+	// Nomad still counts as claimed (the old allocation being released).
+	VolumeInUseRetry = 5 * time.Second
+	// UnknownClassRetry is how soon a volume of a storage class no
+	// provisioner serves is tried again (the agent's config may be fixed
+	// and reloaded meanwhile).
+	UnknownClassRetry = time.Minute
+	// CapabilitiesRetry is how soon a set is looked at again after a
+	// provisioner could not be asked whether a class can expand
+	// (Input.CapabilitiesUnknown).
+	CapabilitiesRetry = 15 * time.Second
+)
+
+// ExecTimeout is how long one of spec's commands may run: the switchover
+// command, or the disruption check.
+func ExecTimeout(spec Spec, switchover bool) time.Duration {
+	switch {
+	case spec.ExecTimeout > 0:
+		return spec.ExecTimeout
+	case switchover:
+		return DefaultSwitchoverTimeout
+	}
+	return DefaultCheckTimeout
+}
+
+// Exponential is base doubled n times, capped at limit.
+func Exponential(base, limit time.Duration, n int) time.Duration {
+	d := base
+	for i := 0; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// Result is what carrying out one action did, as the caller reports it to
+// Fold. The zero Result is a success.
+type Result struct {
+	// Err is set when the action failed: the caller stops the pass, and
+	// the next one decides again from fresh observations.
+	Err error
+	// Wait is set when the step could not be taken now and must wait.
+	Wait *Wait
+	// Unsupported is set by an ExpandVolume whose provisioner refused to
+	// expand the volume's class: the volume keeps its size.
+	Unsupported bool
+}
+
+// Wait is a step that met something it must wait for.
+type Wait struct {
+	// Reason is one of the Hold* reasons.
+	Reason string
+	// Message says what was met, for a human.
+	Message string
+	// RetryAfter is how long the world asked to wait (a hook's answer);
+	// zero leaves it to the reason's wait policy.
+	RetryAfter time.Duration
+}
+
+// Held reports whether the result is a wait.
+func (r Result) Held() bool { return r.Err == nil && r.Wait != nil }
+
+// clone copies m deeply, so that a fold never changes a memory the caller
+// still holds.
+func (m Memory) clone() Memory {
+	m.Holds = slices.Clone(m.Holds)
+	m.Crashes = maps.Clone(m.Crashes)
+	m.AskFailures = maps.Clone(m.AskFailures)
+	m.Cleared = slices.Clone(m.Cleared)
+	if m.Switchover != nil {
+		sw := *m.Switchover
+		m.Switchover = &sw
+	}
+	m.CannotExpand = slices.Clone(m.CannotExpand)
+	m.Evaluated = maps.Clone(m.Evaluated)
+	return m
+}
+
+// stepOf is the kind of step an action is, for the hold a wait makes.
+func stepOf(t ActionType) HoldStep {
+	switch t {
+	case ActionDeletePod, ActionCheckDisruption, ActionSwitchover:
+		return StepDisrupt
+	}
+	return StepCreate
+}
+
+// waitFor is how long a wait for reason lasts, by the wait policies.
+func (m *Memory) waitFor(ord int, w Wait) time.Duration {
+	switch w.Reason {
+	case HoldDisruptionCheckFailed, HoldSwitchoverFailed:
+		if m.AskFailures == nil {
+			m.AskFailures = map[int]int{}
+		}
+		m.AskFailures[ord]++
+		return Exponential(AskBackoffBase, AskBackoffMax, m.AskFailures[ord]-1)
+	case HoldHookWaiting:
+		if w.RetryAfter > 0 {
+			return w.RetryAfter
+		}
+		return HookRetry
+	case HoldPluginUnavailable:
+		return PluginRetry
+	case HoldSpreadUnsatisfiable:
+		return SpreadRetry
+	case HoldVolumeInUse:
+		return VolumeInUseRetry
+	case HoldUnknownClass:
+		return UnknownClassRetry
+	}
+	if w.RetryAfter > 0 {
+		return w.RetryAfter
+	}
+	return PluginRetry
+}
+
+// Fold takes the result of carrying out action a at now into the memory,
+// and returns the next memory and, when the step met a wait, the hold it
+// became. It is the only way the memory changes besides Reconcile.
+func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold) {
+	m = m.clone()
+	if r.Err != nil {
+		return m, nil
+	}
+	if r.Wait != nil {
+		h := Hold{Ordinal: a.Ordinal, Step: stepOf(a.Type), Reason: r.Wait.Reason, Message: r.Wait.Message}
+		h.Until = now.Add(m.waitFor(a.Ordinal, *r.Wait))
+		m.addHold(h)
+		return m, &h
+	}
+	switch a.Type {
+	case ActionDeletePod:
+		if a.Purge && a.Pod.Phase == PhaseFailed {
+			// Counted once the failed pod is really gone, so that a retry
+			// of a purge that failed does not count it again.
+			m.crashed(a.Ordinal, now)
+		}
+	case ActionCheckDisruption:
+		delete(m.AskFailures, a.Ordinal)
+		m.Cleared = append(m.Cleared, Clearance{Ordinal: a.Ordinal, Until: now.Add(ClearanceTTL)})
+	case ActionSwitchover:
+		delete(m.AskFailures, a.Ordinal)
+		m.addHold(Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: now.Add(ExecTimeout(spec, true)), Reason: HoldSwitchingOver,
+			Message: "handed leadership to " + PodName(spec.Name, a.Target) + "; waiting for the leader check to pass there"})
+		m.Switchover = &Switchover{From: a.Ordinal, To: a.Target, Started: now}
+	case ActionEvaluatePod:
+		if m.Evaluated == nil {
+			m.Evaluated = map[int]uint64{}
+		}
+		m.Evaluated[a.Ordinal] = a.Pod.NodeChange
+	case ActionExpandVolume:
+		if r.Unsupported && !slices.Contains(m.CannotExpand, a.Volume.Class) {
+			m.CannotExpand = append(m.CannotExpand, a.Volume.Class)
+		}
+	}
+	return m, nil
+}
+
+// addHold records a wait, replacing an earlier one on the same ordinal and
+// step.
+func (m *Memory) addHold(h Hold) {
+	for i := range m.Holds {
+		if m.Holds[i].Ordinal == h.Ordinal && m.Holds[i].Step == h.Step {
+			m.Holds[i] = h
+			return
+		}
+	}
+	m.Holds = append(m.Holds, h)
+}
+
+// crashed counts a failure of ord's pod, removed at now to be re-created.
+func (m *Memory) crashed(ord int, now time.Time) {
+	if m.Crashes == nil {
+		m.Crashes = map[int]CrashRecord{}
+	}
+	r := m.Crashes[ord]
+	if now.Sub(r.Last) > CrashBackoffReset {
+		r.Count = 0
+	}
+	r.Count++
+	r.Last = now
+	m.Crashes[ord] = r
+}
+
+// backoffHolds are the holds the crash-loop backoff puts on creating pods:
+// the first failure is re-created at once, as Kubernetes does, and each
+// later one waits twice as long, up to CrashBackoffMax.
+func (m Memory) backoffHolds(now time.Time) []Hold {
+	var out []Hold
+	for _, ord := range slices.Sorted(maps.Keys(m.Crashes)) {
+		r := m.Crashes[ord]
+		if r.Count < 2 {
+			continue
+		}
+		wait := Exponential(CrashBackoffBase, CrashBackoffMax, r.Count-2)
+		if until := r.Last.Add(wait); until.After(now) {
+			out = append(out, Hold{Ordinal: ord, Step: StepCreate, Until: until, Reason: HoldBackOff,
+				Message: fmt.Sprintf("the pod failed %d times in a row; it is created again after a backoff of %s", r.Count, wait)})
+		}
+	}
+	return out
+}
+
+// begin is the memory a decision at in.Now starts from: ended holds and
+// stale answers dropped, old failures forgotten, the ordinals that
+// vanished before the term began given their kill grace, and a switchover
+// that took effect closed. It also returns the switchover seen to take
+// effect now, if any.
+func (m Memory) begin(in Input) (Memory, *LeaderChange) {
+	m = m.clone()
+	now := in.Now
+	m.Holds = dropEnded(m.Holds, now, func(h Hold) time.Time { return h.Until })
+	m.Cleared = dropEnded(m.Cleared, now, func(c Clearance) time.Time { return c.Until })
+	for ord, r := range m.Crashes {
+		if now.Sub(r.Last) > CrashBackoffReset {
+			delete(m.Crashes, ord)
+		}
+	}
+	firstOfTerm := !m.TermSeen && !in.Spec.Deleted && !in.TermStart.IsZero()
+	if firstOfTerm || slices.ContainsFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace }) {
+		// Only then: a steady decision of a large set builds no map.
+		present := make(map[int]bool, len(in.Pods)+len(in.Stopped))
+		for _, p := range in.Pods {
+			present[p.Ordinal] = true
+		}
+		for _, s := range in.Stopped {
+			present[s.Ordinal] = true
+		}
+		// A kill grace for an ordinal whose child is back has served.
+		m.Holds = slices.DeleteFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace && present[h.Ordinal] })
+		if firstOfTerm {
+			m.TermSeen = true
+			m.vanishedHolds(in, present)
+		}
+	}
+	return m, m.closeSwitchover(in)
+}
+
+// vanishedHolds gives every ordinal missing at the set's first pass of the
+// term its kill grace from the start of the term.
+//
+// A purge makes Nomad forget the child's allocations at once while their
+// client may still be killing the task; a new child is a new job, whose
+// allocation does not wait for the old one. A purge seen by a leader is
+// held as a stopping pod for the task's kill grace by the agent's cache. A
+// purge made while no leader watched (the daemon restarting, leadership
+// moving) left nothing to see: the child is simply missing. Such an
+// ordinal (one the set's status records, missing at the set's first pass
+// in the term) waits out the kill
+// grace from the start of the term, the earliest moment the purge can be
+// known to have happened by. The cost is a few seconds' delay for a child
+// that vanished long before; the gain is never running two copies of one
+// ordinal.
+func (m *Memory) vanishedHolds(in Input, present map[int]bool) {
+	for _, r := range in.Previous.Ordinals {
+		// Every ordinal the status records counts, whatever the spec says
+		// now: one recorded as never run (Revision "") may have had its
+		// pod created by a pass that then held or failed before the
+		// status was written, and one out of the range or condemned may
+		// come back into it while its old task still stops. A hold on an
+		// ordinal that is not created anyway costs nothing.
+		if present[r.Ordinal] {
+			continue
+		}
+		until := in.TermStart.Add(in.StopGrace[r.Ordinal])
+		if !until.After(in.Now) {
+			continue
+		}
+		m.addHold(Hold{Ordinal: r.Ordinal, Step: StepCreate, Until: until, Reason: HoldKillGrace,
+			Message: "its child vanished from Nomad while no leader watched (a purge?), and its old task may still be stopping on its node"})
+	}
+}
+
+// closeSwitchover follows a switchover whose command ran: once another pod
+// is seen to lead, the change is reported (once); once the old leader no
+// longer leads either, the switch is complete and its SwitchingOver hold
+// has served: it is dropped, as left to its timeout it would hold that pod
+// again, saying it hands leadership over, should it lead again meanwhile.
+// Not before: the checks of both pods may pass for a moment, and while the
+// old leader still looks like the leader the hold keeps the reconciler from
+// asking it for another switchover.
+func (m *Memory) closeSwitchover(in Input) *LeaderChange {
+	sw := m.Switchover
+	if sw == nil {
+		return nil
+	}
+	fromLeads, other := false, -1
+	for _, p := range in.Pods {
+		switch {
+		case !p.Leader:
+		case p.Ordinal == sw.From:
+			fromLeads = true
+		case other < 0 || p.Ordinal < other:
+			other = p.Ordinal
+		}
+	}
+	var change *LeaderChange
+	if other >= 0 && !sw.Seen {
+		sw.Seen = true
+		change = &LeaderChange{From: sw.From, To: other, Took: in.Now.Sub(sw.Started)}
+	}
+	if sw.Seen && !fromLeads {
+		m.Switchover = nil
+		m.Holds = slices.DeleteFunc(m.Holds, func(h Hold) bool { return h.Ordinal == sw.From && h.Reason == HoldSwitchingOver })
+	}
+	return change
+}
+
+// dropEnded keeps the entries of list whose end is after now.
+func dropEnded[T any](list []T, now time.Time, end func(T) time.Time) []T {
+	return slices.DeleteFunc(list, func(x T) bool { return !end(x).After(now) })
+}
+
+// String sums the memory up for logs and test failures.
+func (m Memory) String() string {
+	var parts []string
+	for _, h := range m.Holds {
+		parts = append(parts, fmt.Sprintf("hold %d/%s %s until %s", h.Ordinal, h.Step, h.Reason, h.Until.Format(time.RFC3339)))
+	}
+	for _, ord := range slices.Sorted(maps.Keys(m.Crashes)) {
+		parts = append(parts, fmt.Sprintf("crashes %d=%d", ord, m.Crashes[ord].Count))
+	}
+	for _, ord := range slices.Sorted(maps.Keys(m.AskFailures)) {
+		parts = append(parts, fmt.Sprintf("refusals %d=%d", ord, m.AskFailures[ord]))
+	}
+	for _, c := range m.Cleared {
+		parts = append(parts, fmt.Sprintf("cleared %d", c.Ordinal))
+	}
+	if sw := m.Switchover; sw != nil {
+		parts = append(parts, fmt.Sprintf("switchover %d->%d seen=%v", sw.From, sw.To, sw.Seen))
+	}
+	return strings.Join(parts, "; ")
+}
