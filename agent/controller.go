@@ -623,7 +623,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 		h := held[0]
 		shown = heldStatus(shown, h.Reason, heldMessage(key.Name, h, p.now), p.now)
 	case p.hookHeld:
-		shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", p.now)
+		shown = heldStatus(shown, reconciler.HoldHookWaiting, "a post_ready hook holds a pod's readiness; see the events", p.now)
 	}
 	c.sets.update(key, p.spec, shown, finalObs, finalRevs, p.now)
 }

@@ -73,7 +73,7 @@ func (c *controller) announcePostReady(p *pass, a reconciler.Action, o outcome, 
 		ans := p.st.memory.PostReady[a.Pod.AllocID]
 		wait := ans.RetryAt.Sub(p.now).Round(1e9)
 		log.Info("post_ready hook holds the pod; it does not count as ready", "hook", o.hook, "reason", o.hookReason, "retry_after", wait)
-		c.sets.event(p.key, p.now, "HookWaiting", fmt.Sprintf("%s: %s; it does not count as ready until the hook says done, asking again in %s", name, o.hookReason, wait))
+		c.sets.event(p.key, p.now, reconciler.HoldHookWaiting, fmt.Sprintf("%s: %s; it does not count as ready until the hook says done, asking again in %s", name, o.hookReason, wait))
 	}
 }
 
