@@ -453,6 +453,7 @@ func (w *world) step() error {
 	out := Reconcile(in)
 	w.last = out
 	w.memory = out.Memory
+	noteHolds(out)
 	w.steps++
 	// The invariants judge the decision by the holds and answers in force:
 	// the input's own and its memory's.
