@@ -32,7 +32,7 @@ type leaderSource interface {
 // is read from Nomad instead, by the native watcher, Consul or not: Nomad's
 // client keeps those results. It still has no say in readiness, which for
 // a native service is Nomad's deployment health and the task states, as
-// for its other checks (README, Live readiness).
+// for its other checks (docs/concepts.md, Live readiness).
 //
 // It reports whether the leader is known: true without a leader check;
 // false while the checks of a live pod are not read yet, or when the
