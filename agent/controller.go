@@ -35,7 +35,9 @@ const defaultExpectationTTL = 2 * time.Minute
 // controller reconciles sets: it observes a set in the cache, asks the
 // reconciler what to do, has the actions carried out and records the status.
 // Every write it makes is an action of the reconciler's output, or the
-// status it returned; waits are inputs to the reconciler (Input.Holds).
+// status it returned (ActionRecordStatus); it carries out a prefix of the
+// actions, and what they met is folded into the set's decision memory
+// (reconciler.Memory), which the next decision reads.
 type controller struct {
 	log   hclog.Logger
 	store backend.Store
@@ -70,8 +72,8 @@ type controller struct {
 	// is distrusted and re-listed.
 	expectTTL time.Duration
 	// termStart is when this leadership term began: a child missing since
-	// before it may have been purged unseen (unwatchedGone). Zero in tests
-	// that do not model a term.
+	// before it may have been purged unseen (Input.TermStart,
+	// HoldKillGrace). Zero in tests that do not model a term.
 	termStart time.Time
 	// confirm reads the set's stored state from the store itself before a
 	// pass acts, and reports whether the pass decided on it
