@@ -152,6 +152,7 @@ func (r *reconciler) record(rec OrdinalRecord, had, setDeleted, withCreates bool
 			rec.Replaced = t
 		}
 	}
+	rec.RecreateStopped = r.recreateRecord(rec, member, withCreates)
 	// A condemned ordinal with nothing left is forgotten, unless it ran a
 	// revision: that is kept for the no-downgrade promise, should the
 	// ordinal come back (the records of one revision compress to a run).
@@ -254,7 +255,8 @@ func (r *reconciler) recordMembership() {
 	changed := false
 	for _, rec := range next {
 		p, ok := findRecord(prev, rec.Ordinal)
-		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes || p.Replaced != rec.Replaced)) {
+		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes || p.Replaced != rec.Replaced)) ||
+			(rec.RecreateStopped && !p.RecreateStopped) {
 			changed = true
 			break
 		}
