@@ -3,7 +3,10 @@ package reconciler
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
+	"testing"
+	"time"
 )
 
 // The Recreate strategy's invariants (KEP-3541, DESIGN §3b), run by
@@ -212,4 +215,374 @@ func (w *world) checkRecreateState() error {
 		}
 	}
 	return nil
+}
+
+// recreateWorld is a converged 3-replica Recreate set with claim "data",
+// made at v1, with spec's leader and check keys.
+func recreateWorld(t *testing.T, spec Spec) *world {
+	t.Helper()
+	spec.Replicas, spec.UpdateStrategy, spec.VolumeClaims = 3, Recreate, []string{"data"}
+	if spec.ProgressDeadline == 0 {
+		spec.ProgressDeadline = 10 * time.Minute
+	}
+	w := newWorld(spec, "v1")
+	converge(t, w)
+	if spec.LeaderCheck != "" {
+		w.leader = 1
+	}
+	return w
+}
+
+// recreateRun is what a rollout under Recreate did, decision by decision.
+type recreateRun struct {
+	// stops are the ordinals each decision stopped, per decision that
+	// stopped any; creates likewise.
+	stops, creates [][]int
+	checks         []Action
+	switchovers    int
+	// progressing are the Progressing messages while Recreating.
+	progressing []string
+	held        []string
+}
+
+// rollRecreate changes the template to v2 and runs the world until it
+// converges, advancing every pod each round but the one right after a
+// stop (so that the wait for termination is seen), and playing the
+// operator with play (it may approve, open a window, …).
+func rollRecreate(t *testing.T, w *world, play func(w *world, out Output)) recreateRun {
+	t.Helper()
+	w.template = []byte("v2")
+	var run recreateRun
+	for i := 0; i < 300; i++ {
+		out := mustStep(t, w)
+		var stops, creates []int
+		for _, a := range out.Actions {
+			switch a.Type {
+			case ActionDeletePod:
+				stops = append(stops, a.Ordinal)
+			case ActionCreatePod:
+				creates = append(creates, a.Ordinal)
+			case ActionCheckDisruption:
+				run.checks = append(run.checks, a)
+			case ActionSwitchover:
+				run.switchovers++
+			}
+		}
+		if len(stops) > 0 {
+			run.stops = append(run.stops, stops)
+		}
+		if len(creates) > 0 {
+			run.creates = append(run.creates, creates)
+		}
+		for _, h := range out.Held {
+			run.held = append(run.held, h.Reason)
+		}
+		if c := condition(out.Status, ConditionProgressing); c.Reason == ReasonRecreating {
+			run.progressing = append(run.progressing, c.Message)
+		}
+		if w.converged() {
+			return run
+		}
+		if play != nil {
+			play(w, out)
+		}
+		if len(stops) == 0 {
+			w.advanceAll()
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	t.Fatalf("not converged after 300 steps\n%s", w.dump())
+	return run
+}
+
+// TestRecreate: a new revision stops every pod in one decision, whatever
+// the budget; no pod is created until all have terminated; they come back
+// at the new revision in the policy's order, on the volumes they had, none
+// deleted; the status says what the set does at each stage.
+func TestRecreate(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas, spec.UpdateStrategy, spec.MaxUnavailable = 3, Recreate, IntOrPercent{Value: 1}
+		w := newWorld(spec, "v1")
+		converge(t, w)
+		vols := slices.Clone(w.volumes)
+		run := rollRecreate(t, w, nil)
+
+		if len(run.stops) != 1 || !slices.Equal(run.stops[0], []int{2, 1, 0}) {
+			t.Fatalf("stops %v, want all three in one decision: [[2 1 0]]", run.stops)
+		}
+		wantCreates := [][]int{{0}, {1}, {2}}
+		if spec.PodManagementPolicy == Parallel {
+			wantCreates = [][]int{{0, 1, 2}}
+		}
+		if fmt.Sprint(run.creates) != fmt.Sprint(wantCreates) {
+			t.Fatalf("creates %v, want %v", run.creates, wantCreates)
+		}
+		v2 := revName("web", "v2")
+		if got := podRevisions(w, 0, 3); slices.ContainsFunc(got, func(r string) bool { return r != v2 }) {
+			t.Fatalf("revisions %v, want all %s", got, v2)
+		}
+		if st := w.last.Status; st.CurrentRevision != v2 || st.UpdatedReplicas != 3 {
+			t.Fatalf("status %+v", st)
+		}
+		if w.volumesDeleted != 0 || !slices.Equal(w.volumes, vols) {
+			t.Fatalf("volumes %v, want the same %v (%d deleted)", w.volumes, vols, w.volumesDeleted)
+		}
+		for _, want := range []string{"stopping 3 pods at once to create them again at " + v2,
+			"waiting for 3 pods to terminate before creating them again at " + v2, "creating pods again at " + v2} {
+			if !slices.ContainsFunc(run.progressing, func(m string) bool { return strings.HasPrefix(m, want) }) {
+				t.Errorf("no Progressing Recreating message %q among %q", want, run.progressing)
+			}
+		}
+		if recs := w.status.Ordinals; slices.ContainsFunc(recs, func(r OrdinalRecord) bool { return r.RecreateStopped }) {
+			t.Errorf("records still say a Recreate is under way: %+v", recs)
+		}
+	})
+}
+
+// TestRecreateGate: the stop's one gate, by kind. The disruption check is
+// asked once for the whole set, in a Ready pod; a supervised leader waits
+// for one approval for the whole stop; a switchover is never run (no
+// follower is left to lead); outside the maintenance window nothing stops
+// until it opens. Each lets every pod go in one decision.
+func TestRecreateGate(t *testing.T) {
+	v2 := revName("web", "v2")
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		// play answers the gate the way the operator would.
+		play       func(w *world, out Output)
+		checks     int
+		held       string
+		switchover bool
+	}{
+		{name: "no gate", spec: Spec{}},
+		{name: "disruption check once", spec: Spec{DisruptionCheck: "check"}, checks: 1},
+		{name: "leader last", spec: Spec{LeaderCheck: "primary", LeaderUpdate: LeaderLast}},
+		{name: "switchover is not run", spec: Spec{LeaderCheck: "primary", LeaderUpdate: LeaderSwitchover, SwitchoverCommand: "x"}},
+		{name: "supervised leader waits for one approval",
+			spec: Spec{LeaderCheck: "primary", LeaderUpdate: LeaderSupervised, DisruptionCheck: "check"},
+			held: HoldWaitingForApproval,
+			play: func(w *world, out Output) {
+				if slices.ContainsFunc(out.Held, func(h Hold) bool { return h.Reason == HoldWaitingForApproval }) {
+					w.spec.Approval = fmt.Sprint("ok-", w.steps)
+				}
+			}},
+		{name: "maintenance window", spec: Spec{MaintenanceWindows: mustWindows(t, saturdayWindow), DisruptionCheck: "check"},
+			held: HoldWaitingForMaintenanceWindow, checks: 1,
+			play: func(w *world, out Output) {
+				if _, ok := windowHeld(out); ok {
+					w.now = saturdayStart
+				}
+			}},
+	} {
+		for _, policy := range []PodManagementPolicy{OrderedReady, Parallel} {
+			t.Run(tc.name+"/"+string(policy), func(t *testing.T) {
+				spec := tc.spec
+				spec.PodManagementPolicy = policy
+				windows := spec.MaintenanceWindows
+				spec.MaintenanceWindows = nil
+				w := recreateWorld(t, spec)
+				w.spec.MaintenanceWindows = windows
+				run := rollRecreate(t, w, tc.play)
+				if len(run.stops) != 1 || len(run.stops[0]) != 3 {
+					t.Fatalf("stops %v, want every pod in one decision", run.stops)
+				}
+				if len(run.checks) != tc.checks {
+					t.Fatalf("%d checks asked, want %d: %+v", len(run.checks), tc.checks, run.checks)
+				}
+				for _, a := range run.checks {
+					if a.Revision.Name != v2 || a.Ordinal != 2 {
+						t.Errorf("check %+v: want one about the whole set (revision %s), subject the highest ordinal", a, v2)
+					}
+				}
+				if run.switchovers > 0 {
+					t.Errorf("%d switchovers, want none: every pod goes down", run.switchovers)
+				}
+				if tc.held != "" && !slices.Contains(run.held, tc.held) {
+					t.Errorf("holds %v, want %s", run.held, tc.held)
+				}
+				if got := podRevisions(w, 0, 3); slices.ContainsFunc(got, func(r string) bool { return r != v2 }) {
+					t.Fatalf("revisions %v", got)
+				}
+			})
+		}
+	}
+}
+
+// TestRecreateUnderWayPassesNoGateAgain: once the first pod is stopped,
+// the rest of the set is stopped without asking the check again and
+// without waiting for a window that closed meanwhile, a new leader's
+// decisions too (the ordinal records say so); the pod a hook held goes
+// when the hook lets it.
+func TestRecreateUnderWayPassesNoGateAgain(t *testing.T) {
+	w := recreateWorld(t, Spec{DisruptionCheck: "check", MaintenanceWindows: mustWindows(t, saturdayWindow)})
+	w.now = saturdayStart
+	w.template = []byte("v2")
+	if out := mustStep(t, w); countActions(out, ActionCheckDisruption) != 1 {
+		t.Fatalf("want the one check first: %+v", out.Actions)
+	}
+	// The first stop meets a pre_update hook that says wait: the pass
+	// ends there, the stop recorded.
+	w.waits = 1
+	out := mustStep(t, w)
+	if out.Actions[0].Type != ActionRecordOrdinals || countActions(out, ActionDeletePod) != 3 {
+		t.Fatalf("want the records stored first, then every pod stopped: %+v", out.Actions)
+	}
+	for _, r := range w.status.Ordinals {
+		if !r.RecreateStopped {
+			t.Fatalf("record %+v: want the stop recorded before it is made", r)
+		}
+	}
+	// The window closes and the leader changes: the rest goes anyway.
+	w.now = saturdayStart.Add(4 * time.Hour)
+	w.memory, w.termStart = Memory{}, w.now
+	for i := 0; i < 40 && len(w.pods) > 0; i++ {
+		out := mustStep(t, w)
+		if n := countActions(out, ActionCheckDisruption); n > 0 {
+			t.Fatalf("the check asked again for a stop under way: %+v", out.Actions)
+		}
+		if _, ok := windowHeld(out); ok {
+			t.Fatalf("a stop under way waits for the window: %+v", out.Held)
+		}
+		w.advanceAll()
+		w.now = w.now.Add(5 * time.Second)
+	}
+	if len(w.pods) != 0 {
+		t.Fatalf("pods left: %s", w.dump())
+	}
+	converge(t, w)
+	if got := podRevisions(w, 0, 3); slices.ContainsFunc(got, func(r string) bool { return r != revName("web", "v2") }) {
+		t.Fatalf("revisions %v", got)
+	}
+}
+
+// TestRecreateWhileGated: while the stop waits at its gate, the set stays
+// whole: a pod that fails is replaced at the revision every pod runs, never
+// at the new one, which would run beside it.
+func TestRecreateWhileGated(t *testing.T) {
+	w := recreateWorld(t, Spec{MaintenanceWindows: mustWindows(t, saturdayWindow)})
+	w.template = []byte("v2")
+	mustStep(t, w)
+	w.pods[w.podIndex(1)].Phase, w.pods[w.podIndex(1)].Ready = PhaseFailed, false
+	w.pods[w.podIndex(1)].AllTerminal = true
+	for i := 0; i < 20; i++ {
+		out := mustStep(t, w)
+		if _, ok := windowHeld(out); !ok {
+			t.Fatalf("the stop does not wait for the window: %+v", out.Held)
+		}
+		for _, a := range out.Actions {
+			if a.Type == ActionCreatePod && a.Revision.Name != revName("web", "v1") {
+				t.Fatalf("pod %d created at %s while the others run v1", a.Ordinal, a.Revision.Name)
+			}
+		}
+		w.advanceAll()
+		w.now = w.now.Add(time.Second)
+	}
+	if st := w.last.Status; st.ReadyReplicas != 3 {
+		t.Fatalf("the set is not whole while it waits: %+v\n%s", st, w.dump())
+	}
+	if c := condition(w.last.Status, ConditionProgressing); c.Reason != ReasonRecreating || !strings.Contains(c.Message, "waits") {
+		t.Fatalf("Progressing %+v, want Recreating, saying the stop waits", c)
+	}
+}
+
+// TestRecreateStuckRollout is the case KEP-3541 is for: a revision whose
+// pods never become ready is replaced by the next template at once, every
+// pod together, without asking the check (no Ready pod goes down).
+func TestRecreateStuckRollout(t *testing.T) {
+	forPolicies(t, func(t *testing.T, spec Spec) {
+		spec.Replicas, spec.UpdateStrategy, spec.DisruptionCheck = 3, Recreate, "check"
+		w := newWorld(spec, "v1")
+		w.broken["bad"] = true
+		converge(t, w)
+		w.template = []byte("bad")
+		for i := 0; i < 40; i++ {
+			mustStep(t, w)
+			w.advanceAll()
+			w.now = w.now.Add(time.Second)
+		}
+		if w.last.Status.ReadyReplicas != 0 || len(w.pods) == 0 {
+			t.Fatalf("want a stuck rollout: %s", w.dump())
+		}
+		w.template = []byte("v3")
+		checks := 0
+		for i := 0; i < 200 && !w.converged(); i++ {
+			out := mustStep(t, w)
+			checks += countActions(out, ActionCheckDisruption)
+			w.advanceAll()
+			w.now = w.now.Add(time.Second)
+		}
+		if !w.converged() || checks != 0 {
+			t.Fatalf("converged %v with %d checks, want converged with none\n%s", w.converged(), checks, w.dump())
+		}
+	})
+}
+
+// TestRecreateNotANewRevision: what is no new revision goes as a rolling
+// update goes, within the budget: a drifted pod is repaired alone, at the
+// revision it had; a pod that fails while the set is created again is
+// replaced at the new revision; a scale-up creates at the update revision
+// and a scale-down removes the highest ordinals.
+func TestRecreateNotANewRevision(t *testing.T) {
+	v1, v2 := revName("web", "v1"), revName("web", "v2")
+	for _, tc := range []struct {
+		name   string
+		change func(w *world)
+		want   []string
+	}{
+		{"drift repairs one pod", func(w *world) { w.pods[w.podIndex(1)].Drifted = true }, []string{v1, v1, v1}},
+		{"scale up", func(w *world) { w.spec.Replicas = 5 }, []string{v1, v1, v1, v1, v1}},
+		{"scale down", func(w *world) { w.spec.Replicas = 1 }, []string{v1}},
+		{"a pod fails while created again", func(w *world) {
+			w.template = []byte("v2")
+			readyAtV2 := func() bool {
+				i := w.podIndex(0)
+				return i >= 0 && w.pods[i].Revision == v2 && w.pods[i].Ready
+			}
+			for i := 0; i < 50 && !readyAtV2(); i++ {
+				mustStep(t, w)
+				w.advanceAll()
+				w.now = w.now.Add(time.Second)
+			}
+			if !readyAtV2() {
+				t.Fatalf("pod 0 never came back at v2\n%s", w.dump())
+			}
+			p := &w.pods[w.podIndex(0)]
+			p.Phase, p.Ready, p.AllTerminal = PhaseFailed, false, true
+		}, []string{v2, v2, v2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := recreateWorld(t, Spec{MaxUnavailable: IntOrPercent{Value: 1}})
+			created := map[int]time.Time{}
+			for _, p := range w.pods {
+				created[p.Ordinal] = p.Created
+			}
+			tc.change(w)
+			for i := 0; i < 300 && !w.converged(); i++ {
+				out := mustStep(t, w)
+				if tc.name == "drift repairs one pod" {
+					for _, a := range out.Actions {
+						if a.Type == ActionDeletePod && (a.Ordinal != 1 || a.Cause != CauseRepair) {
+							t.Fatalf("drift repair took down %d (%s)", a.Ordinal, a.Cause)
+						}
+					}
+				}
+				w.advanceAll()
+				w.now = w.now.Add(time.Second)
+			}
+			if !w.converged() {
+				t.Fatalf("not converged\n%s", w.dump())
+			}
+			if got := podRevisions(w, 0, w.spec.Replicas); !slices.Equal(got, tc.want) {
+				t.Fatalf("revisions %v, want %v", got, tc.want)
+			}
+			if tc.name == "drift repairs one pod" {
+				for _, o := range []int{0, 2} {
+					if !w.pods[w.podIndex(o)].Created.Equal(created[o]) {
+						t.Errorf("pod %d was recreated by the repair of pod 1", o)
+					}
+				}
+			}
+		})
+	}
 }
