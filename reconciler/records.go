@@ -239,8 +239,9 @@ func (r *reconciler) outsideOrdinals(setDeleted bool) []int {
 
 // recordMembership puts a RecordOrdinals action first when the decision acts
 // and the membership changed: an ordinal joined, a member was condemned, a
-// condemned ordinal's volumes' fate changed, or a `pod replace` request was
-// carried out (so that it is not carried out twice). That must be durable before the
+// condemned ordinal's volumes' fate changed, a `pod replace` request was
+// carried out (so that it is not carried out twice), or a Recreate stops a
+// member (so that its stop is known to be under way: recreate.go). That must be durable before the
 // decision touches the pods or volumes concerned: a volume made for a new
 // member whose membership was never stored would be kept for ever if the
 // ordinal left again under Delete, and a condemnation must be stored before
