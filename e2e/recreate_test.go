@@ -113,19 +113,35 @@ func volumeIDs(t *testing.T, c *Cluster, prefix string) map[string]string {
 	return out
 }
 
+// recreateScript writes the pod's identity to its volume, and takes
+// 2 s per ordinal to stop: the children of one set end at different times,
+// so that a child created before the last one has terminated would run
+// beside it, and the allocations would show it.
+const recreateScript = `trap 'sleep $((STATEFULSET_ORDINAL * 2)); exit 0' INT TERM; ` +
+	`echo "$STATEFULSET_POD_NAME" >> /data/identity; while true; do sleep 1; done`
+
 // TestRecreate runs statefulset_update_strategy = "Recreate" (KEP-3541) on
-// real Nomad and Consul. A 3-replica set converges; a template change stops
-// all three children, and no sample of the allocations ever shows two
-// revisions running (or placed) at once; the children come back at the new
-// revision on the same volumes, the data each wrote before still there; the
-// status said Recreating meanwhile. Then a partition with Recreate is
-// refused: InvalidSpec names both keys, and no child is touched.
+// real Nomad and Consul, under both pod management policies. A 3-replica
+// set converges; a template change stops all three children together, and
+// no sample of the allocations ever shows two revisions running (or being
+// placed) at once, although the children take different times to stop;
+// the children come back at the new revision on the same volumes, the data
+// each wrote before still there; the status said Recreating meanwhile.
+// Then (OrderedReady) a partition with Recreate is refused: InvalidSpec
+// names both keys, and no child is touched.
 func TestRecreate(t *testing.T) {
+	for _, policy := range []string{"OrderedReady", "Parallel"} {
+		t.Run(policy, func(t *testing.T) { testRecreate(t, policy) })
+	}
+}
+
+func testRecreate(t *testing.T, policy string) {
 	c := NewCluster(t)
 	d := c.StartDaemon()
-	RegisterHCL(t, c.Nomad.Client, setSpec{name: "rc", meta: map[string]string{
-		"statefulset_replicas":        "3",
-		"statefulset_update_strategy": "Recreate",
+	RegisterHCL(t, c.Nomad.Client, setSpec{name: "rc", script: recreateScript, meta: map[string]string{
+		"statefulset_replicas":              "3",
+		"statefulset_update_strategy":       "Recreate",
+		"statefulset_pod_management_policy": policy,
 	}}.hcl())
 	old := waitConverged(t, c, d, "rc", 3, nil)[0]
 	vols := volumeIDs(t, c, "data-rc-")
@@ -200,6 +216,9 @@ func TestRecreate(t *testing.T) {
 		return nil
 	})
 
+	if policy != "OrderedReady" {
+		return
+	}
 	// A partition with Recreate is refused, and nothing is touched.
 	allocs := map[string]string{}
 	for o := 0; o < 3; o++ {
