@@ -79,10 +79,10 @@ type recreateState struct {
 	old, live int
 	// stopping counts the pods this decision stops.
 	stopping int
-	// uniform is the one revision every observed pod runs, empty when
-	// there is no pod; mixed is set when they run more than one.
-	uniform string
-	mixed   bool
+	// uniform is the one revision every observed pod runs, when pods
+	// is set (there is one); mixed is set when they run more than one.
+	uniform     string
+	pods, mixed bool
 	// created is the revision this decision creates pods at, once it
 	// creates one: every other pod it creates takes the same.
 	created string
@@ -105,8 +105,8 @@ func (r *reconciler) observeRecreate() {
 			continue // not ours to judge (observe)
 		}
 		switch {
-		case r.rc.uniform == "" && !r.rc.mixed:
-			r.rc.uniform = p.Revision
+		case !r.rc.pods:
+			r.rc.uniform, r.rc.pods = p.Revision, true
 		case p.Revision != r.rc.uniform:
 			r.rc.mixed = true
 		}
@@ -126,7 +126,7 @@ func (r *reconciler) observeRecreate() {
 // and every pod this decision creates runs revision name (true when there
 // is none).
 func (r *reconciler) allPodsAt(name string) bool {
-	return !r.rc.mixed && (r.rc.uniform == "" || r.rc.uniform == name) && (r.rc.created == "" || r.rc.created == name)
+	return !r.rc.mixed && (!r.rc.pods || r.rc.uniform == name) && (r.rc.created == "" || r.rc.created == name)
 }
 
 // recreateTarget is one pod a Recreate stops: its index in in.Pods, and its
