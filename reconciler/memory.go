@@ -385,6 +385,9 @@ func (m *Memory) crashed(ord int, now time.Time) {
 // the first failure is re-created at once, as Kubernetes does, and each
 // later one waits twice as long, up to CrashBackoffMax.
 func (m Memory) backoffHolds(now time.Time) []Hold {
+	if len(m.Crashes) == 0 {
+		return nil // a steady decision sorts no keys
+	}
 	var out []Hold
 	for _, ord := range slices.Sorted(maps.Keys(m.Crashes)) {
 		r := m.Crashes[ord]
