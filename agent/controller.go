@@ -387,9 +387,11 @@ func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (a
 		c.sets.event(p.key, p.now, "Switchover", fmt.Sprintf("%s leads, after a switchover from %s in %s", to, from, ch.Took.Round(time.Millisecond)))
 		c.log.Info("the leader changed after a switchover", "set", p.key.String(), "from", from, "to", to, "took", ch.Took)
 	}
+	var done []reconciler.Action
 	for _, group := range reconciler.Batches(p.spec, out.Actions) {
 		if ctx.Err() != nil {
 			// Leadership or the agent is going away: stop between actions.
+			c.recordCreates(ctx, p, done)
 			return res, ctx.Err()
 		}
 		outcomes := c.runGroup(ctx, p, group)
@@ -402,17 +404,45 @@ func (c *controller) act(ctx context.Context, p *pass, out reconciler.Output) (a
 			if err := c.settle(p, a, outcomes[k], &res); err != nil && first == nil {
 				first = err
 			}
+			if outcomes[k].Err == nil && outcomes[k].Wait == nil {
+				done = append(done, a)
+			}
 			stop = stop || outcomes[k].Err != nil || outcomes[k].Wait != nil
 		}
 		if first != nil {
+			c.recordCreates(ctx, p, done)
 			c.sets.update(p.key, p.spec, out.Status, p.obs, p.revs, p.now)
 			return res, first
 		}
 		if stop {
+			c.recordCreates(ctx, p, done)
 			break
 		}
 	}
 	return res, nil
+}
+
+// recordCreates writes the revisions of the pods a pass created when the
+// pass stops before its end (a step held or failed): its status, which
+// would have recorded them, is not written then (reconciler.RecordsAfter).
+// It is an ActionRecordOrdinals like any other; one that fails is only
+// logged, as the pass is already stopping.
+func (c *controller) recordCreates(ctx context.Context, p *pass, done []reconciler.Action) {
+	base := p.prev.Ordinals
+	for _, a := range done {
+		if a.Type == reconciler.ActionRecordOrdinals {
+			base = a.Ordinals
+		}
+	}
+	recs, changed := reconciler.RecordsAfter(base, done)
+	if !changed {
+		return
+	}
+	a := reconciler.Action{Type: reconciler.ActionRecordOrdinals, Ordinals: recs,
+		Reason: "the pass stopped early: remember what its new pods run"}
+	if o := c.effector.execute(withAction(ctx, p.key, a), p, a); o.Err != nil {
+		c.log.Warn("could not record the revisions of the pods this pass created", "set", p.key.String(), "error", o.Err)
+	}
 }
 
 // runGroup carries out the actions of one group, at once when there are

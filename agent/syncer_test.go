@@ -409,3 +409,33 @@ func TestBlockedChildIsEvaluatedWhenItsNodeIsBack(t *testing.T) {
 		t.Fatalf("%d evaluations in all, want still 1", n)
 	}
 }
+
+// TestHeldPassRecordsItsNewPods: a pass that stops early (a step held)
+// writes no status, so the revisions of the pods it created are recorded
+// on their own (reconciler.RecordsAfter) before the set is decided again:
+// a child purged while no leader watched must not come back at an older
+// revision than it ran.
+func TestHeldPassRecordsItsNewPods(t *testing.T) {
+	r := newSyncRig(t, parentJob("web", map[string]string{
+		"statefulset_replicas": "3", "statefulset_pod_management_policy": "Parallel", "statefulset_volume_claims": ""}, "v1"))
+	r.eff.hold["CreatePod 2"] = &waitError{reason: reconciler.HoldPluginUnavailable, msg: "the plugin is down"}
+	r.sync(t)
+	st, found, err := r.c.store.GetStatus(context.Background(), r.key)
+	if err != nil || !found {
+		t.Fatalf("status: %v %v", found, err)
+	}
+	revs, _ := r.c.store.ListRevisions(context.Background(), r.key)
+	if len(revs) != 1 {
+		t.Fatalf("revisions %v", revs)
+	}
+	got := map[int]string{}
+	for _, rec := range st.Ordinals {
+		got[rec.Ordinal] = rec.Revision
+	}
+	for o := 0; o < 3; o++ {
+		created := slices.Contains(r.eff.calls, fmt.Sprintf("CreatePod %d", o))
+		if want := map[bool]string{true: revs[0].Name}[created]; got[o] != want {
+			t.Errorf("ordinal %d (created %v) recorded at %q, want %q (records %+v)", o, created, got[o], want, st.Ordinals)
+		}
+	}
+}

@@ -112,7 +112,9 @@
 // The caller passes the last one in (Input.Memory), carries out a prefix of
 // the actions in their groups (Batches), folds the Result of each into the
 // memory (Fold), and passes that to the next decision; it stops after the
-// first group in which an action failed or met a wait. How long each wait
+// first group in which an action failed or met a wait, and then records the
+// revisions of the pods it created (RecordsAfter), as the status that would
+// have is not written. How long each wait
 // lasts is the reconciler's wait policy for its reason (the constants of
 // memory.go), so the randomized drivers check the policies under the
 // invariants like any other decision. The zero Memory, a new leader's, is

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -144,5 +145,27 @@ func TestCrashBackoffWaitsLongerAfterEachFailure(t *testing.T) {
 	}
 	if w := wait(2, now.Add(CrashBackoffReset+time.Second)); w != 0 {
 		t.Fatalf("failures older than the reset window must be forgotten: %v", w)
+	}
+}
+
+// TestRecordsAfter: the pods a stopped pass created are recorded at their
+// revision, other records are kept as they are, and nothing changes when
+// the records already say so.
+func TestRecordsAfter(t *testing.T) {
+	r2 := Revision{Name: "web-2", Number: 2}
+	recs := []OrdinalRecord{{Ordinal: 0, Revision: "web-1", RevisionNumber: 1}, {Ordinal: 3, Revision: "web-1", RevisionNumber: 1, Condemned: true}}
+	done := []Action{{Type: ActionRecordOrdinals}, {Type: ActionCreatePod, Ordinal: 0, Revision: r2}, {Type: ActionCreateVolume, Ordinal: 2},
+		{Type: ActionCreatePod, Ordinal: 2, Revision: r2}}
+	got, changed := RecordsAfter(recs, done)
+	want := []OrdinalRecord{{Ordinal: 0, Revision: "web-2", RevisionNumber: 2}, {Ordinal: 2, Revision: "web-2", RevisionNumber: 2},
+		{Ordinal: 3, Revision: "web-1", RevisionNumber: 1, Condemned: true}}
+	if !changed || !slices.Equal(got, want) {
+		t.Fatalf("RecordsAfter = %+v, %v; want %+v", got, changed, want)
+	}
+	if recs[0].Revision != "web-1" {
+		t.Fatal("RecordsAfter changed the records it was given")
+	}
+	if again, changed := RecordsAfter(got, done); changed || !slices.Equal(again, got) {
+		t.Fatalf("records that already say so changed: %+v", again)
 	}
 }

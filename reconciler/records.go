@@ -271,3 +271,38 @@ func (r *reconciler) recordMembership() {
 	r.actions = slices.Insert(r.actions, 0, Action{Type: ActionRecordOrdinals, Ordinals: r.nextRecords(r.spec.Deleted, false),
 		Reason: "remember which ordinals are members and which were condemned, before acting on them"})
 }
+
+// RecordsAfter returns recs with the revision of each pod created by done
+// (the actions of a decision carried out so far), and whether that changed
+// them. A caller whose pass stops early (a step held or failed) writes them
+// (ActionRecordOrdinals) before it decides again: the status that would
+// have recorded the new pods is not written then, and should a child then
+// be purged while no leader watches, nothing else would say what it ran,
+// and the next decision would create it at the older revision its record
+// names, a silent downgrade (found by the randomized drivers).
+func RecordsAfter(recs []OrdinalRecord, done []Action) ([]OrdinalRecord, bool) {
+	changed := false
+	if !slices.IsSortedFunc(recs, func(a, b OrdinalRecord) int { return a.Ordinal - b.Ordinal }) {
+		// A hand-edited or corrupt status: sort a copy rather than trust it.
+		recs, changed = slices.Clone(recs), true
+		slices.SortStableFunc(recs, func(a, b OrdinalRecord) int { return a.Ordinal - b.Ordinal })
+		recs = slices.CompactFunc(recs, func(a, b OrdinalRecord) bool { return a.Ordinal == b.Ordinal })
+	}
+	for _, a := range done {
+		if a.Type != ActionCreatePod {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(recs, a.Ordinal, func(r OrdinalRecord, o int) int { return r.Ordinal - o })
+		if found && recs[i].Revision == a.Revision.Name && recs[i].RevisionNumber == a.Revision.Number {
+			continue
+		}
+		if !changed {
+			recs, changed = slices.Clone(recs), true
+		}
+		if !found {
+			recs = slices.Insert(recs, i, OrdinalRecord{Ordinal: a.Ordinal})
+		}
+		recs[i].Revision, recs[i].RevisionNumber = a.Revision.Name, a.Revision.Number
+	}
+	return recs, changed
+}

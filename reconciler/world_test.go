@@ -476,6 +476,7 @@ func (w *world) step() error {
 	// out: each result is folded into the memory, and a failure or a wait
 	// ends the pass after the rest of its group.
 	k := 0
+	var done []Action
 	for _, batch := range Batches(w.spec, out.Actions) {
 		stop := false
 		for _, a := range batch {
@@ -485,6 +486,7 @@ func (w *world) step() error {
 			}
 			if res.Err == nil && res.Wait == nil {
 				k++
+				done = append(done, a)
 			}
 			var h *Hold
 			w.memory, h = Fold(w.spec, w.memory, a, res, w.now)
@@ -494,6 +496,17 @@ func (w *world) step() error {
 			stop = stop || res.Err != nil || res.Wait != nil
 		}
 		if stop {
+			// The pass stops early: the pods it created are recorded, as
+			// the agent does (RecordsAfter), unless the store fails.
+			if recs, changed := RecordsAfter(w.status.Ordinals, done); changed {
+				w.calls++
+				if w.calls == w.failAt || w.dropStatus {
+					w.logf("  RecordOrdinals (after the pass stopped): injected failure")
+				} else {
+					w.logf("  RecordOrdinals (after the pass stopped)")
+					w.status.Ordinals = recs
+				}
+			}
 			return w.checkState()
 		}
 	}
