@@ -91,9 +91,11 @@ func Reconcile(in Input) Output {
 }
 
 // withMemory is in as the decision reads it: the memory's holds, backoffs
-// and answers among the inputs' own, and each pod's NodeBack judged against
-// the node changes Nomad was already asked about.
+// and answers among the inputs' own, each pod's NodeBack judged against
+// the node changes Nomad was already asked about, and the memory itself
+// (a switchover's tries).
 func withMemory(in Input, mem Memory) Input {
+	in.Memory = mem
 	if backoff := mem.backoffHolds(in.Now); len(mem.Holds)+len(backoff) > 0 {
 		in.Holds = slices.Concat(in.Holds, mem.Holds, backoff)
 	}
