@@ -217,6 +217,27 @@ func (r *reconciler) followerOf(leader *Pod, i int) (*Pod, bool) {
 	return q, true
 }
 
+// handingOverTo reports whether p may be taking leadership over: it is a
+// candidate of a switchover this decision makes, or of one in flight (its
+// command ran, no other pod is seen to lead yet, and its SwitchingOver
+// hold is in force). Such a pod is not taken down on purpose meanwhile:
+// the command may choose it, or have chosen it while its leader check does
+// not pass yet, and taking it down would leave the set without the leader
+// it was just given.
+func (r *reconciler) handingOverTo(p *Pod) bool {
+	for i := range r.actions {
+		if a := &r.actions[i]; a.Type == ActionSwitchover && slices.Contains(a.Candidates, p.Ordinal) {
+			return true
+		}
+	}
+	sw := r.in.Memory.Switchover
+	if sw == nil || sw.Seen || !slices.Contains(sw.Candidates, p.Ordinal) {
+		return false
+	}
+	h, ok := r.activeHold(sw.From, StepDisrupt)
+	return ok && h.Reason == HoldSwitchingOver
+}
+
 // checkRunner is the pod the disruption check of p runs in: a Ready pod
 // other than p that this decision does not take down, the lowest ordinal.
 func (r *reconciler) checkRunner(p *Pod) (int, bool) {

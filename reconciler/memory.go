@@ -60,9 +60,10 @@ type CrashRecord struct {
 // Switchover is a switchover whose command ran.
 type Switchover struct {
 	// From is the leader it ran in, To the first of its candidates: the
-	// command may have handed over to any of them.
-	From, To int
-	Started  time.Time
+	// command may have handed over to any of them (Candidates).
+	From, To   int
+	Candidates []int
+	Started    time.Time
 	// Seen is set once another pod is seen to lead.
 	Seen bool
 }
@@ -309,7 +310,10 @@ func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold
 			msg = "handed leadership to one of " + podNames(spec.Name, a.Candidates) + "; waiting for the leader check to pass on one of them"
 		}
 		m.addHold(Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: now.Add(ExecTimeout(spec, true)), Reason: HoldSwitchingOver, Message: msg})
-		m.Switchover = &Switchover{From: a.Ordinal, To: a.Target, Started: now}
+		m.Switchover = &Switchover{From: a.Ordinal, To: a.Target, Candidates: a.Candidates, Started: now}
+		if len(a.Candidates) == 0 {
+			m.Switchover.Candidates = []int{a.Target}
+		}
 	case ActionEvaluatePod:
 		if m.Evaluated == nil {
 			m.Evaluated = map[int]uint64{}

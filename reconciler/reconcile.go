@@ -366,6 +366,10 @@ func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 			r.noteHeld(h)
 			return
 		}
+		if r.handingOverTo(p) {
+			r.waitOrdinal(p.Ordinal, "to stay up while the leader may be handing leadership to it")
+			return
+		}
 		// The maintenance window comes first: outside it nothing is asked
 		// or handed over for a voluntary step (window.go).
 		if !r.mayDisruptInWindow(p, cause) {
