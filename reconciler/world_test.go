@@ -134,6 +134,20 @@ type world struct {
 	// decision, so they are known before any pod is stopped.
 	cannotExpand []string
 	rng          *rand.Rand
+	// The switchover's candidates (candidates_test.go): lagUntil is, per
+	// ordinal, until when its member lags (a standby whose replay is
+	// paused), which the switchover command refuses; with appChooses the
+	// command picks among its candidates itself, skipping those that lag,
+	// instead of taking NSS_TARGET_POD or refusing it. crng draws both,
+	// apart from rng, so that the other choices of a seed stay what they
+	// were before candidates came. round is the world's own account of
+	// the switchover tries since the step was last held, and candidates
+	// counts what the runs exercised.
+	lagUntil   map[int]time.Time
+	appChooses bool
+	crng       *rand.Rand
+	round      switchoverRound
+	candidates candidateCounts
 
 	last  Output
 	trace []string
@@ -164,7 +178,8 @@ func newWorld(spec Spec, template string) *world {
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
 		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]uint64{}, askedEval: map[int]uint64{}, stillStopping: map[int]time.Time{},
-		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2))}
+		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2)),
+		lagUntil: map[int]time.Time{}, crng: rand.New(rand.NewPCG(3, 4)), round: switchoverRound{leader: -1}}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -254,6 +269,7 @@ const worldStopGrace = 8 * time.Second
 // still stops on its node.
 func (w *world) newTerm(rng *rand.Rand) {
 	w.memory, w.termStart, w.askedEval = Memory{}, w.now, map[int]uint64{}
+	w.round = switchoverRound{leader: -1} // the new leader knows no tries
 	w.logf("chaos: a new leadership term")
 	if len(w.pods) == 0 || rng.IntN(2) == 0 {
 		return
@@ -412,6 +428,7 @@ func (w *world) healthy(p Pod) bool {
 // an error.
 func (w *world) step() error {
 	in := w.input()
+	w.round.forgetUnlessLeading(in)
 	out := Reconcile(in)
 	w.last = out
 	w.memory = out.Memory
@@ -419,6 +436,9 @@ func (w *world) step() error {
 	// The invariants judge the decision by the holds and answers in force:
 	// the input's own and its memory's.
 	if err := checkDecision(w, withMemory(in, out.Memory), out); err != nil {
+		return err
+	}
+	if err := w.checkCandidates(in, out); err != nil {
 		return err
 	}
 	// The membership judged now counts once the decision is recorded. A
@@ -447,6 +467,9 @@ func (w *world) step() error {
 			w.memory, h = Fold(w.spec, w.memory, a, res, w.now)
 			if h != nil {
 				w.logf("  %s %d: held (%s) until %s", a.Type, a.Ordinal, h.Reason, h.Until.Sub(w.now))
+			}
+			if err := w.foldRound(a, res, h); err != nil {
+				return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
 			}
 			stop = stop || res.Err != nil || res.Wait != nil
 		}
@@ -784,11 +807,7 @@ func (w *world) applyAsk(a Action) (Result, error) {
 	if w.spec.LeaderUpdate != LeaderSwitchover || a.Ordinal != w.leader || a.Target == w.leader {
 		return Result{}, fmt.Errorf("switchover from %d to %d, but %d leads (leader update %s)", a.Ordinal, a.Target, w.leader, w.spec.LeaderUpdate)
 	}
-	if fails {
-		return Result{Wait: &Wait{Reason: HoldSwitchoverFailed, Message: "the switchover command failed"}}, nil
-	}
-	w.newLeader = a.Target
-	return Result{}, nil
+	return w.answerSwitchover(a, fails)
 }
 
 // elect moves leadership as the database does by itself: a switchover that
