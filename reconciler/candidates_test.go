@@ -203,7 +203,7 @@ func (w *world) checkCandidates(in Input, out Output) error {
 			}
 			for _, c := range a.Candidates[k:] {
 				if !slices.Contains(w.round.failed, c) {
-					return fmt.Errorf("switchover of %d offers %v: the untried candidate %d comes after one that failed (failed since the last hold: %v)",
+					return fmt.Errorf("switchover of %d offers %v: %d, not tried since the step was last held, comes after a candidate that failed since (%v)",
 						a.Ordinal, a.Candidates, c, w.round.failed)
 				}
 			}
