@@ -108,20 +108,22 @@ func TestPostgresBestCandidate(t *testing.T) {
 		return nil
 	})
 	t.Logf("held: %s", held)
-	for _, want := range []string{pgSet + "-1: ", pgSet + "-2: ", "its WAL replay is paused"} {
+	for _, want := range []string{pgSet + "-1: ", pgSet + "-2: ", pgSet + "-1's WAL replay is paused", pgSet + "-2's WAL replay is paused"} {
 		if !strings.Contains(held, want) {
 			t.Errorf("the SwitchoverFailed condition does not say %q: %s", want, held)
 		}
 	}
-	var offered []string
+	// Each try is a SwitchoverFailed event; the first moved on to the
+	// next candidate, the second held the step.
+	var failed []string
 	for _, e := range pc.ev.since(lowered) {
-		if e.Type == "Switchover" && strings.Contains(e.Message, "handing leadership to") {
-			offered = append(offered, e.Message)
+		if e.Type == "SwitchoverFailed" {
+			failed = append(failed, e.Message)
 		}
 	}
-	if len(offered) < 2 || !strings.Contains(offered[0], "handing leadership to "+pgSet+"-1 (or "+pgSet+"-2)") ||
-		!strings.Contains(offered[1], "handing leadership to "+pgSet+"-2 (or "+pgSet+"-1)") {
-		t.Errorf("switchovers offered %q: want postgres-1 first, then postgres-2 first", offered)
+	if len(failed) < 2 || !strings.Contains(failed[0], "from "+pgSet+"-0 to "+pgSet+"-1 failed") || !strings.HasSuffix(failed[0], "; trying "+pgSet+"-2 next") ||
+		!strings.Contains(failed[1], "the switchover failed with every candidate ("+pgSet+"-1: ") {
+		t.Errorf("SwitchoverFailed events %q: want a try with postgres-1 first that moves on to postgres-2, then the step held", failed)
 	}
 	st, err = setStatus(pc.d, pgSet)
 	if err != nil {

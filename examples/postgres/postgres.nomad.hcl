@@ -875,24 +875,24 @@ job "postgres" {
           for c in $candidates; do
             [ "$c" != "$POD" ] || continue
             if ! addr=$(member "$c"); then
-              why="$why; $c does not answer at any address Consul lists for it" waiting=1
+              why="$why, $c does not answer at any address Consul lists for it" waiting=1
               continue
             fi
             set -- $addr
             case "$(sql -h "$1" -p "$2" -c 'select pg_is_wal_replay_paused()' </dev/null 2>/dev/null)" in
               f) ;;
               t)
-                why="$why; $c: its WAL replay is paused (pg_wal_replay_resume() lets it go on)"
+                why="$why, $c's WAL replay is paused (pg_wal_replay_resume() lets it go on)"
                 continue
                 ;;
               *)
-                why="$why; $c does not say whether its replay is paused" waiting=1
+                why="$why, $c does not say whether its replay is paused" waiting=1
                 continue
                 ;;
             esac
             lag=$(sql -c "select pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) from pg_stat_replication where application_name = '$c' and state = 'streaming'")
             if [ -z "$lag" ] || [ "$lag" -gt "$MAX_LAG_BYTES" ]; then
-              why="$why; $c does not stream from $POD having replayed within $MAX_LAG_BYTES bytes (lag: $${lag:-not streaming})" waiting=1
+              why="$why, $c does not stream from $POD having replayed within $MAX_LAG_BYTES bytes (lag: $${lag:-not streaming})" waiting=1
               continue
             fi
             target=$c thost=$1 tport=$2
@@ -900,10 +900,10 @@ job "postgres" {
           done
           [ -z "$target" ] || break
           n=$((n + 1))
-          [ -n "$waiting" ] && [ "$n" -lt 60 ] || fail "no candidate will do$why"
+          [ -n "$waiting" ] && [ "$n" -lt 60 ] || fail "no candidate will do:$${why#,}"
           sleep 0.5
         done
-        [ -z "$why" ] || say "skipped$why"
+        [ -z "$why" ] || say "skipped:$${why#,}"
         say "promoting $target (candidates: $candidates)"
 
         # The slots the new primary must keep: those of the members that
