@@ -73,8 +73,8 @@ release:
 	rm -rf dist && mkdir -p dist/stage
 	for arch in $(RELEASE_ARCHES); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/stage/nomad-statefulset ./cmd/nomad-statefulset; \
-		cp README.md dist/stage/; \
-		tar -C dist/stage -czf dist/nomad-statefulset_$(VERSION)_linux_$$arch.tar.gz nomad-statefulset README.md; \
+		cp README.md dist/stage/ && cp -R docs dist/stage/; \
+		tar -C dist/stage -czf dist/nomad-statefulset_$(VERSION)_linux_$$arch.tar.gz nomad-statefulset README.md docs; \
 	done
 	rm -rf dist/stage
 	cd dist && sha256sum *.tar.gz > SHA256SUMS

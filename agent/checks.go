@@ -32,7 +32,7 @@ type leaderSource interface {
 // is read from Nomad instead, by the native watcher, Consul or not: Nomad's
 // client keeps those results. It still has no say in readiness, which for
 // a native service is Nomad's deployment health and the task states, as
-// for its other checks (README, Live readiness).
+// for its other checks (docs/concepts.md, Live readiness).
 //
 // It reports whether the leader is known: true without a leader check;
 // false while the checks of a live pod are not read yet, or when the
@@ -113,11 +113,11 @@ func applyNativeLeader(src leaderSource, key backend.SetKey, pods []backend.PodD
 }
 
 // applyChecks records the Consul checks of each live pod's allocation in its
-// readiness facts and judges the pod again: what the checks do to its
-// readiness (DESIGN §2) is reconciler.JudgeReadiness's to say, not this
-// gate's. It also marks the pod where the set's leader check passes as the
-// Leader (DESIGN §3b). hasServices says whether the set has Consul services
-// at all; without, the checks have no say and no pod leads.
+// readiness facts; what the checks do to its readiness (DESIGN §2) is
+// reconciler.JudgeReadiness's to say, once every fact is in (controller.judge),
+// not this gate's. It also marks the pod where the set's leader check passes
+// as the Leader (DESIGN §3b). hasServices says whether the set has Consul
+// services at all; without, the checks have no say and no pod leads.
 func applyChecks(src checkSource, key backend.SetKey, pods []backend.PodDetail, hasServices bool) (synced bool) {
 	synced = true
 	for i := range pods {
@@ -137,7 +137,6 @@ func applyChecks(src checkSource, key backend.SetKey, pods []backend.PodDetail, 
 			}
 			d.Pod.Leader = checks.Leader
 		}
-		d.Judge()
 	}
 	return synced
 }

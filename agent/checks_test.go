@@ -27,6 +27,14 @@ type fakeChecks struct {
 	leader  map[backend.SetKey]string
 }
 
+// judgeAll judges every pod once its facts are in, as controller.judge
+// does.
+func judgeAll(pods []nomad.PodDetail) {
+	for i := range pods {
+		pods[i].Judge()
+	}
+}
+
 func (f *fakeChecks) Watch(key backend.SetKey, services []string, leaderCheck string) {
 	if f.watched == nil {
 		f.watched = map[backend.SetKey][]string{}
@@ -80,6 +88,7 @@ func TestApplyChecks(t *testing.T) {
 			src := &fakeChecks{checks: map[string]consul.AllocChecks{"a1": tc.checks}, synced: tc.synced}
 			pods := []nomad.PodDetail{tc.pod}
 			applyChecks(src, key, pods, tc.hasServices)
+			judgeAll(pods)
 			p := pods[0]
 			if p.Pod.Ready != tc.ready || !p.Pod.ReadySince.Equal(tc.since) || p.NotReady != tc.notReady {
 				t.Fatalf("ready %v since %v, %q; want %v since %v, %q", p.Pod.Ready, p.Pod.ReadySince, p.NotReady, tc.ready, tc.since, tc.notReady)
@@ -124,6 +133,7 @@ func TestApplyChecksLeader(t *testing.T) {
 			src := &fakeChecks{checks: map[string]consul.AllocChecks{"a1": tc.checks}, synced: true}
 			pods := []nomad.PodDetail{tc.pod}
 			applyChecks(src, key, pods, tc.hasServices)
+			judgeAll(pods)
 			if p := pods[0]; p.Pod.Leader != tc.leader || p.Pod.Ready != tc.ready {
 				t.Fatalf("leader %v ready %v (%q); want leader %v ready %v", p.Pod.Leader, p.Pod.Ready, p.NotReady, tc.leader, tc.ready)
 			}
@@ -167,6 +177,7 @@ func TestGateChecksLeaderFollowsTheCheck(t *testing.T) {
 		}
 		obs := observe()
 		c.gateChecks(key, obs, tc.deleted, "primary", true)
+		judgeAll(obs.Pods)
 		if tc.deleted {
 			if len(src.watched[key]) != 0 {
 				t.Errorf("%s: still watching %v", tc.name, src.watched[key])
@@ -261,6 +272,7 @@ func TestRecordedAllocationMapsToItsChecks(t *testing.T) {
 				t.Fatalf("the recorded allocation is not a Ready pod: %+v", obs.Pods)
 			}
 			applyChecks(src, key, obs.Pods, true)
+			judgeAll(obs.Pods)
 			if p := obs.Pods[0]; p.Pod.Ready != tc.ready || p.NotReady != tc.notReady {
 				t.Fatalf("ready %v, %q; want %v, %q", p.Pod.Ready, p.NotReady, tc.ready, tc.notReady)
 			}

@@ -35,7 +35,9 @@ const defaultExpectationTTL = 2 * time.Minute
 // controller reconciles sets: it observes a set in the cache, asks the
 // reconciler what to do, has the actions carried out and records the status.
 // Every write it makes is an action of the reconciler's output, or the
-// status it returned; waits are inputs to the reconciler (Input.Holds).
+// status it returned (ActionRecordStatus); it carries out a prefix of the
+// actions, and what they met is folded into the set's decision memory
+// (reconciler.Memory), which the next decision reads.
 type controller struct {
 	log   hclog.Logger
 	store backend.Store
@@ -70,8 +72,8 @@ type controller struct {
 	// is distrusted and re-listed.
 	expectTTL time.Duration
 	// termStart is when this leadership term began: a child missing since
-	// before it may have been purged unseen (unwatchedGone). Zero in tests
-	// that do not model a term.
+	// before it may have been purged unseen (Input.TermStart,
+	// HoldKillGrace). Zero in tests that do not model a term.
 	termStart time.Time
 	// confirm reads the set's stored state from the store itself before a
 	// pass acts, and reports whether the pass decided on it
@@ -115,9 +117,9 @@ type pass struct {
 	found bool
 	now   time.Time
 	in    reconciler.Input
-	// holdReady is how soon to look again for a pod whose post_ready hooks
-	// hold its readiness; zero when none does.
-	holdReady time.Duration
+	// hookHeld says a pod's post_ready hooks hold its readiness, for the
+	// view.
+	hookHeld bool
 	// placed are the nodes of the volumes this pass created, by ordinal:
 	// spreading must see them before the watcher does (a Parallel set
 	// creates every volume in one pass). The controller adds to it from
@@ -275,7 +277,7 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 	// Consul checks first: a pod they make not Ready is not one whose
 	// post_ready hooks should be asked.
 	p.in.LeaderUnknown = !c.gateChecks(p.key, obs, spec.Deleted, spec.LeaderCheck, true)
-	p.holdReady = c.gatePostReady(ctx, p.st, p.key, obs, now)
+	p.hookHeld = c.judge(p.st, obs)
 	p.in.Pods = c.inputPods(p)
 	for _, v := range obs.Volumes {
 		p.in.Volumes = append(p.in.Volumes, v.Volume)
@@ -334,6 +336,8 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 			}
 		}
 		pod.AllTerminal = d.AllTerminal
+		pod.AllocID = d.AllocID
+		pod.AwaitsPostReady = c.hooks != nil && d.NotReady == notReadyHookHeld
 		if !p.spec.Deleted && d.Job != nil {
 			pod.ScaledCount = d.Job.ScaledCount()
 		}
@@ -435,6 +439,7 @@ func (c *controller) runGroup(ctx context.Context, p *pass, group []reconciler.A
 // announced, and its writes expected in the cache.
 func (c *controller) settle(p *pass, a reconciler.Action, o outcome, res *acted) error {
 	var h *reconciler.Hold
+	prev, asked := p.st.memory.PostReady[a.Pod.AllocID]
 	p.st.memory, h = reconciler.Fold(p.spec, p.st.memory, a, o.Result, p.now)
 	switch {
 	case o.Err != nil:
@@ -443,6 +448,13 @@ func (c *controller) settle(p *pass, a reconciler.Action, o outcome, res *acted)
 	case h != nil:
 		c.hold(p, a, *h)
 		res.held = append(res.held, *h)
+		return nil
+	}
+	if a.Type == reconciler.ActionPostReady {
+		// An answer, not a change to the set: announced when it changes
+		// what the pod counts as.
+		res.done++
+		c.announcePostReady(p, a, o, asked && !prev.Done)
 		return nil
 	}
 	c.expectOutcome(p, a, o)
@@ -567,7 +579,7 @@ func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output,
 		// another way (a soft spread no node meets).
 		c.queue.Add(key.String())
 	default:
-		if wait := soonest(soonest(out.Requeue, p.holdReady), p.obs.RecheckAfter); wait > 0 {
+		if wait := soonest(out.Requeue, p.obs.RecheckAfter); wait > 0 {
 			c.queue.AddAfter(key.String(), wait)
 		}
 	}
@@ -610,7 +622,7 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 		}
 		finalObs = c.term.Observe(key, p.spec.VolumeClaims, p.now)
 		c.gateChecks(key, finalObs, p.spec.Deleted, p.spec.LeaderCheck, false)
-		finalObs = c.postReadyView(p.st, finalObs)
+		c.judge(p.st, finalObs)
 	}
 	shown := out.Status
 	held := append(slices.Clone(res.held), out.Held...)
@@ -618,8 +630,8 @@ func (c *controller) showOutcome(ctx context.Context, p *pass, out reconciler.Ou
 	case len(held) > 0:
 		h := held[0]
 		shown = heldStatus(shown, h.Reason, heldMessage(key.Name, h, p.now), p.now)
-	case p.holdReady > 0:
-		shown = heldStatus(shown, "HookWaiting", "a post_ready hook holds a pod's readiness; see the events", p.now)
+	case p.hookHeld:
+		shown = heldStatus(shown, reconciler.HoldHookWaiting, "a post_ready hook holds a pod's readiness; see the events", p.now)
 	}
 	c.sets.update(key, p.spec, shown, finalObs, finalRevs, p.now)
 }

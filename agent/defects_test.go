@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -60,44 +61,68 @@ func TestCrashCountedOnceItsPurgeSucceeds(t *testing.T) {
 
 // TestPostReadyCallsAreBounded: a pass used to start one goroutine, and one
 // hook call, per pod whose post_ready hooks were due, however many; a set
-// of a thousand fresh pods started a thousand calls at once. No more than
-// maxPostReadyCalls run at once now, and every pod is still asked.
+// of a thousand fresh pods started a thousand calls at once. The asks are
+// the reconciler's PostReady actions, carried out in groups of at most
+// reconciler.MaxPostReadyCalls, and every pod is still asked.
 func TestPostReadyCallsAreBounded(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	key := backend.SetKey{Namespace: "default", Name: "web"}
 	var running, peak, asked atomic.Int64
 	var mu sync.Mutex
-	c := &controller{
-		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil),
-		hooks: hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
-			n := running.Add(1)
-			mu.Lock()
-			peak.Store(max(peak.Load(), n))
-			mu.Unlock()
-			time.Sleep(time.Millisecond) // long enough for the calls to overlap
-			running.Add(-1)
-			asked.Add(1)
-			return plugin.HookResult{Proceed: true}
-		}),
-	}
-	const pods = 5 * maxPostReadyCalls
-	var obs nomad.Observation
+	hooks := hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
+		n := running.Add(1)
+		mu.Lock()
+		peak.Store(max(peak.Load(), n))
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // long enough for the calls to overlap
+		running.Add(-1)
+		asked.Add(1)
+		return plugin.HookResult{Proceed: true}
+	})
+	control := &podControl{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, hooks: hooks}
+	c := &controller{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil), hooks: hooks, effector: control}
+	const pods = 5 * reconciler.MaxPostReadyCalls
+	in := reconciler.Input{Spec: reconciler.Spec{Name: "web", Replicas: pods, PodManagementPolicy: reconciler.Parallel}, Now: now}
 	for i := 0; i < pods; i++ {
-		d := nomad.PodDetail{
-			Pod:   reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning},
-			JobID: reconciler.PodName("web", i), AllocID: "a" + reconciler.PodName("web", i),
-			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: now}},
-		}
-		d.Judge()
-		obs.Pods = append(obs.Pods, d)
+		in.Pods = append(in.Pods, reconciler.Pod{Ordinal: i, Phase: reconciler.PhaseRunning, AllocID: fmt.Sprint("a", i), AwaitsPostReady: true})
 	}
-	c.gatePostReady(context.Background(), c.sets.of(key), key, obs, now)
+	in = atCurrentRevision(in)
+	out := reconciler.Reconcile(in)
+	// Only the asks: the rest of the decision (a revision to store, the
+	// missing pods) is not this test's.
+	out.Actions = slices.DeleteFunc(out.Actions, func(a reconciler.Action) bool { return a.Type != reconciler.ActionPostReady })
+	if len(out.Actions) != pods {
+		t.Fatalf("%d asks for %d pods awaiting their hooks", len(out.Actions), pods)
+	}
+	p := &pass{key: key, st: c.sets.of(key), now: now, spec: in.Spec}
+	if _, err := c.act(context.Background(), p, out); err != nil {
+		t.Fatal(err)
+	}
 	if got := asked.Load(); got != pods {
 		t.Fatalf("%d of %d pods asked", got, pods)
 	}
-	if got := peak.Load(); got > maxPostReadyCalls {
-		t.Fatalf("%d hook calls ran at once, over the bound of %d", got, maxPostReadyCalls)
+	if got := peak.Load(); got > reconciler.MaxPostReadyCalls || got < 2 {
+		t.Fatalf("%d hook calls ran at once; want side by side, within the bound of %d", got, reconciler.MaxPostReadyCalls)
 	}
+	if n := len(p.st.memory.PostReady); n != pods {
+		t.Fatalf("%d answers remembered, want %d", n, pods)
+	}
+}
+
+// atCurrentRevision is in with its revision stored and its pods at it, so
+// that the decision leaves them be.
+func atCurrentRevision(in reconciler.Input) reconciler.Input {
+	for _, a := range reconciler.Reconcile(in).Actions {
+		if a.Type == reconciler.ActionCreateRevision {
+			in.Revisions = append(in.Revisions, a.Revision)
+			in.Previous.CurrentRevision, in.Previous.UpdateRevision = a.Revision.Name, a.Revision.Name
+		}
+	}
+	in.Pods = slices.Clone(in.Pods)
+	for i := range in.Pods {
+		in.Pods[i].Revision = in.Previous.UpdateRevision
+	}
+	return in
 }
 
 // corruptRevisions is a store whose revision listing finds a corrupt value.

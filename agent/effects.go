@@ -102,6 +102,8 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		return done(e.checkDisruption(ctx, p, act))
 	case reconciler.ActionSwitchover:
 		return done(e.switchover(ctx, p, act))
+	case reconciler.ActionPostReady:
+		return e.postReady(ctx, p, act)
 	case reconciler.ActionDeleteSetState:
 		o := done(e.deleteSetState(ectx, p, act))
 		o.stateDeleted = o.Err == nil
@@ -126,6 +128,9 @@ type outcome struct {
 	// wrote is set when the effect changed Nomad's children or volumes: the
 	// change must be seen in the cache before the set is decided on again.
 	wrote bool
+	// hook and hookReason are the post_ready hook that answered and why,
+	// for the events.
+	hook, hookReason string
 }
 
 // done is the outcome of an effect that returned err.

@@ -259,11 +259,14 @@ func TestPostReadyFailurePolicy(t *testing.T) {
 	})
 }
 
-// TestPostReadyGate covers the gate's bookkeeping: which pods are held, the
-// requeue delay, ReadySince, and forgetting gone allocations.
+// TestPostReadyGate covers the gate: which pods await the hooks and are
+// asked, when a held pod is asked again, ReadySince, and forgetting gone
+// allocations. The answers are the set's memory; the agent judges every
+// pod once with them, and the reconciler asks the hooks.
 func TestPostReadyGate(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	nomadReady := now.Add(-time.Minute)
+	key := backend.SetKey{Namespace: "default", Name: "web"}
 	// pod is a running pod as Observe hands it over: ready by Nomad since
 	// nomadReady, or still waiting for Nomad's health.
 	pod := func(alloc string, ready bool) nomad.PodDetail {
@@ -272,63 +275,69 @@ func TestPostReadyGate(t *testing.T) {
 		if ready {
 			d.Facts.Alloc.HealthKnown, d.Facts.Alloc.Healthy, d.Facts.Alloc.HealthTime = true, true, nomadReady
 		}
-		d.Judge()
 		return d
 	}
 	// critical is ready by Nomad, but a Consul check is critical: the checks
 	// gate before the hooks, so it is neither asked about nor held.
 	critical := pod("a", true)
 	critical.Facts.Checks = reconciler.CheckFacts{Watched: true, Synced: true, Known: true, Critical: "check c is critical"}
-	critical.Judge()
-	wait := plugin.HookResult{RetryAfter: 5 * time.Second, Reason: "catching up"}
-	done := plugin.HookResult{Proceed: true}
-	doneAt := now.Add(3 * time.Second)
+	wait := reconciler.HookAnswer{RetryAfter: 5 * time.Second}
+	done := reconciler.HookAnswer{Proceed: true}
 	tests := []struct {
 		name      string
-		answers   []plugin.HookResult // recorded for alloc "a", in order
+		answers   []reconciler.HookAnswer // about alloc "a", 3s apart, the last at now
 		pod       nomad.PodDetail
-		wantDue   bool
+		wantAsked bool
 		wantReady bool
 		wantSince time.Time
-		wantHold  time.Duration
+		wantAgain time.Duration
 	}{
-		{name: "never asked: due and held", pod: pod("a", true), wantDue: true, wantHold: postReadyUnasked},
+		{name: "never asked: asked, and held", pod: pod("a", true), wantAsked: true},
 		{name: "not ready in Nomad: nothing to do", pod: pod("a", false)},
 		{name: "a critical check: nothing to do", pod: critical},
-		{name: "waiting: held until the retry", answers: []plugin.HookResult{wait}, pod: pod("a", true), wantHold: 5 * time.Second},
-		{name: "done at once: Nomad's ReadySince stands", answers: []plugin.HookResult{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
-		{name: "done after a wait: ready from then", answers: []plugin.HookResult{wait, done}, pod: pod("a", true), wantReady: true, wantSince: doneAt},
-		{name: "another allocation: asked afresh", answers: []plugin.HookResult{done}, pod: pod("b", true), wantDue: true, wantHold: postReadyUnasked},
+		{name: "waiting: held until the retry", answers: []reconciler.HookAnswer{wait}, pod: pod("a", true), wantAgain: 5 * time.Second},
+		{name: "done at once: Nomad's ReadySince stands", answers: []reconciler.HookAnswer{done}, pod: pod("a", true), wantReady: true, wantSince: nomadReady},
+		{name: "done after a wait: ready from then", answers: []reconciler.HookAnswer{wait, done}, pod: pod("a", true), wantReady: true, wantSince: now},
+		{name: "another allocation: asked afresh", answers: []reconciler.HookAnswer{done}, pod: pod("b", true), wantAsked: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var g setState
-			for _, a := range tc.answers {
-				g.recordPostReady("a", a, now, doneAt)
+			c := &controller{log: hclog.NewNullLogger(), sets: newSetStates(nil), hooks: hookFunc(nil)}
+			st := c.sets.of(key)
+			for i, a := range tc.answers {
+				at := now.Add(time.Duration(i-len(tc.answers)+1) * 3 * time.Second)
+				st.memory, _ = reconciler.Fold(reconciler.Spec{}, st.memory, reconciler.Action{Type: reconciler.ActionPostReady, Pod: reconciler.Pod{AllocID: "a"}},
+					reconciler.Result{PostReady: &a}, at)
 			}
-			pods := []nomad.PodDetail{tc.pod}
-			if due := g.postReadyDue(pods, now); (len(due) == 1) != tc.wantDue {
-				t.Fatalf("due = %v; want due %v", due, tc.wantDue)
+			obs := nomad.Observation{Pods: []nomad.PodDetail{tc.pod}}
+			c.judge(st, obs)
+			got := obs.Pods[0]
+			if got.Pod.Ready != tc.wantReady || !got.Pod.ReadySince.Equal(tc.wantSince) {
+				t.Fatalf("judged ready %v since %v; want %v %v", got.Pod.Ready, got.Pod.ReadySince, tc.wantReady, tc.wantSince)
 			}
-			hold := g.applyPostReady(pods, now)
-			if pods[0].Pod.Ready != tc.wantReady || !pods[0].Pod.ReadySince.Equal(tc.wantSince) || hold != tc.wantHold {
-				t.Fatalf("after apply: ready %v since %v hold %v; want %v %v %v",
-					pods[0].Pod.Ready, pods[0].Pod.ReadySince, hold, tc.wantReady, tc.wantSince, tc.wantHold)
+			p := &pass{st: st, obs: obs, spec: reconciler.Spec{Name: "web", Replicas: 1}}
+			in := atCurrentRevision(reconciler.Input{Spec: p.spec, Now: now, Memory: st.memory, Pods: c.inputPods(p)})
+			out := reconciler.Reconcile(in)
+			asked := false
+			for _, a := range out.Actions {
+				asked = asked || a.Type == reconciler.ActionPostReady
+			}
+			if asked != tc.wantAsked {
+				t.Fatalf("asked %v, want %v (actions %+v)", asked, tc.wantAsked, out.Actions)
+			}
+			if tc.wantAgain > 0 && (out.Requeue <= 0 || out.Requeue > tc.wantAgain) {
+				t.Fatalf("looks again in %v, want within %v", out.Requeue, tc.wantAgain)
 			}
 		})
 	}
 
-	// Answers about allocations the set no longer has are forgotten, and a
-	// set with no pods is forgotten entirely.
-	var g setState
-	g.recordPostReady("old", done, now, doneAt)
-	g.postReadyDue([]nomad.PodDetail{pod("new", true)}, now)
-	if _, ok := g.readyHolds["old"]; ok {
+	// Answers about allocations the set no longer has are forgotten.
+	mem, _ := reconciler.Fold(reconciler.Spec{}, reconciler.Memory{}, reconciler.Action{Type: reconciler.ActionPostReady, Pod: reconciler.Pod{AllocID: "old"}},
+		reconciler.Result{PostReady: &done}, now)
+	out := reconciler.Reconcile(reconciler.Input{Spec: reconciler.Spec{Name: "web"}, Now: now, Memory: mem,
+		Pods: []reconciler.Pod{{Ordinal: 0, Phase: reconciler.PhaseRunning, AllocID: "new"}}})
+	if _, ok := out.Memory.PostReady["old"]; ok {
 		t.Fatal("the answer about a gone allocation was kept")
-	}
-	g.postReadyDue(nil, now)
-	if g.readyHolds != nil {
-		t.Fatal("a set with no pods kept its answers")
 	}
 }
 
@@ -383,36 +392,28 @@ func TestPostReadyCutShortRecordsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	asked := 0
-	c := &controller{
-		log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil),
-		hooks: hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
-			asked++
-			cancel()
-			return plugin.HookResult{Proceed: true, Failed: true, Reason: "context canceled"}
-		}),
+	hooks := hookFunc(func(context.Context, plugin.Event, plugin.Pod) plugin.HookResult {
+		asked++
+		cancel()
+		return plugin.HookResult{Proceed: true, Failed: true, Reason: "context canceled"}
+	})
+	control := &podControl{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, hooks: hooks}
+	c := &controller{log: hclog.NewNullLogger(), clock: func() time.Time { return now }, sets: newSetStates(nil), hooks: hooks, effector: control}
+	p := &pass{key: key, st: c.sets.of(key), now: now, spec: reconciler.Spec{Name: "web"}}
+	act := reconciler.Action{Type: reconciler.ActionPostReady, Pod: reconciler.Pod{Ordinal: 0, AllocID: "a"}}
+	var res acted
+	if err := c.settle(p, act, control.execute(ctx, p, act), &res); err == nil {
+		t.Fatal("an ask cut short counted as an answer")
 	}
-	observe := func() nomad.Observation {
-		d := nomad.PodDetail{
-			Pod:   reconciler.Pod{Ordinal: 0, Phase: reconciler.PhaseRunning},
-			JobID: "web-0", AllocID: "a",
-			Facts: reconciler.ReadinessFacts{Alloc: reconciler.AllocFacts{Live: true, HealthKnown: true, Healthy: true, HealthTime: now}},
-		}
-		d.Judge()
-		return nomad.Observation{Pods: []nomad.PodDetail{d}}
-	}
-
-	obs := observe()
-	st := c.sets.of(key)
-	if hold := c.gatePostReady(ctx, st, key, obs, now); hold != postReadyUnasked || obs.Pods[0].Pod.Ready {
-		t.Fatalf("cut short: hold %v, ready %v; want held, asked again in %v", hold, obs.Pods[0].Pod.Ready, postReadyUnasked)
-	}
-	if _, ok := st.readyHolds["a"]; ok {
+	if _, ok := p.st.memory.PostReady["a"]; ok {
 		t.Fatal("an answer given as the context ended was remembered")
 	}
 	// On a live context the same answer counts.
-	obs = observe()
-	if hold := c.gatePostReady(context.Background(), st, key, obs, now); hold != 0 || !obs.Pods[0].Pod.Ready || asked != 2 {
-		t.Fatalf("live: hold %v, ready %v, asked %d times; want ready after the second asking", hold, obs.Pods[0].Pod.Ready, asked)
+	if err := c.settle(p, act, control.execute(context.Background(), p, act), &res); err != nil {
+		t.Fatal(err)
+	}
+	if a := p.st.memory.PostReady["a"]; !a.Done || asked != 2 {
+		t.Fatalf("live: answer %+v after %d askings; want done after the second", a, asked)
 	}
 }
 

@@ -40,9 +40,6 @@ type setState struct {
 	memory reconciler.Memory
 	// expect are the writes not yet seen in the cache.
 	expect []expectation
-	// readyHolds remembers, per allocation ID, what the post_ready hooks
-	// said.
-	readyHolds map[string]*readyHold
 	// unexpandable are the classes whose Capabilities said they cannot
 	// expand, each reported once in an event this term.
 	unexpandable []string

@@ -18,7 +18,6 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
-	"github.com/nomad-statefulset/nomad-statefulset/plugin"
 	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
@@ -288,9 +287,9 @@ func TestForgetDropsAllPerSetState(t *testing.T) {
 	r.sync(t)
 	fill := func(st *setState) {
 		st.memory = reconciler.Memory{Crashes: map[int]reconciler.CrashRecord{0: {Count: 2, Last: r.now}},
-			Holds: []reconciler.Hold{{Ordinal: 0, Step: reconciler.StepDisrupt, Until: r.now.Add(time.Hour)}}}
+			PostReady: map[string]reconciler.PostReadyAnswer{"alloc-1": {Done: true}},
+			Holds:     []reconciler.Hold{{Ordinal: 0, Step: reconciler.StepDisrupt, Until: r.now.Add(time.Hour)}}}
 		st.expectWrite("x", r.now, time.Minute, func(nomad.Observation) bool { return false })
-		st.recordPostReady("alloc-1", plugin.HookResult{Proceed: true}, r.now, time.Time{})
 		st.child("web-0").own = 7
 	}
 	fill(r.c.sets.of(r.key))
@@ -304,11 +303,11 @@ func TestForgetDropsAllPerSetState(t *testing.T) {
 		t.Fatal("view left")
 	}
 	fresh := r.c.sets.of(r.key)
-	if fresh.spec != nil || len(fresh.memory.Crashes)+len(fresh.expect)+len(fresh.readyHolds)+len(fresh.memory.Holds)+len(fresh.children) != 0 {
+	if fresh.spec != nil || len(fresh.memory.Crashes)+len(fresh.expect)+len(fresh.memory.PostReady)+len(fresh.memory.Holds)+len(fresh.children) != 0 {
 		t.Fatalf("a set seen again does not start afresh: %+v", fresh)
 	}
 	kept, ok := r.c.sets.peek(other)
-	if !ok || kept.memory.Crashes[0].Count != 2 || len(kept.expect) != 1 || len(kept.readyHolds) != 1 || len(kept.memory.Holds) != 1 || kept.children["web-0"].own != 7 {
+	if !ok || kept.memory.Crashes[0].Count != 2 || len(kept.expect) != 1 || len(kept.memory.PostReady) != 1 || len(kept.memory.Holds) != 1 || kept.children["web-0"].own != 7 {
 		t.Fatalf("forgetting web touched web2's state: %+v", kept)
 	}
 }

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func TestHelpSaysWhatTheCommandDoes(t *testing.T) {
 			[]string{"except below a RollingUpdate's partition, where they get the current revision", "2147483647", "63 characters"},
 			[]string{"new ordinals come up at the update revision"}},
 		{"validate", (&ValidateCommand{Meta: m}).Help(),
-			[]string{"so Nomad must be reachable", "A JSON job file"},
+			[]string{"so Nomad must be reachable", "A JSON job file", "HCL read so needs Nomad as a file does, JSON does not"},
 			nil},
 		// hashicorp/cli appends the subcommands itself: a list in the
 		// command's own help would show twice.
@@ -83,5 +84,26 @@ func TestValidateSuggestsOnlyPlausibleSizes(t *testing.T) {
 				t.Errorf("validate suggests a size for %s:\n%s", tc.capacity, out)
 			}
 		})
+	}
+}
+
+// TestValidateHCLFromStdinNeedsNomad: HCL on standard input goes through
+// Nomad's parse API like a file, and says so when Nomad is down; JSON on
+// standard input needs no Nomad.
+func TestValidateHCLFromStdinNeedsNomad(t *testing.T) {
+	m, ui := newTestMeta()
+	c := &ValidateCommand{Meta: m, Stdin: strings.NewReader(`job "web" {}`)}
+	code := c.Run([]string{"-nomad-address", closedAddress(t), "-"})
+	if code != ExitUnreachable || !strings.Contains(ui.ErrorWriter.String(), "validate needs Nomad to parse HCL job files") {
+		t.Fatalf("HCL on stdin: exit %d, stderr %q", code, ui.ErrorWriter.String())
+	}
+	b, err := json.Marshal(map[string]any{"Job": parentJob("web")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ui = newTestMeta()
+	c = &ValidateCommand{Meta: m, Stdin: strings.NewReader(string(b))}
+	if code := c.Run([]string{"-nomad-address", closedAddress(t), "-"}); code != ExitOK {
+		t.Fatalf("JSON on stdin: exit %d, stderr %q", code, ui.ErrorWriter.String())
 	}
 }

@@ -36,7 +36,8 @@ Usage: nomad-statefulset scale [options] <set> <replicas>
   RollingUpdate's partition, where they get the current revision, and
   while paused, where they get the current revision (or the update
   revision, for an ordinal that ran it before). No ordinal is created at
-  an older revision than it last ran.
+  an older revision than it last ran, unless the user stepped back (a
+  rollback, or a partition raised above it).
 
   <replicas> is an integer from 0 to 2147483647, the most the
   statefulset_replicas annotation takes. A count that would make the job

@@ -45,7 +45,8 @@ Usage: nomad-statefulset validate [options] <jobfile>
   as 'nomad job run' would see it, so Nomad must be reachable; if it is not,
   the command says so and exits 5. A JSON job file (as written by
   'nomad job inspect', or 'nomad job run -output') is read without Nomad.
-  Use "-" to read the job from standard input.
+  Use "-" to read the job from standard input: HCL read so needs Nomad as
+  a file does, JSON does not.
 
   Exits 0 if the job is a valid statefulset, 1 if not.
 

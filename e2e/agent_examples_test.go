@@ -68,7 +68,7 @@ func TestAgentExamples(t *testing.T) {
 	}
 }
 
-// runAgentExample: agent.hcl, the README's `agent -config
+// runAgentExample: agent.hcl, docs/agent-config.md's `agent -config
 // examples/agent/agent.hcl`, with the Nomad and Consul addresses from the
 // environment (NOMAD_ADDR, CONSUL_HTTP_ADDR), which the example leaves to
 // it. It leads through its Consul lock.
@@ -108,7 +108,7 @@ func runDevExample(t *testing.T, example string) {
 // tls_server_name for Consul is kept: the test's server certificate is
 // made for server.dc1.consul, so the agent verifies it under that name.
 // The tokens come from where its comment says (NOMAD_TOKEN,
-// CONSUL_HTTP_TOKEN_FILE), holding the README's policies. Two agents run;
+// CONSUL_HTTP_TOKEN_FILE), holding the policies of docs/operations.md. Two agents run;
 // exactly one leads, on the lock key that follows kv_prefix, and the set
 // converges through it. Nomad itself is plain HTTP here (the harness's
 // Nomad has no TLS), so the example's Nomad certificates are only loaded.

@@ -20,7 +20,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/internal/testagent"
 )
 
-// agentPolicy is the minimal Nomad ACL policy the README documents.
+// agentPolicy is the minimal Nomad ACL policy docs/operations.md documents.
 const agentPolicy = `
 namespace "default" {
   capabilities = ["list-jobs", "read-job", "submit-job", "host-volume-write"]

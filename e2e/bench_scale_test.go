@@ -476,8 +476,8 @@ const scaleTelemetry = `telemetry {
 // after its phase at 0.08-0.15 cores (deployments finishing, jobs marked
 // stable), a first window of that tail could pass at 0.1, and then the rest
 // of it (3-4 CPU-seconds) fell in the set's phase, which always follows
-// native A (BENCHMARKS.md, runs 149-155). The set's own tail is larger, and
-// was always waited out, so the bias was against the set only.
+// native A (git log -p -- BENCHMARKS.md). The set's own tail is larger,
+// and was always waited out, so the bias was against the set only.
 const (
 	quietCores  = 0.05
 	quietWindow = 10 * time.Second

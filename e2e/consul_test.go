@@ -196,7 +196,7 @@ func TestConsulRestart(t *testing.T) {
 	}
 }
 
-// consulPolicy is the minimal Consul ACL policy README documents, for the
+// consulPolicy is the minimal Consul ACL policy docs/operations.md documents, for the
 // kv_prefix the ACL test uses.
 const consulPolicy = `
 key_prefix "nss-acl/" {

@@ -30,7 +30,7 @@ import (
 // converging, also after the cluster's signing key is rotated. The
 // daemons' environment holds no Nomad token but their workload identity.
 // Consul has ACLs on too (default deny): the daemons' Consul token, holding
-// the README's Consul policy, reaches them only through the Nomad Variable
+// the Consul policy of docs/operations.md, reaches them only through the Nomad Variable
 // the job's template reads, and the leader lock, the state in KV and the
 // health watches all work with it. A leader-aware set (a leader check,
 // leader_update = "switchover", a switchover command and a disruption
@@ -52,7 +52,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 		testagent.WithConfig(fmt.Sprintf("client {\n  host_volume %q {\n    path = %q\n  }\n}", leaderAwareVolume, shared)))
 	c := &Cluster{Consul: consul, Nomad: nomad, Watchdog: StartWatchdog(t, nomad.Client), t: t}
 	nc := c.Nomad.Client
-	// The README's Consul policy, for the default kv_prefix the example
+	// The Consul policy of docs/operations.md, for the default kv_prefix the example
 	// job's configuration keeps.
 	consulTok := consulToken(t, consul, "nomad-statefulset", strings.ReplaceAll(consulPolicy, "nss-acl/", "nomad-statefulset/"))
 	bin := DaemonBinary(t)
@@ -226,7 +226,7 @@ func TestDeployAsANomadJob(t *testing.T) {
 	updateParent(t, c, "dep", setMeta("statefulset_replicas", "2"))
 	waitConverged(t, c, &Daemon{Addr: newAddr, nomad: nomad}, "dep", 2, nil)
 
-	// The README's upgrade path: a new version of the daemon's own job
+	// The upgrade path of docs/operations.md: a new version of the daemon's own job
 	// rolls the agents one at a time (update max_parallel = 1). No poll
 	// ever sees two leaders, both agents end on the new job version, and
 	// the set converges through whichever leads then.

@@ -16,7 +16,7 @@ import (
 )
 
 // TestPostgresCredentialsPolicy does with Nomad's ACLs on what the
-// PostgreSQL example's comments and the README say to do. A member of the
+// PostgreSQL example's comments and docs/tutorial-postgresql.md say to do. A member of the
 // set is a job of its own (postgres-0), whose workload identity may read
 // nomad/jobs/postgres-0 by default but not the set's nomad/jobs/postgres:
 // its template of the passwords does not render, and its task does not

@@ -35,7 +35,8 @@ func SlowStartBatches(n int) []int {
 
 // Batches splits a decision's actions into the groups they are carried out
 // in: each run of a bursting set's CreatePods in slow-start batches
-// (BurstCreates, SlowStartBatches), every other action alone. The actions
+// (BurstCreates, SlowStartBatches), each run of PostReady asks in groups
+// of MaxPostReadyCalls, every other action alone. The actions
 // of one group may run at once; a group ends before the next starts, and
 // the caller runs a prefix of the groups: it stops after the first group
 // in which an action failed or met a wait, and decides again. The agent and
@@ -43,6 +44,19 @@ func SlowStartBatches(n int) []int {
 func Batches(spec Spec, actions []Action) [][]Action {
 	out := make([][]Action, 0, len(actions))
 	for next := 0; next < len(actions); {
+		if actions[next].Type == ActionPostReady {
+			// The hooks of many pods are asked side by side (a Parallel
+			// set may have many become ready at once), so the wait is the
+			// slowest pod's, not the sum; but no more than
+			// MaxPostReadyCalls at once.
+			end := next
+			for end < len(actions) && end-next < MaxPostReadyCalls && actions[end].Type == ActionPostReady {
+				end++
+			}
+			out = append(out, actions[next:end])
+			next = end
+			continue
+		}
 		n := BurstCreates(spec, actions[next:])
 		if n < 2 {
 			out = append(out, actions[next:next+1])

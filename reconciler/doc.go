@@ -90,12 +90,29 @@
 // the algorithm imposes comes in as facts and waits: Pod.AllTerminal (only a
 // pod that ended with nothing running is purged, DeletePod's Purge),
 // Pod.ScaledCount (a child scaled by hand is put back to count 1 in place,
-// ActionRestoreCount), Pod.NodeBack (a child Nomad blocked on a drained node
-// is placed again once the node is back, ActionEvaluatePod), and Input.Holds,
-// which keep one ordinal's creation, or its disruption, back until a time:
-// a crash-loop backoff, a kill grace, a hook that said wait, a plugin that is
-// down, a spread no node meets. A held step is left out, reported in
-// Output.Held and counted as acted on (a held disruption keeps its place in
-// the budget); Output.Requeue covers its end. A soft spread no node meets
-// holds nothing: the ordinal is created without the rule (Action.Unspread).
+// ActionRestoreCount), Pod.NodeChange (a child Nomad blocked on a drained node
+// is placed again once the node is back, once per change, ActionEvaluatePod),
+// and the holds, which keep one ordinal's creation, or its disruption, back
+// until a time: a crash-loop backoff, a kill grace, a hook that said wait, a
+// plugin that is down, a spread no node meets. A held step is left out,
+// reported in Output.Held and counted as acted on (a held disruption keeps
+// its place in the budget); Output.Requeue covers its end. A soft spread no
+// node meets holds nothing: the ordinal is created without the rule
+// (Action.Unspread).
+//
+// # The decision memory
+//
+// What a set's decisions must remember that the cluster does not show is
+// the reconciler's too, as a value (Memory): the waits its effects met, the
+// failures to back off from, the disruption check's answers, a switchover in
+// flight, the post_ready hooks' answers, the ordinals that vanished unseen.
+// The caller passes the last one in (Input.Memory), carries out a prefix of
+// the actions in their groups (Batches), folds the Result of each into the
+// memory (Fold), and passes that to the next decision; it stops after the
+// first group in which an action failed or met a wait. How long each wait
+// lasts is the reconciler's wait policy for its reason (the constants of
+// memory.go), so the randomized drivers check the policies under the
+// invariants like any other decision. The zero Memory, a new leader's, is
+// always safe: what it cannot know (a child purged while nobody watched)
+// it waits out.
 package reconciler

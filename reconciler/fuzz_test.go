@@ -107,6 +107,27 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		if p.Ready && c[3]&1 == 0 {
 			p.ReadySince = t0.Add(-time.Duration(c[3]>>1) * time.Second)
 		}
+		if c[1]&0x80 != 0 {
+			// The memory's side of the pod: an allocation its post_ready
+			// hooks answered about or await, a node change asked about, a
+			// crash count, a refusal count, a switchover from it.
+			p.AllocID = names[int(c[1]>>4&3)%len(names)]
+			p.AwaitsPostReady = c[1]&0x08 != 0
+			p.NodeChange = uint64(c[3] & 7)
+			mem := &in.Memory
+			if mem.PostReady == nil {
+				mem.PostReady, mem.Evaluated, mem.Crashes, mem.AskFailures = map[string]PostReadyAnswer{}, map[int]uint64{}, map[int]CrashRecord{}, map[int]int{}
+			}
+			mem.PostReady[p.AllocID] = PostReadyAnswer{Done: c[2]&1 != 0, RetryAt: t0.Add(time.Duration(int(c[3]&0x30>>4)-1) * time.Second)}
+			mem.Evaluated[p.Ordinal] = uint64(c[0] & 7)
+			mem.Crashes[p.Ordinal] = CrashRecord{Count: int(c[0] & 7), Last: t0.Add(-time.Duration(c[3]) * time.Second)}
+			mem.AskFailures[p.Ordinal] = int(c[0] >> 5)
+			if c[0]&0x80 != 0 && mem.Switchover == nil {
+				mem.Switchover = &Switchover{From: p.Ordinal, To: int(c[1] & 7), Started: t0.Add(-time.Second), Seen: c[1]&1 != 0}
+			}
+			mem.TermSeen = c[2]&2 != 0
+			in.TermStart = t0.Add(-time.Duration(c[3]&7) * time.Second)
+		}
 		in.Pods = append(in.Pods, p)
 	}
 	return in

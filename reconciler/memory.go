@@ -45,10 +45,32 @@ type Memory struct {
 	// although their provisioner said it could expand: a pod was stopped
 	// for it once, and no other is for the rest of the term.
 	CannotExpand []string
+	// PostReady is what the post_ready hooks last said, per allocation of
+	// the set's pods.
+	PostReady map[string]PostReadyAnswer
 	// Evaluated is, per ordinal, the node change (Pod.NodeChange) for which
 	// Nomad was last asked to place its child again: it is asked once per
 	// change.
 	Evaluated map[int]uint64
+}
+
+// PostReadyAnswer is what the post_ready hooks said about one allocation.
+type PostReadyAnswer struct {
+	// Done: every hook said done, or failed under failure_policy "ignore".
+	Done bool
+	// DoneAt is when they said done after having held the pod at least
+	// once (the pod counts as ready from then); zero when they said done
+	// at the first asking.
+	DoneAt time.Time
+	// RetryAt is when to ask again while the pod is held.
+	RetryAt time.Time
+}
+
+// Hooks returns the readiness facts of the answer about allocID, for a set
+// whose post_ready hooks gate readiness.
+func (m Memory) Hooks(allocID string) HookFacts {
+	a := m.PostReady[allocID]
+	return HookFacts{Configured: true, Done: a.Done, DoneAt: a.DoneAt}
 }
 
 // CrashRecord counts an ordinal's recent pod failures.
@@ -156,6 +178,12 @@ const (
 	// provisioner serves is tried again (the agent's config may be fixed
 	// and reloaded meanwhile).
 	UnknownClassRetry = time.Minute
+	// PostReadyRetry is how soon a post_ready hook that said wait without
+	// saying for how long is asked again.
+	PostReadyRetry = 10 * time.Second
+	// MaxPostReadyCalls bounds the post_ready hook calls carried out at
+	// once: a set of a thousand fresh pods must not start a thousand.
+	MaxPostReadyCalls = 8
 	// CapabilitiesRetry is how soon a set is looked at again after a
 	// provisioner could not be asked whether a class can expand
 	// (Input.CapabilitiesUnknown).
@@ -194,6 +222,18 @@ type Result struct {
 	// Unsupported is set by an ExpandVolume whose provisioner refused to
 	// expand the volume's class: the volume keeps its size.
 	Unsupported bool
+	// PostReady is the post_ready hooks' answer to an ActionPostReady.
+	PostReady *HookAnswer
+}
+
+// HookAnswer is what the post_ready hooks said about an allocation.
+type HookAnswer struct {
+	// Proceed: every hook said done (or failed under failure_policy
+	// "ignore").
+	Proceed bool
+	// RetryAfter is how long a hook that holds the pod asked to wait;
+	// zero leaves it to PostReadyRetry.
+	RetryAfter time.Duration
 }
 
 // Wait is a step that met something it must wait for.
@@ -230,6 +270,7 @@ func (m Memory) clone() Memory {
 		}
 		m.Tries = tries
 	}
+	m.PostReady = maps.Clone(m.PostReady)
 	return m
 }
 
@@ -323,6 +364,10 @@ func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold
 		if r.Unsupported && !slices.Contains(m.CannotExpand, a.Volume.Class) {
 			m.CannotExpand = append(m.CannotExpand, a.Volume.Class)
 		}
+	case ActionPostReady:
+		if r.PostReady != nil && a.Pod.AllocID != "" {
+			m.answered(a.Pod.AllocID, *r.PostReady, now)
+		}
 	}
 	return m, nil
 }
@@ -377,6 +422,54 @@ func podNames(set string, ords []int) string {
 		names[i] = PodName(set, o)
 	}
 	return strings.Join(names, " ")
+}
+
+// answered records the post_ready hooks' answer about allocID at now.
+func (m *Memory) answered(allocID string, ans HookAnswer, now time.Time) {
+	if m.PostReady == nil {
+		m.PostReady = map[string]PostReadyAnswer{}
+	}
+	prev, asked := m.PostReady[allocID]
+	if ans.Proceed {
+		next := PostReadyAnswer{Done: true}
+		if asked && !prev.Done {
+			// Held before: the pod counts as ready from now, not from
+			// when Nomad found it healthy.
+			next.DoneAt = now
+		}
+		m.PostReady[allocID] = next
+		return
+	}
+	wait := ans.RetryAfter
+	if wait <= 0 {
+		wait = PostReadyRetry
+	}
+	m.PostReady[allocID] = PostReadyAnswer{RetryAt: now.Add(wait)}
+}
+
+// postReadyActions are the post_ready hooks to ask now: for every pod that
+// awaits them and whose allocation they were not asked about yet, or held
+// and are due again, unless the decision takes it down (decided). It also
+// returns how soon a held pod is due, 0 if none.
+func (m Memory) postReadyActions(in Input, decided []Action) ([]Action, time.Duration) {
+	var out []Action
+	var next time.Duration
+	for _, p := range in.Pods {
+		if !p.AwaitsPostReady || p.AllocID == "" || p.Terminating ||
+			slices.ContainsFunc(decided, func(a Action) bool { return a.Type == ActionDeletePod && a.Ordinal == p.Ordinal }) {
+			continue
+		}
+		a, asked := m.PostReady[p.AllocID]
+		switch {
+		case a.Done:
+		case !asked || !in.Now.Before(a.RetryAt):
+			out = append(out, Action{Type: ActionPostReady, Ordinal: p.Ordinal, Pod: p, Reason: "its post_ready hooks decide whether it counts as ready"})
+		default:
+			next = soonestOf(next, a.RetryAt.Sub(in.Now))
+		}
+	}
+	slices.SortFunc(out, func(a, b Action) int { return a.Ordinal - b.Ordinal })
+	return out, next
 }
 
 // addHold records a wait, replacing an earlier one on the same ordinal and
@@ -439,6 +532,14 @@ func (m Memory) begin(in Input) (Memory, *LeaderChange) {
 		if now.Sub(r.Last) > CrashBackoffReset {
 			delete(m.Crashes, ord)
 		}
+	}
+	if len(m.PostReady) > 0 {
+		// The answers about allocations the set no longer has have served.
+		live := make(map[string]bool, len(in.Pods))
+		for _, p := range in.Pods {
+			live[p.AllocID] = true
+		}
+		maps.DeleteFunc(m.PostReady, func(id string, _ PostReadyAnswer) bool { return !live[id] })
 	}
 	firstOfTerm := !m.TermSeen && !in.Spec.Deleted && !in.TermStart.IsZero()
 	if firstOfTerm || slices.ContainsFunc(m.Holds, func(h Hold) bool { return h.Reason == HoldKillGrace }) {

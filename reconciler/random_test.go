@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,6 +64,15 @@ func TestRandomized(t *testing.T) {
 		}
 		t.Logf("maintenance windows: %d decisions held a step, %d waits sat out, %d steps approved outside a window",
 			randomWindowHolds.Load(), randomWindowWaits.Load(), randomWindowApproved.Load())
+		var seen []string
+		for _, r := range HoldReasons {
+			if n, ok := randomHoldReasons.Load(r); ok {
+				seen = append(seen, fmt.Sprintf("%s %d", r, n.(*atomic.Int64).Load()))
+			} else if *flagRuns >= 1024 && !t.Failed() {
+				t.Errorf("no randomized decision was held for %s: its wait policy went unexercised", r)
+			}
+		}
+		t.Logf("holds by reason: %s", strings.Join(seen, ", "))
 		if *flagRuns >= 1024 && !t.Failed() && (randomWindowWaits.Load() == 0 || randomWindowApproved.Load() == 0) {
 			t.Errorf("the randomized runs never waited for a maintenance window, or never approved a step outside one: the window promise went unexercised")
 		}
@@ -91,6 +102,19 @@ func TestRandomized(t *testing.T) {
 // (checked by checkLeaderAndAsking to go last, and never while the leader
 // is unknown): TestRandomized fails when a full run never got there.
 var randomSteps, randomExpansions, randomLeaderResizes atomic.Int64
+
+// randomHoldReasons counts, per hold reason, the decisions of the
+// randomized runs that held a step for it: the wait policies are under the
+// invariants only for the reasons the chaos makes happen.
+var randomHoldReasons sync.Map // reason → *atomic.Int64
+
+// noteHolds counts the hold reasons of one decision.
+func noteHolds(out Output) {
+	for _, h := range out.Held {
+		n, _ := randomHoldReasons.LoadOrStore(h.Reason, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
+}
 
 var templates = []string{"v1", "v2", "v3", "bad"}
 
@@ -145,6 +169,7 @@ func randomRun(seed uint64) (err error) {
 		spec.MaintenanceWindows = randomWindows(wrng)
 	}
 	w := newWorld(spec, "v1")
+	w.hooks = rng.IntN(3) == 0
 	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
 	// The switchover's candidates draw from a stream of their own too.
 	w.crng = rand.New(rand.NewPCG(seed, 0xca4d))
@@ -269,6 +294,7 @@ func randomRun(seed uint64) (err error) {
 			// The application refuses now and then; the operator
 			// sometimes approves a step.
 			w.appFails = !w.appFails
+			w.hooksWait = w.hooks && rng.IntN(2) == 0
 			w.leaderUnknown = rng.IntN(3) == 0
 			if rng.IntN(3) == 0 {
 				w.spec.Approval = fmt.Sprint("approve-", w.steps)
@@ -306,7 +332,7 @@ func randomRun(seed uint64) (err error) {
 		w.setAnnotated(true)
 	}
 	w.liftDrains()
-	w.appFails, w.leaderUnknown, w.waits = false, false, 0
+	w.appFails, w.leaderUnknown, w.waits, w.hooksWait = false, false, 0, false
 	clear(w.lagUntil)
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0

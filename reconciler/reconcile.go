@@ -84,6 +84,13 @@ func Reconcile(in Input) Output {
 	in = withMemory(in, mem)
 	out := decide(in)
 	out.Memory, out.LeaderChange = mem, change
+	if !in.Spec.Deleted && !IsDetached(in.Spec, in.Previous) {
+		// Last: the hooks' answers are readiness for the next decisions,
+		// and a wait anywhere before them costs them nothing.
+		asks, due := mem.postReadyActions(in, out.Actions)
+		out.Actions = append(out.Actions, asks...)
+		out.Requeue = soonestOf(out.Requeue, due)
+	}
 	if len(in.CapabilitiesUnknown) > 0 {
 		out.Requeue = soonestOf(out.Requeue, CapabilitiesRetry)
 	}

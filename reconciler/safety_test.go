@@ -34,6 +34,9 @@ func checkSafety(in Input) (Output, error) {
 	if again := Reconcile(in); !reflect.DeepEqual(out, again) {
 		return out, fmt.Errorf("Reconcile is not deterministic")
 	}
+	// The rest is judged by the input as the decision read it: the
+	// holds, answers and node changes of its memory among the input's.
+	in = withMemory(in, out.Memory)
 	spec := normalize(in.Spec)
 	inRange := func(o int) bool { return o >= spec.OrdinalsStart && o-spec.OrdinalsStart < spec.Replicas }
 	hasPod := map[int]bool{}
@@ -55,8 +58,7 @@ func checkSafety(in Input) (Output, error) {
 		return spec.MinReadySeconds == 0 ||
 			(!p.ReadySince.IsZero() && !in.Now.Before(p.ReadySince.Add(time.Duration(spec.MinReadySeconds)*time.Second)))
 	}
-	eff := withMemory(in, out.Memory) // the holds and answers in force
-	if err := checkLeaderAndAsking(eff, out); err != nil {
+	if err := checkLeaderAndAsking(in, out); err != nil {
 		return out, err
 	}
 	if err := checkMaintenanceWindow(in, out); err != nil {
@@ -65,7 +67,7 @@ func checkSafety(in Input) (Output, error) {
 	monotonic := spec.PodManagementPolicy == OrderedReady
 	created := map[int]bool{}
 	for i, a := range out.Actions {
-		if err := checkHoldsAndFixes(eff, spec, a); err != nil {
+		if err := checkHoldsAndFixes(in, spec, a); err != nil {
 			return out, err
 		}
 		switch a.Type {

@@ -272,6 +272,13 @@ type Pod struct {
 	// NodeBack unless Nomad was already asked to place it for this change
 	// (Memory.Evaluated).
 	NodeChange uint64
+	// AllocID is the pod's newest allocation, "" when it has none.
+	AllocID string
+	// AwaitsPostReady means the set has post_ready hooks and the pod is
+	// ready on every other count: only the hooks' answer about its
+	// allocation (Memory.PostReady) keeps it from Ready. The reconciler
+	// asks them (ActionPostReady).
+	AwaitsPostReady bool
 	// Leader means the set's leader check (Spec.LeaderCheck) passes on this
 	// pod now: it is the database's primary, the cluster's leader.
 	Leader bool
@@ -588,6 +595,10 @@ const (
 	// store and Nomad write of the caller is made for an action of the
 	// output or for this one.
 	ActionRecordStatus ActionType = "RecordStatus"
+	// ActionPostReady runs the post_ready hooks for the allocation of the
+	// pod of Action.Pod (Pod.AwaitsPostReady): their answer, folded into
+	// Memory.PostReady, decides whether the pod counts as Ready.
+	ActionPostReady ActionType = "PostReady"
 	// ActionRestoreCount puts the count of a child scaled up by hand back
 	// to 1, in place (Pod.ScaledCount).
 	ActionRestoreCount ActionType = "RestoreCount"

@@ -102,8 +102,10 @@ type world struct {
 	// last Output.Memory with every action's Result folded in (Fold). A
 	// new leadership term (chaos) starts it afresh.
 	memory Memory
-	// termStart is when the current leadership term began.
+	// termStart is when the current leadership term began; terms counts
+	// the terms.
 	termStart time.Time
+	terms     int
 	// waits is how many of the next effects meet a wait (chaos), each
 	// with a reason that effect can meet in the agent.
 	waits int
@@ -123,6 +125,14 @@ type world struct {
 	// appFails makes the application refuse checks and switchovers at
 	// random (chaos).
 	appFails bool
+	// hooks says the set has post_ready hooks: a pod Nomad finds ready
+	// counts as Ready once they said done about its allocation, as the
+	// agent judges it from the memory's answers; hooksWait makes them
+	// say wait at random (chaos).
+	hooks, hooksWait bool
+	// hookSaid is, per allocation, what its hooks last said, as they know
+	// it: done, or not to be asked before a time.
+	hookSaid map[string]hookSaid
 	// leaderUnknown plays a leader check not read yet (chaos).
 	leaderUnknown bool
 	// hideLeader plays the moment after a switchover when the old
@@ -177,7 +187,7 @@ func newWorld(spec Spec, template string) *world {
 	}
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
-		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]uint64{}, askedEval: map[int]uint64{}, stillStopping: map[int]time.Time{},
+		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]uint64{}, askedEval: map[int]uint64{}, stillStopping: map[int]time.Time{}, hookSaid: map[string]hookSaid{},
 		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2)),
 		lagUntil: map[int]time.Time{}, crng: rand.New(rand.NewPCG(3, 4)), round: switchoverRound{leader: -1}}
 }
@@ -250,6 +260,7 @@ func (w *world) input() Input {
 		if in.Pods[i].Phase == PhasePending && !in.Pods[i].Terminating {
 			in.Pods[i].NodeChange = w.nodeBack[in.Pods[i].Ordinal]
 		}
+		in.Pods[i] = w.hooksView(in.Pods[i])
 		in.Pods[i].Leader = in.Pods[i].Ordinal == w.leader && w.spec.LeaderCheck != "" && runningAndReady(&in.Pods[i]) && !w.hideLeader
 	}
 	if !w.memory.TermSeen {
@@ -261,6 +272,13 @@ func (w *world) input() Input {
 	return in
 }
 
+// hookSaid is what an allocation's post_ready hooks last said, in a term.
+type hookSaid struct {
+	done      bool
+	notBefore time.Time
+	term      int
+}
+
 // worldStopGrace is how long a task of the world may run after its stop.
 const worldStopGrace = 8 * time.Second
 
@@ -269,6 +287,7 @@ const worldStopGrace = 8 * time.Second
 // still stops on its node.
 func (w *world) newTerm(rng *rand.Rand) {
 	w.memory, w.termStart, w.askedEval = Memory{}, w.now, map[int]uint64{}
+	w.terms++
 	w.round = switchoverRound{leader: -1} // the new leader knows no tries
 	w.logf("chaos: a new leadership term")
 	if len(w.pods) == 0 || rng.IntN(2) == 0 {
@@ -419,7 +438,26 @@ func (w *world) inRange(ord int) bool {
 // the reconciler and the agent's views use too: an oracle of its own once
 // disagreed with them about a Ready pod without ReadySince.
 func (w *world) healthy(p Pod) bool {
+	p = w.hooksView(p)
 	return !p.Terminating && Available(p, w.spec.MinReadySeconds, w.now)
+}
+
+// hooksView is p as the agent shows it to the reconciler when the set has
+// post_ready hooks: held by them until they said done about its
+// allocation, and ready from when they did, if they held it first.
+func (w *world) hooksView(p Pod) Pod {
+	if !w.hooks || !runningAndReady(&p) || p.Terminating {
+		return p
+	}
+	a := w.memory.PostReady[p.AllocID]
+	if !a.Done {
+		p.Ready, p.ReadySince, p.AwaitsPostReady = false, time.Time{}, true
+		return p
+	}
+	if a.DoneAt.After(p.ReadySince) {
+		p.ReadySince = a.DoneAt
+	}
+	return p
 }
 
 // step runs one reconcile: it builds the input, decides, checks and applies
@@ -432,6 +470,7 @@ func (w *world) step() error {
 	out := Reconcile(in)
 	w.last = out
 	w.memory = out.Memory
+	noteHolds(out)
 	w.steps++
 	// The invariants judge the decision by the holds and answers in force:
 	// the input's own and its memory's.
@@ -636,7 +675,8 @@ func (w *world) apply(in Input, out Output, a Action) (Result, error) {
 		w.onDrainingNode[a.Ordinal] = false
 		w.waitingForNode[a.Ordinal] = w.draining[a.Ordinal] && len(w.spec.VolumeClaims) > 0
 		delete(w.nodeBack, a.Ordinal)
-		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending})
+		w.pods = append(w.pods, Pod{Ordinal: a.Ordinal, Revision: a.Revision.Name, Created: w.now, Phase: PhasePending,
+			AllocID: fmt.Sprintf("alloc-%d-%d", a.Ordinal, w.podsCreated)})
 		w.podsCreated++
 	case ActionDeletePod:
 		i := -1
@@ -676,6 +716,25 @@ func (w *world) apply(in Input, out Output, a Action) (Result, error) {
 		w.pods[i].Terminating = true
 	case ActionRecordOrdinals:
 		w.status.Ordinals = a.Ordinals
+	case ActionPostReady:
+		i := slices.IndexFunc(w.pods, func(p Pod) bool { return p.AllocID == a.Pod.AllocID })
+		if !w.hooks || i < 0 || w.pods[i].Terminating || !runningAndReady(&w.pods[i]) {
+			return Result{}, fmt.Errorf("post_ready hooks asked about %s, which is not a pod Nomad finds ready (hooks %v)", a.Pod.AllocID, w.hooks)
+		}
+		// The hooks are asked once per answer: not again once they said
+		// done, nor before the time they asked to wait (a new leader,
+		// which cannot know, may ask once more).
+		if said := w.hookSaid[a.Pod.AllocID]; said.term == w.terms && (said.done || w.now.Before(said.notBefore)) {
+			return Result{}, fmt.Errorf("post_ready hooks asked again about %s (they said done=%v, not before %s)",
+				a.Pod.AllocID, said.done, said.notBefore.Sub(w.now))
+		}
+		if w.hooksWait && w.rng.IntN(2) == 0 {
+			wait := time.Duration(w.rng.IntN(8)) * time.Second
+			w.hookSaid[a.Pod.AllocID] = hookSaid{notBefore: w.now.Add(wait), term: w.terms}
+			return Result{PostReady: &HookAnswer{RetryAfter: wait}}, nil
+		}
+		w.hookSaid[a.Pod.AllocID] = hookSaid{done: true, term: w.terms}
+		return Result{PostReady: &HookAnswer{Proceed: true}}, nil
 	case ActionCheckDisruption, ActionSwitchover:
 		return w.applyAsk(a)
 	case ActionExpandVolume:

@@ -538,7 +538,7 @@ EOF
   natsctl servers                      # the members as Consul and NATS see them
   scripts/demo.sh kill-node nats-1     # the node of nats-1 dies; start-node demo-<n> brings it back
 
-  README.md, "Running a replicated database", walks through this cluster:
+  docs/tutorial-nats.md, "Running a replicated database", walks through this cluster:
   identities, data, a rolling update, a drain, a lost node, scaling.
 EOF
 		;;

@@ -44,8 +44,8 @@ const (
 	// independent, and a worker spends a pass mostly waiting on Nomad's and
 	// Consul's Raft writes, not on the CPU: with hundreds of sets changing
 	// at once, 4 workers left pods queued for seconds that 16 do not
-	// (BENCHMARKS.md, issue 28, runs 30–36). It still bounds how many sets
-	// write to Nomad at once.
+	// (BENCHMARKS.md, "1,000 children against Nomad alone", and its
+	// history). It still bounds how many sets write to Nomad at once.
 	DefaultWorkers = 16
 	// DefaultEventBufferSize is Nomad's default event_buffer_size.
 	DefaultEventBufferSize = 100

@@ -80,7 +80,7 @@ type PermissionError struct {
 // Error implements error.
 func (e *PermissionError) Error() string {
 	return fmt.Sprintf("Nomad refused %s in namespace %q: the agent's token lacks the %q capability "+
-		"(see the README's Nomad ACL policy): %v", e.Verb, e.Namespace, e.Capability, e.Err)
+		"(see the Nomad ACL policy in docs/operations.md): %v", e.Verb, e.Namespace, e.Capability, e.Err)
 }
 
 // Unwrap returns Nomad's error.

@@ -49,7 +49,7 @@ type WriteIndexer interface {
 // fixed rate: a stream that keeps up is never waited for, one that is
 // slow sets the pace. It cannot absorb a stall: while the reader stands
 // still, what Nomad writes on its own for writes already made keeps
-// filling the buffer (BENCHMARKS.md, issue 28); only the buffer's size
+// filling the buffer (BENCHMARKS.md, "1,000 children against Nomad alone"); only the buffer's size
 // helps there.
 //
 // The watcher tells it what the stream delivered (Saw) and whether one is
@@ -93,7 +93,7 @@ type StreamPacer struct {
 // writes. With half, and the writes in flight not counted, a real Nomad
 // on a fast host dropped the stream in 5 of 12 creates of 1,000 children,
 // each time in the first 200 ms of the burst; with this, in none of 9
-// (BENCHMARKS.md, runs 156-176).
+// (BENCHMARKS.md, "1,000 children against Nomad alone", and its history).
 func NewStreamPacer(bufferSize int) *StreamPacer {
 	if bufferSize <= 0 {
 		bufferSize = DefaultEventBufferSize

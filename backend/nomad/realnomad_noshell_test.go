@@ -21,7 +21,7 @@ import (
 // returns only at its deadline, as a command still running. (Seen once
 // the test goes on to stop the job, but not asserted here, as that would
 // mean waiting for something not to happen: the task then ignores its
-// stop for minutes, its executor hung on the exec; README says so.) The agent
+// stop for minutes, its executor hung on the exec; docs/leaders.md says so.) The agent
 // holds the step on that (statefulset_exec_timeout), saying a task without
 // /bin/sh is one cause; the simulator plays it the same way
 // (agent/noshell_test.go).

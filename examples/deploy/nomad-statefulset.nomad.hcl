@@ -1,4 +1,4 @@
-# nomad-statefulset, run as a Nomad job (see the README, "Deploying").
+# nomad-statefulset, run as a Nomad job (see docs/operations.md, "Deploying").
 #
 # Two agents elect one leader through a Consul lock. Each authenticates to
 # Nomad with its workload identity through the Task API socket: no Nomad

@@ -1,4 +1,4 @@
-# The Nomad ACL policy of nomad-statefulset (the README's "Nomad ACL
+# The Nomad ACL policy of nomad-statefulset (docs/operations.md, "Nomad ACL
 # policy", with alloc-exec), bound to the daemon's own job so that its
 # workload identity carries it:
 #
@@ -12,7 +12,7 @@
 # API (the daemon execs only into its own children). Without it every
 # switchover and disruption check fails, and each set that declares one
 # (examples/postgres does both) holds its rollouts, drains and scale-downs
-# for ever (condition Held, naming alloc-exec). The README's minimal
+# for ever (condition Held, naming alloc-exec). The minimal
 # policy leaves it out: drop it here only if none of your sets declares
 # these commands. A set on a driver without filesystem isolation
 # (raw_exec) needs alloc-node-exec instead, which lets the token run

@@ -21,7 +21,7 @@
 # `nomad alloc fs` does not show; local/nats.conf holds none. Under Nomad
 # ACLs, a task's workload identity may read only the variables of its own
 # job, nomad/jobs/nats-<n> for a member: give the members the set's
-# variable with a policy (README.md, "Running a replicated database",
+# variable with a policy (docs/tutorial-nats.md, "Running a replicated database",
 # says how). Clients read the same variable: examples/nats/natsctl does,
 # with your NOMAD_TOKEN. The monitoring port (/healthz, /varz, /jsz) has
 # no authentication in NATS 2.9: it shows state, never messages or
@@ -32,7 +32,7 @@
 # copies /usr, so it is there; a custom chroot_env must list it), and a
 # Consul agent that Nomad registers services with (the routes below come
 # from Consul). `make demo EXAMPLE=nats` runs it on three local client
-# nodes; README.md, "Running a replicated database", walks through it.
+# nodes; docs/tutorial-nats.md walks through it.
 #
 # Why Parallel: the members are Raft peers (the JetStream meta group and
 # every replicated stream). A Raft member cannot become ready alone: its

@@ -1,5 +1,5 @@
 # PostgreSQL with streaming replication: one primary and two hot standbys,
-# as a nomad-statefulset set (README: "PostgreSQL example").
+# as a nomad-statefulset set (docs/tutorial-postgresql.md).
 #
 #   postgres-0, postgres-1, postgres-2   one child job each, on distinct nodes
 #   data-postgres-<n>                    each member's own host volume (/data)

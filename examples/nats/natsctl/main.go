@@ -1,5 +1,5 @@
 // Command natsctl is a small NATS JetStream client for the tutorial in
-// README.md ("Running a replicated database"). It finds the members of the
+// docs/tutorial-nats.md ("Running a replicated database"). It finds the members of the
 // set the way any client of the cluster would: through Consul, from the
 // service "nats" (CONSUL_HTTP_ADDR), or from NATS_URL when that is set.
 // It authenticates as the members want it to: with the user and password

@@ -25,7 +25,7 @@
 //	             default: hold the step and ask again) or "fail" (the hook
 //	             block's failure_policy decides: block holds, ignore skips).
 //
-// See README.md for how to build, install and configure it.
+// See docs/plugins.md for how to build, install and configure it.
 package main
 
 import (
