@@ -113,6 +113,8 @@ func (w *world) answerSwitchover(a Action, fails bool) (Result, error) {
 		w.logf("  the switchover command chose %d among %v", choice, a.Candidates)
 	}
 	w.newLeader = choice
+	// The leader check passes there a moment later, now and then.
+	w.leaderMovesAt = w.now.Add(time.Duration(w.crng.IntN(4)) * time.Second)
 	return Result{}, nil
 }
 
@@ -298,7 +300,10 @@ func switchoversUntilSettled(t *testing.T, w *world, play func(w *world, out Out
 		w.elect()
 		w.now = w.now.Add(time.Second)
 		if len(out.Actions) == 0 && out.Requeue > time.Second {
-			w.now = w.now.Add(out.Requeue - time.Second) // a backoff: the agent looks again then
+			// A hold: the agent looks again at its end, the leader check
+			// showing meanwhile what a switchover did.
+			w.now = w.now.Add(out.Requeue - time.Second)
+			w.elect()
 		}
 	}
 	t.Fatalf("not converged\n%s", w.dump())

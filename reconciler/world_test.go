@@ -155,9 +155,13 @@ type world struct {
 	// counts what the runs exercised.
 	lagUntil   map[int]time.Time
 	appChooses bool
-	crng       *rand.Rand
-	round      switchoverRound
-	candidates candidateCounts
+	// leaderMovesAt is when the leader check shows the leadership a
+	// switchover handed over (newLeader): a moment after the command, as
+	// the checks are read some seconds apart.
+	leaderMovesAt time.Time
+	crng          *rand.Rand
+	round         switchoverRound
+	candidates    candidateCounts
 
 	last  Output
 	trace []string
@@ -873,7 +877,7 @@ func (w *world) applyAsk(a Action) (Result, error) {
 // ran takes effect, and a leader that is no longer Ready (stopping,
 // failed, gone) is replaced by a Ready pod.
 func (w *world) elect() {
-	if w.newLeader >= 0 {
+	if w.newLeader >= 0 && !w.now.Before(w.leaderMovesAt) {
 		if i := w.podIndex(w.newLeader); i >= 0 && runningAndReady(&w.pods[i]) && !w.pods[i].Terminating {
 			w.logf("world: leadership moves from %d to %d", w.leader, w.newLeader)
 			w.leader = w.newLeader
@@ -1146,7 +1150,9 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		if !w.advance(rng) && len(w.last.Actions) == 0 && w.last.Requeue > time.Second {
 			// Nothing moves and nothing was done: the agent looks again
 			// when the decision asked (a hold ending, a backoff).
+			// Meanwhile the leader check shows what a switchover did.
 			w.now = w.now.Add(w.last.Requeue - time.Second)
+			w.elect()
 		}
 		w.approveIfWaiting()
 		w.waitForWindow()
