@@ -94,6 +94,8 @@ type Options struct {
 // manager is one.
 type HookRunner interface {
 	RunHooks(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult
+	// HasHooks reports whether any hook runs on event.
+	HasHooks(event plugin.Event) bool
 }
 
 // Agent is the daemon.

@@ -337,7 +337,7 @@ func (c *controller) inputPods(p *pass) []reconciler.Pod {
 		}
 		pod.AllTerminal = d.AllTerminal
 		pod.AllocID = d.AllocID
-		pod.AwaitsPostReady = c.hooks != nil && d.NotReady == notReadyHookHeld
+		pod.AwaitsPostReady = d.NotReady == notReadyHookHeld
 		if !p.spec.Deleted && d.Job != nil {
 			pod.ScaledCount = d.Job.ScaledCount()
 		}

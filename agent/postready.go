@@ -21,15 +21,23 @@ const notReadyHookHeld = reconciler.NotReadyHookHeld
 // hooks are asked by the reconciler's PostReady actions. It reports whether
 // a pod is held by its hooks.
 func (c *controller) judge(st *setState, obs backend.Observation) (hookHeld bool) {
+	gated := c.postReadyGates()
 	for i := range obs.Pods {
 		d := &obs.Pods[i]
-		if c.hooks != nil {
+		if gated {
 			d.Facts.Hooks = st.memory.Hooks(d.AllocID)
 		}
 		d.Judge()
 		hookHeld = hookHeld || d.NotReady == notReadyHookHeld
 	}
 	return hookHeld
+}
+
+// postReadyGates reports whether post_ready hooks decide readiness: some
+// hook of the agent's config runs on post_ready. Without one a pod is ready
+// when Nomad and its checks say so, with no ask and no extra pass.
+func (c *controller) postReadyGates() bool {
+	return c.hooks != nil && c.hooks.HasHooks(plugin.EventPostReady)
 }
 
 // postReady runs the post_ready hooks of the pod of a PostReady action, on

@@ -382,6 +382,9 @@ func (f hookFunc) RunHooks(ctx context.Context, event plugin.Event, pod plugin.P
 	return f(ctx, event, pod)
 }
 
+// HasHooks implements HookRunner: a hookFunc answers every event.
+func (f hookFunc) HasHooks(plugin.Event) bool { return true }
+
 // TestPostReadyCutShortRecordsNothing: an answer given while the worker's
 // context ends (leadership lost, shutdown) is not remembered, least of all a
 // failure that failure_policy "ignore" turned into done; the pod stays held

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nomad-statefulset/nomad-statefulset/client"
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // formatTable renders rows as columns two spaces apart, the first row being
@@ -150,4 +151,18 @@ func specDetailPairs(s client.Spec) [][2]string {
 		}
 	}
 	return out
+}
+
+// strategyLine is the Update Strategy line of `status` and `validate`: a
+// RollingUpdate with its partition and budget; a Recreate saying that it
+// stops every pod at once, and what its budget still bounds (drains and
+// repairs, one pod at a time); OnDelete as it is.
+func strategyLine(strategy string, partition int, maxUnavailable string) string {
+	switch reconciler.UpdateStrategy(strategy) {
+	case reconciler.RollingUpdate:
+		return fmt.Sprintf("RollingUpdate (partition %d, max unavailable %s)", partition, maxUnavailable)
+	case reconciler.Recreate:
+		return fmt.Sprintf("Recreate (a new revision stops every pod at once; max unavailable %s bounds drains and repairs)", maxUnavailable)
+	}
+	return strategy
 }

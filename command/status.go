@@ -218,10 +218,7 @@ func trueConditions(cs []client.Condition) string {
 func formatSetDetail(d *client.SetDetail, verbose bool, now time.Time) string {
 	var b strings.Builder
 	sp, st := d.Spec, d.Status
-	strategy := sp.UpdateStrategy
-	if sp.UpdateStrategy == "RollingUpdate" {
-		strategy = fmt.Sprintf("RollingUpdate (partition %d, max unavailable %s)", sp.Partition, orDash(sp.MaxUnavailable))
-	}
+	strategy := strategyLine(sp.UpdateStrategy, sp.Partition, orDash(sp.MaxUnavailable))
 	pairs := [][2]string{
 		{"Name", d.Name},
 		{"Namespace", d.Namespace},

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nomad-statefulset/nomad-statefulset/client"
 	"github.com/nomad-statefulset/nomad-statefulset/jobs"
-	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // ValidateCommand is `nomad-statefulset validate <jobfile>`.
@@ -246,10 +245,7 @@ func formatValidate(out validateOutput) string {
 	}
 	s := out.Spec
 	fmt.Fprintf(&b, "Job %q in %s is a valid statefulset\n\n", out.Job, out.File)
-	strategy := s.UpdateStrategy
-	if strategy == string(reconciler.RollingUpdate) {
-		strategy = fmt.Sprintf("RollingUpdate (partition %d, max unavailable %s)", s.Partition, s.MaxUnavailable)
-	}
+	strategy := strategyLine(s.UpdateStrategy, s.Partition, s.MaxUnavailable)
 	b.WriteString(formatKV(append([][2]string{
 		{"Namespace", out.Namespace},
 		{"Replicas", strconv.Itoa(s.Replicas)},

@@ -269,6 +269,7 @@ func Parse(job *api.Job) (reconciler.Spec, error) {
 	checkNames(spec, &ps)
 	checkClaims(spec, group, &ps)
 	checkLeader(job, &spec, group, &ps)
+	checkRecreate(spec, job.Meta, &ps)
 
 	if len(ps) > 0 {
 		return spec, &ValidationError{Namespace: spec.Namespace, Name: spec.Name, Problems: ps}
@@ -309,10 +310,10 @@ func parseAnnotations(meta map[string]string, spec *reconciler.Spec, ps *problem
 			}
 		case KeyUpdateStrategy:
 			switch reconciler.UpdateStrategy(v) {
-			case reconciler.RollingUpdate, reconciler.OnDelete:
+			case reconciler.RollingUpdate, reconciler.OnDelete, reconciler.Recreate:
 				spec.UpdateStrategy = reconciler.UpdateStrategy(v)
 			default:
-				ps.add(k, raw, oneOfRule(v, string(reconciler.RollingUpdate), string(reconciler.OnDelete)))
+				ps.add(k, raw, oneOfRule(v, string(reconciler.RollingUpdate), string(reconciler.OnDelete), string(reconciler.Recreate)))
 			}
 		case KeyVolumeRetentionDeleted, KeyVolumeRetentionScaled:
 			p := reconciler.RetentionPolicy(v)

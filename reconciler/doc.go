@@ -47,7 +47,10 @@
 // maxUnavailable minus the unavailable pods of the whole range allows; the
 // next reconciles recreate them at the update revision. OnDelete leaves that
 // to the user; a pod it recreates, or a scale-up creates, takes the update
-// revision. A paused set makes no update at all, though it still keeps its
+// revision. Recreate (KEP-3541, recreate.go) stops every pod at an older
+// revision at once, outside the budget, after one gate, and creates none
+// until no pod at another revision is left, running or terminating; then
+// the walk creates them at the update revision in the policy's order. A paused set makes no update at all, though it still keeps its
 // replicas, creating missing pods at the current revision.
 //
 // # The three promises

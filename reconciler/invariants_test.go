@@ -55,6 +55,13 @@ func checkDecision(w *world, in Input, out Output) error {
 			idx := a.Ordinal - start
 			cur, upd := out.Status.CurrentRevision, out.Status.UpdateRevision
 			switch {
+			case spec.UpdateStrategy == Recreate:
+				// Under Recreate, the update revision, or while the stop
+				// waits (or the set is paused) the revision every pod
+				// runs: checkRecreate judges which.
+				if a.Revision.Name != cur && a.Revision.Name != upd {
+					return fmt.Errorf("Recreate: pod %d created at %s, neither current %s nor update %s", a.Ordinal, a.Revision.Name, cur, upd)
+				}
 			case spec.UpdateStrategy == RollingUpdate && idx < spec.Partition:
 				if a.Revision.Name != cur {
 					return fmt.Errorf("pod %d below partition %d created at %s, want current %s", a.Ordinal, spec.Partition, a.Revision.Name, cur)
@@ -78,6 +85,13 @@ func checkDecision(w *world, in Input, out Output) error {
 				if spec.PodManagementPolicy == OrderedReady && a.Ordinal != maxOrd {
 					return fmt.Errorf("teardown: deleting pod %d before pod %d", a.Ordinal, maxOrd)
 				}
+				continue
+			}
+			if isRecreateStop(in, out, a) {
+				// KEP-3541: a Recreate stops every pod at once, replicas
+				// and condemned pods alike, in no order and outside the
+				// budget; its gates are checkLeaderAndAsking's and
+				// checkMaintenanceWindow's, its promise checkRecreate's.
 				continue
 			}
 			if !inRange(a.Ordinal) {
@@ -112,6 +126,10 @@ func checkDecision(w *world, in Input, out Output) error {
 		}
 	}
 	if err := checkLeaderAndAsking(in, out); err != nil {
+		return err
+	}
+	// KEP-3541: under Recreate no two revisions ever run side by side.
+	if err := checkRecreate(in, out); err != nil {
 		return err
 	}
 	// DESIGN §3b: outside a maintenance window no voluntary disruption
@@ -223,6 +241,13 @@ func checkBudget(w *world, in Input, out Output, byOrd map[int][]Pod) error {
 		if a.Type != ActionDeletePod || a.Ordinal < start || a.Ordinal >= start+spec.Replicas || a.Cause == CauseReplace {
 			continue // the user's own deletes (pod replace) are not the daemon's
 		}
+		if isRecreateStop(in, out, a) {
+			// DESIGN §3b, KEP-3541: the budget does not apply to a
+			// Recreate, which takes every pod down at once by
+			// definition. (Its drift repairs, volume growth and drains
+			// are counted: they are not its stop.)
+			continue
+		}
 		if ps := byOrd[a.Ordinal]; len(ps) == 1 && w.healthy(ps[0]) {
 			deleted++
 		}
@@ -279,6 +304,10 @@ func (w *world) checkState() error {
 				return fmt.Errorf("pod %d has no volume %s", p.Ordinal, c)
 			}
 		}
+	}
+	// KEP-3541: under Recreate the world never holds pods of two revisions.
+	if err := w.checkRecreateState(); err != nil {
+		return err
 	}
 	st := w.last.Status
 	if st.ReadyReplicas > st.Replicas || st.AvailableReplicas > st.ReadyReplicas ||
@@ -405,6 +434,7 @@ func checkLeaderAndAsking(in Input, out Output) error {
 	if err := checkCandidateMembers(in, out); err != nil {
 		return err
 	}
+	var recreateStops []Pod
 	for _, a := range out.Actions {
 		// DESIGN §3b: the disruption check first, then the switchover.
 		// Leadership is never handed over for a step that the application
@@ -420,6 +450,13 @@ func checkLeaderAndAsking(in Input, out Output) error {
 			continue // down already: replaced without asking
 		}
 		leader := spec.LeaderCheck != "" && p.Leader
+		if isRecreateStop(in, out, a) {
+			// A Recreate stops the leader with the rest: no order, no
+			// switchover (no follower is left to lead), so which pod
+			// leads does not matter. Its one gate is counted once below.
+			recreateStops = append(recreateStops, p)
+			continue
+		}
 		if spec.LeaderCheck != "" && in.LeaderUnknown && (a.Cause == CauseUpdate || a.Cause == CauseRepair ||
 			a.Cause == CauseResize || a.Cause == CauseDrain || a.Cause == CauseScaleDown) {
 			return fmt.Errorf("Ready pod %d taken down (%s) while the leader is unknown", p.Ordinal, a.Cause)
@@ -435,7 +472,7 @@ func checkLeaderAndAsking(in Input, out Output) error {
 				}
 				mustGo := q.NodeDraining
 				if a.Cause != CauseDrain {
-					mustGo = spec.UpdateStrategy == RollingUpdate && !spec.Paused &&
+					mustGo = rolls(spec) && !spec.Paused &&
 						q.Ordinal-spec.OrdinalsStart >= spec.Partition && outdated(q)
 				}
 				if mustGo {
@@ -450,6 +487,10 @@ func checkLeaderAndAsking(in Input, out Output) error {
 		if leaderAsks || checkAsks {
 			needApproval++
 		}
+	}
+	if recreateGateNeeded(in, out, recreateStops) {
+		// The whole stop is one step: one approval answers for it.
+		needApproval++
 	}
 	if needApproval > approvals {
 		return fmt.Errorf("%d Ready pods taken down without a switchover, an approval or a passing disruption check (%d approvals)", needApproval, approvals)

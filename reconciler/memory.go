@@ -342,7 +342,8 @@ func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold
 		}
 	case ActionCheckDisruption:
 		delete(m.AskFailures, a.Ordinal)
-		m.Cleared = append(m.Cleared, Clearance{Ordinal: a.Ordinal, Until: now.Add(ClearanceTTL)})
+		// A Recreate's one check clears the whole set for its revision.
+		m.Cleared = append(m.Cleared, Clearance{Ordinal: a.Ordinal, Until: now.Add(ClearanceTTL), Recreate: a.Revision.Name})
 	case ActionSwitchover:
 		delete(m.AskFailures, a.Ordinal)
 		delete(m.Tries, a.Ordinal)

@@ -41,6 +41,9 @@ type slot struct {
 	replaced string
 	// healthy caches r.healthy of the kept pod: it is asked many times.
 	healthy bool
+	// recreateStopped is set when this decision stops the slot's pod for
+	// a Recreate (OrdinalRecord.RecreateStopped).
+	recreateStopped bool
 }
 
 // reconciler holds one decision in progress. It lives for a single call, on
@@ -72,6 +75,8 @@ type reconciler struct {
 	// awaitingApproval is the leader's ordinal while its disruption waits
 	// for `rollout approve` (LeaderSupervised), else -1.
 	awaitingApproval int
+	// rc is what this decision knows of a Recreate (recreate.go).
+	rc recreateState
 
 	status Status
 }
@@ -142,6 +147,7 @@ func decide(in Input) Output {
 	r.monotonic = r.spec.PodManagementPolicy != Parallel
 	r.selectRevisions()
 	r.observe()
+	r.observeRecreate()
 	r.countStatus()
 	r.syncPods()
 	r.fixChildren()
@@ -165,7 +171,14 @@ func normalize(s Spec) Spec {
 	if s.PodManagementPolicy != Parallel {
 		s.PodManagementPolicy = OrderedReady
 	}
-	if s.UpdateStrategy != OnDelete {
+	switch s.UpdateStrategy {
+	case OnDelete:
+	case Recreate:
+		// A partition with Recreate is refused by the parser (every pod
+		// goes at once, so there is nothing to partition); one that gets
+		// here anyway means nothing.
+		s.Partition = 0
+	default:
 		s.UpdateStrategy = RollingUpdate
 	}
 	if s.ProgressDeadline < 0 {
@@ -323,9 +336,11 @@ func (r *reconciler) healthy(p *Pod) bool {
 	return !p.Terminating && r.available(p)
 }
 
-// updating reports whether a rolling update may move pods now.
+// updating reports whether a rolling update may move pods now. Recreate
+// moves a new revision by its own stop (recreate.go), and repairs a drifted
+// pod or grows a volume with the rolling update's rules.
 func (r *reconciler) updating() bool {
-	return r.spec.UpdateStrategy == RollingUpdate && !r.spec.Paused
+	return (r.spec.UpdateStrategy == RollingUpdate || r.spec.UpdateStrategy == Recreate) && !r.spec.Paused
 }
 
 // newPodRevision is newVersionedStatefulSetPod's choice of revision for a pod
@@ -383,6 +398,11 @@ func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 			return
 		}
 	}
+	r.emitDelete(p, cause, reason)
+}
+
+// emitDelete emits the deletion of pod p, which may go now.
+func (r *reconciler) emitDelete(p *Pod, cause DeleteCause, reason string) {
 	purge := finished(p) && p.AllTerminal
 	r.emit(Action{Type: ActionDeletePod, Ordinal: p.Ordinal, Pod: *p, Reason: reason, Cause: cause, Purge: purge})
 	// Like the status adjustment in updateStatefulSet: a pod being deleted
@@ -443,6 +463,12 @@ func (r *reconciler) syncPods() {
 		}
 	}
 
+	// A Recreate stops every pod at once, before the walk: neither the
+	// budget nor the policy's order applies to the stop (recreate.go).
+	if r.rc.active {
+		r.recreateStop()
+	}
+
 	for i := range r.slots {
 		if exit := r.processReplica(i); exit && r.monotonic {
 			return
@@ -458,7 +484,7 @@ func (r *reconciler) syncPods() {
 
 	budget := r.budget()
 	budget = r.evacuate(budget)
-	if r.updating() {
+	if r.updating() && !r.rc.active {
 		r.rollingUpdate(budget)
 	}
 }
@@ -527,6 +553,11 @@ func (r *reconciler) processReplica(i int) bool {
 		r.wait(i, "to have a single pod")
 		return true
 	}
+	if s.acted {
+		// Stopped by a Recreate in this decision.
+		r.wait(i, "to terminate (Recreate)")
+		return true
+	}
 	if wait := r.podReplace(i); wait {
 		return true
 	}
@@ -536,6 +567,13 @@ func (r *reconciler) processReplica(i int) bool {
 			return true
 		}
 		rev := r.newPodRevision(i)
+		if r.spec.UpdateStrategy == Recreate {
+			var ok bool
+			if rev, ok = r.recreateRevision(i, rev); !ok {
+				r.wait(i, "to be created once no pod at another revision is left (Recreate)")
+				return true
+			}
+		}
 		r.createVolumes(i)
 		r.expandVolumes(i)
 		r.emit(Action{Type: ActionCreatePod, Ordinal: r.spec.OrdinalsStart + i, Revision: rev, Reason: "missing pod", Unspread: unspread})
@@ -643,7 +681,9 @@ func (r *reconciler) firstUnhealthy() int32 {
 // stop.
 func (r *reconciler) processCondemned(pi, firstUnhealthy int32) bool {
 	p := &r.in.Pods[pi]
-	if p.Terminating {
+	if p.Terminating || (r.rc.active && p.Revision != r.update.Name && r.rc.condemned && (r.rc.gated || r.deleting(p.Ordinal))) {
+		// A Recreate's stop covers it: stopped by it in this decision
+		// already, or waiting with it at its gate (recreate.go).
 		r.waitOrdinal(p.Ordinal, "to terminate for scale-down")
 		return true
 	}
@@ -679,6 +719,11 @@ func (r *reconciler) waitableBelow(ord int) bool {
 // drifted child), or it is outdated and the rollout is stuck.
 func (r *reconciler) replaceableNow(i int, p *Pod) bool {
 	if !r.updating() || i < r.spec.Partition {
+		return false
+	}
+	if r.spec.UpdateStrategy == Recreate && p.Revision != r.update.Name {
+		// A Recreate's stop takes it down with every other pod
+		// (recreate.go); alone it would only come back at its revision.
 		return false
 	}
 	if p.Drifted || (p.Revision != r.update.Name && p.Revision != r.current.Name) {

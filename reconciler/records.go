@@ -152,6 +152,7 @@ func (r *reconciler) record(rec OrdinalRecord, had, setDeleted, withCreates bool
 			rec.Replaced = t
 		}
 	}
+	rec.RecreateStopped = r.recreateRecord(rec, member, withCreates)
 	// A condemned ordinal with nothing left is forgotten, unless it ran a
 	// revision: that is kept for the no-downgrade promise, should the
 	// ordinal come back (the records of one revision compress to a run).
@@ -238,8 +239,9 @@ func (r *reconciler) outsideOrdinals(setDeleted bool) []int {
 
 // recordMembership puts a RecordOrdinals action first when the decision acts
 // and the membership changed: an ordinal joined, a member was condemned, a
-// condemned ordinal's volumes' fate changed, or a `pod replace` request was
-// carried out (so that it is not carried out twice). That must be durable before the
+// condemned ordinal's volumes' fate changed, a `pod replace` request was
+// carried out (so that it is not carried out twice), or a Recreate stops a
+// member (so that its stop is known to be under way: recreate.go). That must be durable before the
 // decision touches the pods or volumes concerned: a volume made for a new
 // member whose membership was never stored would be kept for ever if the
 // ordinal left again under Delete, and a condemnation must be stored before
@@ -254,7 +256,8 @@ func (r *reconciler) recordMembership() {
 	changed := false
 	for _, rec := range next {
 		p, ok := findRecord(prev, rec.Ordinal)
-		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes || p.Replaced != rec.Replaced)) {
+		if (!ok && !rec.Condemned) || (ok && (p.Condemned != rec.Condemned || p.DeleteVolumes != rec.DeleteVolumes || p.Replaced != rec.Replaced)) ||
+			(rec.RecreateStopped && !p.RecreateStopped) {
 			changed = true
 			break
 		}

@@ -125,7 +125,7 @@ func (r *reconciler) settled() bool {
 // revisionsPending reports whether pods in the update range still have to
 // move to the update revision (so a pause holds something back).
 func (r *reconciler) revisionsPending() bool {
-	if r.spec.UpdateStrategy != RollingUpdate {
+	if r.spec.UpdateStrategy == OnDelete {
 		return false
 	}
 	for i := r.spec.Partition; i < len(r.slots); i++ {
@@ -162,7 +162,8 @@ func (r *reconciler) progressed() bool {
 		st.UpdatedReplicas > prev.UpdatedReplicas ||
 		st.ReadyReplicas > prev.ReadyReplicas ||
 		st.AvailableReplicas > prev.AvailableReplicas ||
-		absDiff(st.Replicas, r.spec.Replicas) < absDiff(prev.Replicas, r.spec.Replicas)
+		absDiff(st.Replicas, r.spec.Replicas) < absDiff(prev.Replicas, r.spec.Replicas) ||
+		r.recreateProgressed()
 }
 
 func absDiff(a, b int) int {
@@ -223,6 +224,8 @@ func (r *reconciler) conditions() time.Duration {
 	case stuck:
 		prog.Status, prog.Reason = false, ReasonProgressDeadlineExceeded
 		prog.Message = "no progress within " + deadline.String() + r.waitingOn()
+	case r.recreateProgressing():
+		prog.Status, prog.Reason, prog.Message = true, ReasonRecreating, r.recreateMessage()
 	case r.revisionsPending() && r.updating():
 		prog.Status, prog.Reason = true, ReasonRollingUpdate
 		prog.Message = strconv.Itoa(st.UpdatedReplicas) + " pods at " + st.UpdateRevision + r.waitingOn()

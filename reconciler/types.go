@@ -23,6 +23,12 @@ const (
 	RollingUpdate UpdateStrategy = "RollingUpdate"
 	// OnDelete updates a pod only after someone deletes it.
 	OnDelete UpdateStrategy = "OnDelete"
+	// Recreate stops every pod on a new revision, waits until all have
+	// terminated, and creates them again at the update revision in the
+	// pod management policy's order, on their own volumes (KEP-3541,
+	// alpha in Kubernetes 1.37). No two revisions ever run side by side;
+	// the budget does not apply to it. See recreate.go.
+	Recreate UpdateStrategy = "Recreate"
 )
 
 // RetentionPolicy says what happens to a pod's volumes when the pod goes away.
@@ -59,7 +65,7 @@ type Spec struct {
 	OrdinalsStart int
 	// PodManagementPolicy is OrderedReady or Parallel.
 	PodManagementPolicy PodManagementPolicy
-	// UpdateStrategy is RollingUpdate or OnDelete.
+	// UpdateStrategy is RollingUpdate, OnDelete or Recreate.
 	UpdateStrategy UpdateStrategy
 	// Partition: a rolling update touches only pods whose index (ordinal -
 	// OrdinalsStart) is at least Partition; the others keep, and are
@@ -402,6 +408,13 @@ type OrdinalRecord struct {
 	// Replaced is the token of the last `pod replace` request carried out
 	// for the ordinal.
 	Replaced string
+	// RecreateStopped is set when a Recreate stopped the ordinal's pod,
+	// and cleared once the ordinal has a pod again. It is stored before
+	// the stop (ActionRecordOrdinals), so that a Recreate under way is
+	// known to every later decision, a new leader's too: the rest of the
+	// set is then stopped without asking the disruption check again and
+	// without waiting for a maintenance window (recreate.go).
+	RecreateStopped bool
 }
 
 // Input is everything a reconcile needs. It is a value: the reconciler reads
@@ -480,6 +493,10 @@ type Clearance struct {
 	Ordinal int
 	// Until is when the answer goes stale: the cluster may have changed.
 	Until time.Time
+	// Recreate is set on the one answer a Recreate asks for (DESIGN §3b):
+	// the update revision every pod may be stopped for. Empty for the
+	// answer about one pod.
+	Recreate string
 }
 
 // HoldStep is the kind of step a Hold keeps from happening.
@@ -608,6 +625,8 @@ const (
 	// ActionCheckDisruption runs the disruption check in the pod of
 	// Action.Target, asking whether the pod of Action.Ordinal may be taken
 	// down now. A pass comes back as a Clearance, a failure as a hold.
+	// A Recreate asks it once for the whole set (Action.Revision set);
+	// Target may then be Ordinal itself, as every pod goes down.
 	ActionCheckDisruption ActionType = "CheckDisruption"
 	// ActionSwitchover runs the switchover command in the leader (Ordinal)
 	// to hand leadership to one of Action.Candidates, the first
@@ -659,7 +678,9 @@ type Action struct {
 	// Ordinal is set for pod and volume actions.
 	Ordinal int
 	// Revision is the revision for CreatePod and the revision
-	// acted on for revision actions.
+	// acted on for revision actions. On a CheckDisruption it is set only
+	// for a Recreate's one check: the update revision every pod is to be
+	// stopped for (the answer is then a Clearance for the whole set).
 	Revision Revision
 	// Volume is set for volume actions.
 	Volume Volume

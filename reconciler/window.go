@@ -328,8 +328,8 @@ func (ws Windows) String() string {
 // restart`), a drift repair, a volume expansion and a scale-down. A drain's
 // evacuation follows the drain, a `pod replace` is the operator's explicit
 // delete, the set's deletion was asked for, and an ended or duplicate pod
-// disrupts nothing: none of them waits for a window. (Recreate, when it
-// comes, is a rollout: CauseUpdate.)
+// disrupts nothing: none of them waits for a window. (A Recreate's stop is
+// a rollout: its gate asks the window once for the whole stop, recreate.go.)
 func voluntaryCause(cause DeleteCause) bool {
 	switch cause {
 	case CauseUpdate, CauseRepair, CauseResize, CauseScaleDown:

@@ -456,6 +456,10 @@ func checkMaintenanceWindow(in Input, out Output) error {
 		if a.Type != ActionDeletePod && a.Type != ActionCheckDisruption && a.Type != ActionSwitchover {
 			continue
 		}
+		if recreateStep(in, out, a) {
+			// A Recreate's stop is one step, judged once below.
+			continue
+		}
 		i := slices.IndexFunc(in.Pods, func(p Pod) bool { return p.Ordinal == a.Ordinal && p.Created.Equal(a.Pod.Created) })
 		if i < 0 {
 			continue
@@ -476,6 +480,11 @@ func checkMaintenanceWindow(in Input, out Output) error {
 				approved[a.Ordinal] = true
 			}
 		}
+	}
+	if recreateWindowed(in, out) {
+		// The whole stop, and the check asked for it, is one step (the
+		// key -1 stands for it); one that is under way goes on.
+		windowed[-1], approved[-1] = true, true
 	}
 	if len(windowed) > approvals {
 		return fmt.Errorf("outside the maintenance window %s at %s: Ready pods %v disrupted on purpose with %d approvals",

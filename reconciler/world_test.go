@@ -162,6 +162,9 @@ type world struct {
 	crng          *rand.Rand
 	round         switchoverRound
 	candidates    candidateCounts
+	// recreateEmitted holds the ordinals a decision stopped for a
+	// Recreate (noteRecreate): only they may be recorded as such.
+	recreateEmitted map[int]bool
 
 	last  Output
 	trace []string
@@ -476,6 +479,7 @@ func (w *world) step() error {
 	w.memory = out.Memory
 	noteHolds(out)
 	w.steps++
+	w.noteRecreate(in, out)
 	// The invariants judge the decision by the holds and answers in force:
 	// the input's own and its memory's.
 	if err := checkDecision(w, withMemory(in, out.Memory), out); err != nil {
@@ -854,7 +858,10 @@ func (w *world) mustGrow(ord int) bool {
 // decisions, a refusal a hold with backoff.
 func (w *world) applyAsk(a Action) (Result, error) {
 	target := w.podIndex(a.Target)
-	if a.Target == a.Ordinal || target < 0 || !runningAndReady(&w.pods[target]) || w.pods[target].Terminating {
+	// A Recreate's one check (Revision set) may run in the pod it is
+	// about: every pod goes down, so none is "another" (recreate.go).
+	self := a.Target == a.Ordinal && !(a.Type == ActionCheckDisruption && a.Revision.Name != "")
+	if self || target < 0 || !runningAndReady(&w.pods[target]) || w.pods[target].Terminating {
 		return Result{}, fmt.Errorf("%s of %d run in %d, which is not another Ready pod", a.Type, a.Ordinal, a.Target)
 	}
 	fails := w.appFails && w.rng.IntN(3) == 0
@@ -1095,7 +1102,7 @@ func (w *world) converged() bool {
 		idx := v.Ordinal - w.spec.OrdinalsStart
 		if w.inRange(v.Ordinal) && t > v.Capacity && v.Capacity > 0 && v.Class == w.claimClass(v.Claim) &&
 			!slices.Contains(w.cannotExpand, v.Class) &&
-			w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused && idx >= w.spec.Partition {
+			rolls(w.spec) && !w.spec.Paused && idx >= w.spec.Partition {
 			return false // its claim asks more, and a rollout would grow it
 		}
 	}
@@ -1106,7 +1113,7 @@ func (w *world) converged() bool {
 		if !w.inRange(p.Ordinal) || !w.healthy(p) || (w.drifted(p) && w.repairable(p)) {
 			return false
 		}
-		if w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused &&
+		if rolls(w.spec) && !w.spec.Paused &&
 			p.Ordinal-w.spec.OrdinalsStart >= w.spec.Partition && p.Revision != w.last.Status.UpdateRevision {
 			return false
 		}
@@ -1133,7 +1140,7 @@ func (w *world) lastRanNumber(ord int) (int64, bool) {
 // RollingUpdate, not paused, at or above the partition. Elsewhere a drifted
 // pod waits for the user to delete it, as an outdated one does (DESIGN §3).
 func (w *world) repairable(p Pod) bool {
-	return w.spec.UpdateStrategy == RollingUpdate && !w.spec.Paused && p.Ordinal-w.spec.OrdinalsStart >= w.spec.Partition
+	return rolls(w.spec) && !w.spec.Paused && p.Ordinal-w.spec.OrdinalsStart >= w.spec.Partition
 }
 
 // settle alternates reconcile and advancing random pods until the set

@@ -25,6 +25,14 @@ import (
 // A wait answer always holds the step. A fail answer, an error, a timeout or
 // a plugin that is down (plugin.ErrPluginUnavailable) holds it under
 // failure_policy "block", and is logged and skipped under "ignore".
+// HasHooks reports whether any configured hook runs on event: without one,
+// the event has nothing to ask, and post_ready gates no pod's readiness.
+func (m *Manager) HasHooks(event plugin.Event) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.ContainsFunc(m.hooks, func(h *HookConfig) bool { return slices.Contains(h.Events, event) })
+}
+
 func (m *Manager) RunHooks(ctx context.Context, event plugin.Event, pod plugin.Pod) plugin.HookResult {
 	m.mu.RLock()
 	hooks := m.hooks

@@ -144,6 +144,13 @@ func TestRunHooks_orderAndEvents(t *testing.T) {
 	if r := m.RunHooks(context.Background(), plugin.EventPreUpdate, testPod); r.Proceed || r.Hook != "hook-other" {
 		t.Fatalf("RunHooks(pre_update) = %+v; want held by hook-other", r)
 	}
+	// HasHooks says which events have a hook at all: without a post_ready
+	// hook, readiness is not gated and nothing is asked.
+	for ev, want := range map[plugin.Event]bool{plugin.EventPostReady: true, plugin.EventPreUpdate: true, plugin.EventPreDelete: false} {
+		if got := m.HasHooks(ev); got != want {
+			t.Errorf("HasHooks(%s) = %v, want %v", ev, got, want)
+		}
+	}
 }
 
 // TestRunHooks_pendingHoldsOnlyItsPod: while one pod's hook call hangs until

@@ -72,6 +72,10 @@ type ordinalRunV1 struct {
 	Condemned      bool   `json:"condemned,omitempty"`
 	DeleteVolumes  bool   `json:"delete_volumes,omitempty"`
 	Replaced       string `json:"replaced,omitempty"`
+	// RecreateStopped was added within format 1: absent reads as no
+	// Recreate under way, which at worst asks the disruption check once
+	// more.
+	RecreateStopped bool `json:"recreate_stopped,omitempty"`
 }
 
 // maxStoredOrdinals bounds how many ordinals a stored status may expand to,
@@ -84,13 +88,15 @@ func encodeOrdinals(recs []reconciler.OrdinalRecord) []ordinalRunV1 {
 		if n := len(runs); n > 0 {
 			last := &runs[n-1]
 			if last.To+1 == r.Ordinal && last.Revision == r.Revision && last.RevisionNumber == r.RevisionNumber &&
-				last.Condemned == r.Condemned && last.DeleteVolumes == r.DeleteVolumes && last.Replaced == r.Replaced {
+				last.Condemned == r.Condemned && last.DeleteVolumes == r.DeleteVolumes && last.Replaced == r.Replaced &&
+				last.RecreateStopped == r.RecreateStopped {
 				last.To = r.Ordinal
 				continue
 			}
 		}
 		runs = append(runs, ordinalRunV1{From: r.Ordinal, To: r.Ordinal, Revision: r.Revision,
-			RevisionNumber: r.RevisionNumber, Condemned: r.Condemned, DeleteVolumes: r.DeleteVolumes, Replaced: r.Replaced})
+			RevisionNumber: r.RevisionNumber, Condemned: r.Condemned, DeleteVolumes: r.DeleteVolumes, Replaced: r.Replaced,
+			RecreateStopped: r.RecreateStopped})
 	}
 	return runs
 }
@@ -107,7 +113,7 @@ func decodeOrdinals(runs []ordinalRunV1) ([]reconciler.OrdinalRecord, error) {
 		}
 		for o := run.From; o <= run.To; o++ {
 			recs = append(recs, reconciler.OrdinalRecord{Ordinal: o, Revision: run.Revision, RevisionNumber: run.RevisionNumber,
-				Condemned: run.Condemned, DeleteVolumes: run.DeleteVolumes, Replaced: run.Replaced})
+				Condemned: run.Condemned, DeleteVolumes: run.DeleteVolumes, Replaced: run.Replaced, RecreateStopped: run.RecreateStopped})
 		}
 		next = run.To
 	}
