@@ -114,17 +114,21 @@ func TestPostgresBestCandidate(t *testing.T) {
 		}
 	}
 	// Each try is a SwitchoverFailed event; the first moved on to the
-	// next candidate, the second held the step.
-	var failed []string
-	for _, e := range pc.ev.since(lowered) {
-		if e.Type == "SwitchoverFailed" {
-			failed = append(failed, e.Message)
+	// next candidate, the second held the step. (The events are polled:
+	// the held condition may be seen first.)
+	Eventually(t, 30*time.Second, "a SwitchoverFailed event for each try", func() error {
+		var failed []string
+		for _, e := range pc.ev.since(lowered) {
+			if e.Type == "SwitchoverFailed" {
+				failed = append(failed, e.Message)
+			}
 		}
-	}
-	if len(failed) < 2 || !strings.Contains(failed[0], "from "+pgSet+"-0 to "+pgSet+"-1 failed") || !strings.HasSuffix(failed[0], "; trying "+pgSet+"-2 next") ||
-		!strings.Contains(failed[1], "the switchover failed with every candidate ("+pgSet+"-1: ") {
-		t.Errorf("SwitchoverFailed events %q: want a try with postgres-1 first that moves on to postgres-2, then the step held", failed)
-	}
+		if len(failed) < 2 || !strings.Contains(failed[0], "from "+pgSet+"-0 to "+pgSet+"-1 failed") || !strings.HasSuffix(failed[0], "; trying "+pgSet+"-2 next") ||
+			!strings.Contains(failed[1], "the switchover failed with every candidate ("+pgSet+"-1: ") {
+			return fmt.Errorf("SwitchoverFailed events %q: want a try with postgres-1 first that moves on to postgres-2, then the step held", failed)
+		}
+		return nil
+	})
 	st, err = setStatus(pc.d, pgSet)
 	if err != nil {
 		t.Fatal(err)
