@@ -562,6 +562,12 @@ func (c *controller) expectChild(st *setState, id, what string, want uint64) {
 func (c *controller) hold(p *pass, a reconciler.Action, h reconciler.Hold) {
 	wait := h.Until.Sub(p.now)
 	msg := fmt.Sprintf("%s: %s; trying again in %s", reconciler.PodName(p.key.Name, a.Ordinal), h.Message, wait.Round(time.Second))
+	if wait <= 0 {
+		// A wait that holds nothing: a switchover that failed with one
+		// candidate, whose next candidate is tried at once.
+		msg = fmt.Sprintf("%s: %s", reconciler.PodName(p.key.Name, a.Ordinal), h.Message)
+		wait = 0
+	}
 	if h.Reason == reconciler.HoldSpreadUnsatisfiable && !p.spec.SpreadRequired {
 		// A soft spread does not wait: the reconciler places the ordinal
 		// without the rule at once (Action.Unspread).

@@ -42,9 +42,25 @@ func commandEnv(set string, runner, target int) map[string]string {
 	}
 }
 
-// runCommand runs command in the exec task of ordinal runner's pod, about
-// the pod of ordinal target.
-func (e *podControl) runCommand(ctx context.Context, p *pass, runner, target int, command string, timeout time.Duration) (int, string, error) {
+// candidatesEnv is NSS_CANDIDATE_PODS, the switchover's candidates
+// (DESIGN §3b, the best candidate): their pod names in the daemon's order,
+// separated by single spaces, so that a script can loop over them
+// (`for pod in $NSS_CANDIDATE_PODS`); a pod name holds no space.
+func candidatesEnv(set string, act reconciler.Action) string {
+	cands := act.Candidates
+	if len(cands) == 0 {
+		cands = []int{act.Target}
+	}
+	names := make([]string, len(cands))
+	for i, o := range cands {
+		names[i] = reconciler.PodName(set, o)
+	}
+	return strings.Join(names, " ")
+}
+
+// runCommand runs command in the exec task of ordinal runner's pod, with
+// env.
+func (e *podControl) runCommand(ctx context.Context, p *pass, runner int, env map[string]string, command string, timeout time.Duration) (int, string, error) {
 	d, ok := podDetail(p.obs, p.key, runner)
 	if !ok || d.AllocID == "" {
 		return 0, "", fmt.Errorf("%s has no running allocation to run the command in", reconciler.PodName(p.key.Name, runner))
@@ -54,7 +70,7 @@ func (e *podControl) runCommand(ctx context.Context, p *pass, runner, target int
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	code, out, err := e.exec.RunCommand(cctx, p.key.Namespace, d.NodeID, d.AllocID, p.spec.ExecTask, command, commandEnv(p.key.Name, runner, target))
+	code, out, err := e.exec.RunCommand(cctx, p.key.Namespace, d.NodeID, d.AllocID, p.spec.ExecTask, command, env)
 	if err != nil && cctx.Err() != nil {
 		// Nomad's exec driver answers nothing at all for a command it
 		// cannot start: in a task without /bin/sh (a distroless or
@@ -72,7 +88,7 @@ func (e *podControl) runCommand(ctx context.Context, p *pass, runner, target int
 // a while, anything else holds it with backoff, saying why: both are the
 // reconciler's to remember (reconciler.Fold).
 func (e *podControl) checkDisruption(ctx context.Context, p *pass, act reconciler.Action) error {
-	code, out, err := e.runCommand(ctx, p, act.Target, act.Ordinal, p.spec.DisruptionCheck, reconciler.ExecTimeout(p.spec, false))
+	code, out, err := e.runCommand(ctx, p, act.Target, commandEnv(p.key.Name, act.Target, act.Ordinal), p.spec.DisruptionCheck, reconciler.ExecTimeout(p.spec, false))
 	pod, runner := reconciler.PodName(p.key.Name, act.Ordinal), reconciler.PodName(p.key.Name, act.Target)
 	if err == nil && code == 0 {
 		return nil
@@ -85,12 +101,18 @@ func (e *podControl) checkDisruption(ctx context.Context, p *pass, act reconcile
 }
 
 // switchover runs the switchover command in the leader (act.Ordinal) to
-// hand leadership to act.Target. When it succeeds, the reconciler holds the
+// hand leadership to one of act.Candidates (NSS_CANDIDATE_PODS), the first
+// of them being NSS_TARGET_POD. When it succeeds, the reconciler holds the
 // leader's disruption (HoldSwitchingOver) until the leader check passes
-// elsewhere, for at most the command's timeout (reconciler.Fold).
+// elsewhere, for at most the command's timeout; when it fails, the
+// reconciler tries the next candidate, and holds the step once every one
+// failed (reconciler.Fold). What it failed with is the first candidate's
+// answer.
 func (e *podControl) switchover(ctx context.Context, p *pass, act reconciler.Action) error {
 	timeout := reconciler.ExecTimeout(p.spec, true)
-	code, out, err := e.runCommand(ctx, p, act.Ordinal, act.Target, p.spec.SwitchoverCommand, timeout)
+	env := commandEnv(p.key.Name, act.Ordinal, act.Target)
+	env["NSS_CANDIDATE_PODS"] = candidatesEnv(p.key.Name, act)
+	code, out, err := e.runCommand(ctx, p, act.Ordinal, env, p.spec.SwitchoverCommand, timeout)
 	from, to := reconciler.PodName(p.key.Name, act.Ordinal), reconciler.PodName(p.key.Name, act.Target)
 	if err != nil || code != 0 {
 		why := fmt.Sprintf("the switchover from %s to %s failed (exit %d): %s", from, to, code, oneLine(out))

@@ -108,7 +108,8 @@
 // What a set's decisions must remember that the cluster does not show is
 // the reconciler's too, as a value (Memory): the waits its effects met, the
 // failures to back off from, the disruption check's answers, a switchover in
-// flight, the post_ready hooks' answers, the ordinals that vanished unseen.
+// flight and the candidates it failed with since its step was last held,
+// the post_ready hooks' answers, the ordinals that vanished unseen.
 // The caller passes the last one in (Input.Memory), carries out a prefix of
 // the actions in their groups (Batches), folds the Result of each into the
 // memory (Fold), and passes that to the next decision; it stops after the

@@ -110,7 +110,8 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 		if c[1]&0x80 != 0 {
 			// The memory's side of the pod: an allocation its post_ready
 			// hooks answered about or await, a node change asked about, a
-			// crash count, a refusal count, a switchover from it.
+			// crash count, a refusal count, a switchover from it and its
+			// failed tries.
 			p.AllocID = names[int(c[1]>>4&3)%len(names)]
 			p.AwaitsPostReady = c[1]&0x08 != 0
 			p.NodeChange = uint64(c[3] & 7)
@@ -122,8 +123,26 @@ func fuzzInput(knobs uint64, now int64, data []byte) Input {
 			mem.Evaluated[p.Ordinal] = uint64(c[0] & 7)
 			mem.Crashes[p.Ordinal] = CrashRecord{Count: int(c[0] & 7), Last: t0.Add(-time.Duration(c[3]) * time.Second)}
 			mem.AskFailures[p.Ordinal] = int(c[0] >> 5)
+			// A round of switchovers from it that failed: candidates
+			// (ordinals 0-5) and those of them that failed.
+			var tries SwitchoverTries
+			for o := 0; o < 6; o++ {
+				if c[2]>>2&(1<<o) != 0 {
+					tries.Candidates = append(tries.Candidates, o)
+					if c[1]&(1<<(o%3)) != 0 {
+						tries.Failed = append(tries.Failed, CandidateAnswer{Ordinal: o, Answer: "no"})
+					}
+				}
+			}
+			if len(tries.Candidates) > 0 {
+				if mem.Tries == nil {
+					mem.Tries = map[int]SwitchoverTries{}
+				}
+				mem.Tries[p.Ordinal] = tries
+			}
 			if c[0]&0x80 != 0 && mem.Switchover == nil {
-				mem.Switchover = &Switchover{From: p.Ordinal, To: int(c[1] & 7), Started: t0.Add(-time.Second), Seen: c[1]&1 != 0}
+				mem.Switchover = &Switchover{From: p.Ordinal, To: int(c[1] & 7), Candidates: []int{int(c[1] & 7)}, Started: t0.Add(-time.Second), Seen: c[1]&1 != 0}
+				mem.Switchover.Candidates = append(mem.Switchover.Candidates, tries.Candidates...)
 			}
 			mem.TermSeen = c[2]&2 != 0
 			in.TermStart = t0.Add(-time.Duration(c[3]&7) * time.Second)

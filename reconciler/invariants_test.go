@@ -408,7 +408,10 @@ func numberAfter(w *world, out Output, name string, def int64) int64 {
 //     reason the leader rules order (it may be the leader);
 //   - with a disruption check declared, no Ready pod is taken down on
 //     purpose without a passing answer for it, unless the operator approved
-//     this step.
+//     this step;
+//   - a switchover's candidates are Ready followers that the decision does
+//     not take down, none twice, the first its target (the best
+//     candidate; their order is checked by checkCandidates).
 //
 // An approval is good for one step of one decision.
 func checkLeaderAndAsking(in Input, out Output) error {
@@ -428,6 +431,9 @@ func checkLeaderAndAsking(in Input, out Output) error {
 		return slices.ContainsFunc(in.Cleared, func(c Clearance) bool { return c.Ordinal == o && c.Until.After(in.Now) })
 	}
 	needApproval := 0
+	if err := checkCandidateMembers(in, out); err != nil {
+		return err
+	}
 	var recreateStops []Pod
 	for _, a := range out.Actions {
 		// DESIGN §3b: the disruption check first, then the switchover.
@@ -488,6 +494,41 @@ func checkLeaderAndAsking(in Input, out Output) error {
 	}
 	if needApproval > approvals {
 		return fmt.Errorf("%d Ready pods taken down without a switchover, an approval or a passing disruption check (%d approvals)", needApproval, approvals)
+	}
+	return nil
+}
+
+// checkCandidateMembers checks that every candidate of a switchover is a
+// Ready follower (available for minReadySeconds, not leading, in range,
+// the only pod of its ordinal) that no DeletePod of the decision takes
+// down, that none is offered twice, and that the target is the first.
+func checkCandidateMembers(in Input, out Output) error {
+	spec := in.Spec
+	for _, a := range out.Actions {
+		if a.Type != ActionSwitchover {
+			continue
+		}
+		if len(a.Candidates) == 0 || a.Target != a.Candidates[0] {
+			return fmt.Errorf("switchover of %d to %d with candidates %v: the target must be the first candidate", a.Ordinal, a.Target, a.Candidates)
+		}
+		for i, c := range a.Candidates {
+			var ps []Pod
+			for _, p := range in.Pods {
+				if p.Ordinal == c {
+					ps = append(ps, p)
+				}
+			}
+			switch {
+			case slices.Contains(a.Candidates[:i], c):
+				return fmt.Errorf("switchover of %d offers %d twice: %v", a.Ordinal, c, a.Candidates)
+			case c == a.Ordinal || c < spec.OrdinalsStart || c >= spec.OrdinalsStart+spec.Replicas || len(ps) != 1:
+				return fmt.Errorf("switchover of %d offers %d (candidates %v): not one in-range pod other than the leader", a.Ordinal, c, a.Candidates)
+			case ps[0].Terminating || !Available(ps[0], spec.MinReadySeconds, in.Now) || ps[0].Leader:
+				return fmt.Errorf("switchover of %d offers %d (candidates %v), which is not a Ready follower", a.Ordinal, c, a.Candidates)
+			case slices.ContainsFunc(out.Actions, func(b Action) bool { return b.Type == ActionDeletePod && b.Ordinal == c }):
+				return fmt.Errorf("switchover of %d offers %d (candidates %v), which the same decision takes down", a.Ordinal, c, a.Candidates)
+			}
+		}
 	}
 	return nil
 }

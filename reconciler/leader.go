@@ -1,5 +1,10 @@
 package reconciler
 
+import (
+	"slices"
+	"strings"
+)
+
 // The leader-aware part of the decision (DESIGN §3b): which pod leads is an
 // input (Pod.Leader, from the set's leader check), and so is what the
 // application said when asked (Input.Cleared, and holds for a check or a
@@ -96,7 +101,7 @@ func (r *reconciler) mayDisrupt(p *Pod, cause DeleteCause) bool {
 		return false
 	}
 	if switchover && !r.approvalPending() {
-		if _, ok := r.switchoverTarget(p); !ok {
+		if !r.hasSwitchoverCandidate(p) {
 			// No follower to hand over to: hold, and ask the
 			// application nothing until there is one.
 			return r.leaderMayGo(p)
@@ -144,40 +149,93 @@ func (r *reconciler) leaderMayGo(p *Pod) bool {
 			r.useApproval()
 			return true
 		}
-		target, ok := r.switchoverTarget(p)
-		if !ok {
+		cands := r.switchoverCandidates(p)
+		if len(cands) == 0 {
 			r.noteHeld(Hold{Ordinal: p.Ordinal, Step: StepDisrupt, Reason: HoldSwitchoverFailed,
 				Message: "no Ready follower to hand leadership to; `nomad-statefulset rollout approve` takes the leader down without one"})
 			return false
 		}
-		r.emit(Action{Type: ActionSwitchover, Ordinal: p.Ordinal, Target: target, Pod: *p,
-			Reason: "handing leadership to " + PodName(r.spec.Name, target) + " before " + PodName(r.spec.Name, p.Ordinal) + " goes"})
+		others := ""
+		if len(cands) > 1 {
+			others = " (or " + strings.ReplaceAll(podNames(r.spec.Name, cands[1:]), " ", ", ") + ")"
+		}
+		r.emit(Action{Type: ActionSwitchover, Ordinal: p.Ordinal, Target: cands[0], Candidates: cands, Pod: *p,
+			Reason: "handing leadership to " + PodName(r.spec.Name, cands[0]) + others + " before " + PodName(r.spec.Name, p.Ordinal) + " goes"})
 		r.waitOrdinal(p.Ordinal, "to hand leadership over")
 		return false
 	}
 	return true
 }
 
-// switchoverTarget is the follower the leader hands over to: a Ready pod
-// that does not lead and is not taken down by this decision, preferring one
-// already at the update revision, then the lowest ordinal.
-func (r *reconciler) switchoverTarget(leader *Pod) (int, bool) {
-	best, found, bestUpdated := 0, false, false
-	for i := range r.slots {
-		s := &r.slots[i]
-		if s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
-			continue
-		}
-		q := &r.in.Pods[s.pod]
-		if q.Ordinal == leader.Ordinal || q.Leader || r.deleting(q.Ordinal) {
-			continue
-		}
-		updated := q.Revision == r.update.Name && !q.Drifted
-		if !found || (updated && !bestUpdated) {
-			best, found, bestUpdated = q.Ordinal, true, updated
+// switchoverCandidates are the followers the leader may hand leadership
+// to (DESIGN §3b, the best candidate), in the daemon's order: the Ready
+// pods that do not lead and that this decision does not take down, those
+// already at the update revision first (the new leader need not go again
+// for this rollout), then by ordinal. Within a round of failed
+// switchovers (Memory.Tries) over these same candidates, those that
+// failed come last, so that the next candidate is the first; other
+// candidates than the round's start a new one.
+func (r *reconciler) switchoverCandidates(leader *Pod) []int {
+	var cands []int
+	for _, updated := range []bool{true, false} {
+		for i := range r.slots {
+			if q, ok := r.followerOf(leader, i); ok && (q.Revision == r.update.Name && !q.Drifted) == updated {
+				cands = append(cands, q.Ordinal)
+			}
 		}
 	}
-	return best, found
+	t, ok := r.in.Memory.Tries[leader.Ordinal]
+	if !ok || !sameSet(cands, t.Candidates) {
+		return cands
+	}
+	untried := slices.DeleteFunc(slices.Clone(cands), t.failed)
+	return append(untried, slices.DeleteFunc(cands, func(o int) bool { return !t.failed(o) })...)
+}
+
+// hasSwitchoverCandidate reports whether the leader has a follower to hand
+// leadership to (switchoverCandidates, without building the list).
+func (r *reconciler) hasSwitchoverCandidate(leader *Pod) bool {
+	for i := range r.slots {
+		if _, ok := r.followerOf(leader, i); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// followerOf returns the pod of slot i if it may take leadership over
+// from leader: Ready, not leading, and not taken down by this decision.
+func (r *reconciler) followerOf(leader *Pod, i int) (*Pod, bool) {
+	s := &r.slots[i]
+	if s.pod == noPod || s.acted || s.extra > 0 || !s.healthy {
+		return nil, false
+	}
+	q := &r.in.Pods[s.pod]
+	if q.Ordinal == leader.Ordinal || q.Leader || r.deleting(q.Ordinal) {
+		return nil, false
+	}
+	return q, true
+}
+
+// handingOverTo reports whether p may be taking leadership over: it is a
+// candidate of a switchover this decision makes, or of one in flight (its
+// command ran, no other pod is seen to lead yet, and its SwitchingOver
+// hold is in force). Such a pod is not taken down on purpose meanwhile:
+// the command may choose it, or have chosen it while its leader check does
+// not pass yet, and taking it down would leave the set without the leader
+// it was just given.
+func (r *reconciler) handingOverTo(p *Pod) bool {
+	for i := range r.actions {
+		if a := &r.actions[i]; a.Type == ActionSwitchover && slices.Contains(a.Candidates, p.Ordinal) {
+			return true
+		}
+	}
+	sw := r.in.Memory.Switchover
+	if sw == nil || sw.Seen || !slices.Contains(sw.Candidates, p.Ordinal) {
+		return false
+	}
+	h, ok := r.activeHold(sw.From, StepDisrupt)
+	return ok && h.Reason == HoldSwitchingOver
 }
 
 // checkRunner is the pod the disruption check of p runs in: a Ready pod

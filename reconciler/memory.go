@@ -32,6 +32,11 @@ type Memory struct {
 	// Switchover is the switchover whose command ran, until another pod is
 	// seen to lead and the old leader no longer does.
 	Switchover *Switchover
+	// Tries are, per leader, the switchovers that failed since its step
+	// was last held: each failure moves on to the next candidate, and
+	// only once every candidate failed is the step held (DESIGN §3b, the
+	// best candidate). A leader that no longer leads forgets its tries.
+	Tries map[int]SwitchoverTries
 	// TermSeen says the set's first pass of the term happened: the
 	// ordinals missing then were given their kill grace (HoldKillGrace,
 	// in Holds), and later losses are seen as they happen.
@@ -76,10 +81,50 @@ type CrashRecord struct {
 
 // Switchover is a switchover whose command ran.
 type Switchover struct {
-	From, To int
-	Started  time.Time
+	// From is the leader it ran in, To the first of its candidates: the
+	// command may have handed over to any of them (Candidates).
+	From, To   int
+	Candidates []int
+	Started    time.Time
 	// Seen is set once another pod is seen to lead.
 	Seen bool
+}
+
+// SwitchoverTries are the failed switchovers of one leader's step since
+// it was last held: one round over its candidates.
+type SwitchoverTries struct {
+	// Candidates are the candidates of the round, as its first switchover
+	// was offered them. A decision that finds other candidates (a follower
+	// that came or went) starts a new round.
+	Candidates []int
+	// Failed are the candidates whose switchover failed in the round, in
+	// the order tried, each with its answer (the Wait message).
+	Failed []CandidateAnswer
+}
+
+// CandidateAnswer is what a switchover to one candidate answered.
+type CandidateAnswer struct {
+	Ordinal int
+	Answer  string
+}
+
+// failed reports whether the switchover to ord failed in the round.
+func (t SwitchoverTries) failed(ord int) bool {
+	return slices.ContainsFunc(t.Failed, func(c CandidateAnswer) bool { return c.Ordinal == ord })
+}
+
+// sameSet reports whether a and b hold the same ordinals, whatever their
+// order (neither holds one twice).
+func sameSet(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, o := range a {
+		if !slices.Contains(b, o) {
+			return false
+		}
+	}
+	return true
 }
 
 // LeaderChange is a switchover seen to take effect in this decision: the
@@ -218,6 +263,13 @@ func (m Memory) clone() Memory {
 	}
 	m.CannotExpand = slices.Clone(m.CannotExpand)
 	m.Evaluated = maps.Clone(m.Evaluated)
+	if m.Tries != nil {
+		tries := make(map[int]SwitchoverTries, len(m.Tries))
+		for ord, t := range m.Tries {
+			tries[ord] = SwitchoverTries{Candidates: slices.Clone(t.Candidates), Failed: slices.Clone(t.Failed)}
+		}
+		m.Tries = tries
+	}
 	m.PostReady = maps.Clone(m.PostReady)
 	return m
 }
@@ -263,10 +315,17 @@ func (m *Memory) waitFor(ord int, w Wait) time.Duration {
 // Fold takes the result of carrying out action a at now into the memory,
 // and returns the next memory and, when the step met a wait, the hold it
 // became. It is the only way the memory changes besides Reconcile.
+//
+// A switchover that failed while other candidates are left holds nothing:
+// the hold returned then has no Until, and says what the candidate
+// answered and which one is tried next, for the caller to announce.
 func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold) {
 	m = m.clone()
 	if r.Err != nil {
 		return m, nil
+	}
+	if r.Wait != nil && a.Type == ActionSwitchover && r.Wait.Reason == HoldSwitchoverFailed {
+		return m, m.switchoverFailed(spec, a, *r.Wait, now)
 	}
 	if r.Wait != nil {
 		h := Hold{Ordinal: a.Ordinal, Step: stepOf(a.Type), Reason: r.Wait.Reason, Message: r.Wait.Message}
@@ -287,9 +346,16 @@ func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold
 		m.Cleared = append(m.Cleared, Clearance{Ordinal: a.Ordinal, Until: now.Add(ClearanceTTL), Recreate: a.Revision.Name})
 	case ActionSwitchover:
 		delete(m.AskFailures, a.Ordinal)
-		m.addHold(Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: now.Add(ExecTimeout(spec, true)), Reason: HoldSwitchingOver,
-			Message: "handed leadership to " + PodName(spec.Name, a.Target) + "; waiting for the leader check to pass there"})
-		m.Switchover = &Switchover{From: a.Ordinal, To: a.Target, Started: now}
+		delete(m.Tries, a.Ordinal)
+		msg := "handed leadership to " + PodName(spec.Name, a.Target) + "; waiting for the leader check to pass there"
+		if len(a.Candidates) > 1 {
+			msg = "handed leadership to one of " + podNames(spec.Name, a.Candidates) + "; waiting for the leader check to pass on one of them"
+		}
+		m.addHold(Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Until: now.Add(ExecTimeout(spec, true)), Reason: HoldSwitchingOver, Message: msg})
+		m.Switchover = &Switchover{From: a.Ordinal, To: a.Target, Candidates: a.Candidates, Started: now}
+		if len(a.Candidates) == 0 {
+			m.Switchover.Candidates = []int{a.Target}
+		}
 	case ActionEvaluatePod:
 		if m.Evaluated == nil {
 			m.Evaluated = map[int]uint64{}
@@ -305,6 +371,58 @@ func Fold(spec Spec, m Memory, a Action, r Result, now time.Time) (Memory, *Hold
 		}
 	}
 	return m, nil
+}
+
+// switchoverFailed takes in a switchover of the leader a.Ordinal that
+// failed with its first candidate (DESIGN §3b, the best candidate). While
+// candidates of the round are left, the step is not held: the next
+// decision offers them first (switchoverCandidates), and the hold returned
+// ends at once, only to say so. Once every candidate of the round has
+// failed, the step is held with the ask backoff, its message giving each
+// candidate's answer, and the round is over: the next try, once the hold
+// ends, offers every candidate again.
+func (m *Memory) switchoverFailed(spec Spec, a Action, w Wait, now time.Time) *Hold {
+	cands := a.Candidates
+	if len(cands) == 0 {
+		cands = []int{a.Target}
+	}
+	t, ok := m.Tries[a.Ordinal]
+	if !ok || !sameSet(t.Candidates, cands) {
+		// A new round: the first failure since the last hold, or the
+		// candidates changed.
+		t = SwitchoverTries{Candidates: slices.Clone(cands)}
+	}
+	t.Failed = slices.DeleteFunc(t.Failed, func(c CandidateAnswer) bool { return c.Ordinal == cands[0] })
+	t.Failed = append(t.Failed, CandidateAnswer{Ordinal: cands[0], Answer: w.Message})
+	h := Hold{Ordinal: a.Ordinal, Step: StepDisrupt, Reason: HoldSwitchoverFailed}
+	for _, c := range t.Candidates {
+		if !t.failed(c) {
+			if m.Tries == nil {
+				m.Tries = map[int]SwitchoverTries{}
+			}
+			m.Tries[a.Ordinal] = t
+			h.Message = w.Message + "; trying " + PodName(spec.Name, c) + " next"
+			return &h
+		}
+	}
+	delete(m.Tries, a.Ordinal)
+	answers := make([]string, len(t.Failed))
+	for i, c := range t.Failed {
+		answers[i] = PodName(spec.Name, c.Ordinal) + ": " + c.Answer
+	}
+	h.Message = "the switchover failed with every candidate (" + strings.Join(answers, "; ") + ")"
+	h.Until = now.Add(m.waitFor(a.Ordinal, w))
+	m.addHold(h)
+	return &h
+}
+
+// podNames names the pods of ords, space-separated (as NSS_CANDIDATE_PODS).
+func podNames(set string, ords []int) string {
+	names := make([]string, len(ords))
+	for i, o := range ords {
+		names[i] = PodName(set, o)
+	}
+	return strings.Join(names, " ")
 }
 
 // answered records the post_ready hooks' answer about allocID at now.
@@ -405,9 +523,10 @@ func (m Memory) backoffHolds(now time.Time) []Hold {
 
 // begin is the memory a decision at in.Now starts from: ended holds and
 // stale answers dropped, old failures forgotten, the ordinals that
-// vanished before the term began given their kill grace, and a switchover
-// that took effect closed. It also returns the switchover seen to take
-// effect now, if any.
+// vanished before the term began given their kill grace, the switchover
+// tries of a pod that no longer leads dropped, and a switchover that took
+// effect closed. It also returns the switchover seen to take effect now,
+// if any.
 func (m Memory) begin(in Input) (Memory, *LeaderChange) {
 	m = m.clone()
 	now := in.Now
@@ -441,6 +560,13 @@ func (m Memory) begin(in Input) (Memory, *LeaderChange) {
 		if firstOfTerm {
 			m.TermSeen = true
 			m.vanishedHolds(in, present)
+		}
+	}
+	if len(m.Tries) > 0 {
+		for ord := range m.Tries {
+			if !slices.ContainsFunc(in.Pods, func(p Pod) bool { return p.Ordinal == ord && p.Leader }) {
+				delete(m.Tries, ord)
+			}
 		}
 	}
 	return m, m.closeSwitchover(in)
@@ -538,6 +664,14 @@ func (m Memory) String() string {
 	}
 	if sw := m.Switchover; sw != nil {
 		parts = append(parts, fmt.Sprintf("switchover %d->%d seen=%v", sw.From, sw.To, sw.Seen))
+	}
+	for _, ord := range slices.Sorted(maps.Keys(m.Tries)) {
+		t := m.Tries[ord]
+		failed := make([]int, len(t.Failed))
+		for i, c := range t.Failed {
+			failed[i] = c.Ordinal
+		}
+		parts = append(parts, fmt.Sprintf("switchover tries %d: candidates %v failed %v", ord, t.Candidates, failed))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -80,6 +80,12 @@ func TestRandomized(t *testing.T) {
 		if *flagRuns >= 1024 && !t.Failed() && (randomWindowWaits.Load() == 0 || randomWindowApproved.Load() == 0) {
 			t.Errorf("the randomized runs never waited for a maintenance window, or never approved a step outside one: the window promise went unexercised")
 		}
+		rc := &randomCandidates
+		t.Logf("switchovers: %d decided, %d failed tries moved on to the next candidate, %d steps held after every candidate failed, %d handed to another candidate than the first",
+			rc.switchovers.Load(), rc.movedOn.Load(), rc.heldAfterAll.Load(), rc.notFirst.Load())
+		if *flagRuns >= 1024 && !t.Failed() && (rc.movedOn.Load() == 0 || rc.heldAfterAll.Load() == 0 || rc.notFirst.Load() == 0) {
+			t.Errorf("the randomized runs never moved on to a next candidate, never held a step after every candidate failed, or never handed over to another candidate than the first: the best-candidate promise went unexercised")
+		}
 		t.Logf("Recreate: %d decisions stopped pods, %d checks asked for a whole set, %d stops waited at their gate",
 			randomRecreateStops.Load(), randomRecreateChecks.Load(), randomRecreateGated.Load())
 		if *flagRuns >= 1024 && !t.Failed() && (randomRecreateStops.Load() == 0 || randomRecreateChecks.Load() == 0 || randomRecreateGated.Load() == 0) {
@@ -175,12 +181,16 @@ func randomRun(seed uint64) (err error) {
 	w := newWorld(spec, "v1")
 	w.hooks = rng.IntN(3) == 0
 	w.rng = rand.New(rand.NewPCG(seed, 0x1ead))
+	// The switchover's candidates draw from a stream of their own too.
+	w.crng = rand.New(rand.NewPCG(seed, 0xca4d))
+	w.appChooses = w.crng.IntN(2) == 0
 	w.broken["bad"] = true
 	phase := "create"
 	defer func() {
 		randomSteps.Add(int64(w.steps))
 		randomExpansions.Add(int64(w.expansions))
 		randomLeaderResizes.Add(int64(w.leaderResizes))
+		w.candidates.addTo()
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w\n%s", phase, err, w.dump())
 		}
@@ -207,6 +217,11 @@ func randomRun(seed uint64) (err error) {
 	w.everLed = map[int]bool{}
 	if w.leader >= 0 {
 		w.everLed[w.leader] = true
+	}
+	if w.crng.IntN(2) == 0 {
+		// The follower the leader's switchover is offered first lags:
+		// the switchover must move on, or the command skip it.
+		lagFirstCandidate(w)
 	}
 	// DESIGN §3b, KEP-3541: the budget does not apply to a Recreate's
 	// rollout of a new revision, which takes every pod down at once; its
@@ -325,6 +340,7 @@ func randomRun(seed uint64) (err error) {
 		w.elect()
 		w.now = w.now.Add(time.Duration(rng.IntN(3)) * time.Second)
 		windowChaos(w, wrng)
+		candidateChaos(w)
 	}
 
 	// Calm: a good template (a revert, if it was broken), the drains
@@ -335,6 +351,7 @@ func randomRun(seed uint64) (err error) {
 	}
 	w.liftDrains()
 	w.appFails, w.leaderUnknown, w.waits, w.hooksWait = false, false, 0, false
+	clear(w.lagUntil)
 	w.template = []byte(templates[rng.IntN(len(templates)-1)])
 	w.failAt = 0
 	if rng.IntN(2) == 0 || w.spec.UpdateStrategy == Recreate {

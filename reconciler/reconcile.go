@@ -103,9 +103,11 @@ func Reconcile(in Input) Output {
 }
 
 // withMemory is in as the decision reads it: the memory's holds, backoffs
-// and answers among the inputs' own, and each pod's NodeBack judged against
-// the node changes Nomad was already asked about.
+// and answers among the inputs' own, each pod's NodeBack judged against
+// the node changes Nomad was already asked about, and the memory itself
+// (a switchover's tries).
 func withMemory(in Input, mem Memory) Input {
+	in.Memory = mem
 	if backoff := mem.backoffHolds(in.Now); len(mem.Holds)+len(backoff) > 0 {
 		in.Holds = slices.Concat(in.Holds, mem.Holds, backoff)
 	}
@@ -384,6 +386,10 @@ func (r *reconciler) deletePod(p *Pod, cause DeleteCause, reason string) {
 	if disrupts(cause) && !finished(p) {
 		if h, ok := r.activeHold(p.Ordinal, StepDisrupt); ok && r.holdApplies(h, p) {
 			r.noteHeld(h)
+			return
+		}
+		if r.handingOverTo(p) {
+			r.waitOrdinal(p.Ordinal, "to stay up while the leader may be handing leadership to it")
 			return
 		}
 		// The maintenance window comes first: outside it nothing is asked

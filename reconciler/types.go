@@ -527,8 +527,11 @@ const (
 	// HoldDisruptionCheckFailed: the disruption check said the cluster
 	// cannot lose this member now; it is asked again with backoff.
 	HoldDisruptionCheckFailed = "DisruptionCheckFailed"
-	// HoldSwitchoverFailed: the switchover command failed or timed out;
-	// the leader keeps leading and is not taken down.
+	// HoldSwitchoverFailed: the switchover failed with every candidate
+	// (Action.Candidates) since the step was last held, or there is no
+	// candidate at all; the leader keeps leading and is not taken down. A
+	// switchover that fails while candidates are left is tried next with
+	// the following one, and holds nothing (Fold).
 	HoldSwitchoverFailed = "SwitchoverFailed"
 	// HoldSwitchingOver: the switchover command ran, and the leader check
 	// has not moved to another pod yet. It holds the old leader while it
@@ -626,7 +629,8 @@ const (
 	// Target may then be Ordinal itself, as every pod goes down.
 	ActionCheckDisruption ActionType = "CheckDisruption"
 	// ActionSwitchover runs the switchover command in the leader (Ordinal)
-	// to hand leadership to the pod of Action.Target.
+	// to hand leadership to one of Action.Candidates, the first
+	// (Action.Target) unless the command knows better.
 	ActionSwitchover ActionType = "Switchover"
 	// ActionExpandVolume grows Action.Volume to Action.Volume.Capacity
 	// bytes while no pod of its ordinal exists (Nomad refuses to change a
@@ -700,9 +704,17 @@ type Action struct {
 	// spread value of its own can take the ordinal and the spread is soft:
 	// the ordinal goes where it fits, next to another.
 	Unspread bool
-	// Target is the other ordinal CheckDisruption runs in, or Switchover
-	// hands leadership to.
+	// Target is the other ordinal CheckDisruption runs in, or the first of
+	// a Switchover's Candidates.
 	Target int
+	// Candidates are, on a Switchover, the followers the leader may hand
+	// leadership to (DESIGN §3b, the best candidate): every Ready follower
+	// the step does not take down, in the daemon's order (those at the
+	// update revision first, then by ordinal), except that those whose
+	// switchover already failed since the step was last held come last.
+	// The command may choose any of them; the step is done once any of
+	// them leads.
+	Candidates []int
 	// Targets are the stopped child jobs a DeleteSetState purges before
 	// it deletes the set's stored state.
 	Targets []string

@@ -144,6 +144,24 @@ type world struct {
 	// decision, so they are known before any pod is stopped.
 	cannotExpand []string
 	rng          *rand.Rand
+	// The switchover's candidates (candidates_test.go): lagUntil is, per
+	// ordinal, until when its member lags (a standby whose replay is
+	// paused), which the switchover command refuses; with appChooses the
+	// command picks among its candidates itself, skipping those that lag,
+	// instead of taking NSS_TARGET_POD or refusing it. crng draws both,
+	// apart from rng, so that the other choices of a seed stay what they
+	// were before candidates came. round is the world's own account of
+	// the switchover tries since the step was last held, and candidates
+	// counts what the runs exercised.
+	lagUntil   map[int]time.Time
+	appChooses bool
+	// leaderMovesAt is when the leader check shows the leadership a
+	// switchover handed over (newLeader): a moment after the command, as
+	// the checks are read some seconds apart.
+	leaderMovesAt time.Time
+	crng          *rand.Rand
+	round         switchoverRound
+	candidates    candidateCounts
 	// recreateEmitted holds the ordinals a decision stopped for a
 	// Recreate (noteRecreate): only they may be recorded as such.
 	recreateEmitted map[int]bool
@@ -177,7 +195,8 @@ func newWorld(spec Spec, template string) *world {
 	return &world{spec: spec, template: []byte(template), now: epoch, broken: map[string]bool{},
 		podClaims: map[int]string{}, lastRan: map[int]Revision{}, members: map[int]bool{}, condemnedDelete: map[int]bool{},
 		draining: map[int]bool{}, onDrainingNode: map[int]bool{}, waitingForNode: map[int]bool{}, nodeBack: map[int]uint64{}, askedEval: map[int]uint64{}, stillStopping: map[int]time.Time{}, hookSaid: map[string]hookSaid{},
-		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2))}
+		leader: -1, newLeader: -1, everLed: map[int]bool{}, cannotExpand: []string{noExpandClass}, rng: rand.New(rand.NewPCG(1, 2)),
+		lagUntil: map[int]time.Time{}, crng: rand.New(rand.NewPCG(3, 4)), round: switchoverRound{leader: -1}}
 }
 
 // drifted reports whether the agent would find pod p drifted: a hand edit
@@ -276,6 +295,7 @@ const worldStopGrace = 8 * time.Second
 func (w *world) newTerm(rng *rand.Rand) {
 	w.memory, w.termStart, w.askedEval = Memory{}, w.now, map[int]uint64{}
 	w.terms++
+	w.round = switchoverRound{leader: -1} // the new leader knows no tries
 	w.logf("chaos: a new leadership term")
 	if len(w.pods) == 0 || rng.IntN(2) == 0 {
 		return
@@ -453,6 +473,7 @@ func (w *world) hooksView(p Pod) Pod {
 // an error.
 func (w *world) step() error {
 	in := w.input()
+	w.round.forgetUnlessLeading(in)
 	out := Reconcile(in)
 	w.last = out
 	w.memory = out.Memory
@@ -462,6 +483,9 @@ func (w *world) step() error {
 	// The invariants judge the decision by the holds and answers in force:
 	// the input's own and its memory's.
 	if err := checkDecision(w, withMemory(in, out.Memory), out); err != nil {
+		return err
+	}
+	if err := w.checkCandidates(in, out); err != nil {
 		return err
 	}
 	// The membership judged now counts once the decision is recorded. A
@@ -492,6 +516,9 @@ func (w *world) step() error {
 			w.memory, h = Fold(w.spec, w.memory, a, res, w.now)
 			if h != nil {
 				w.logf("  %s %d: held (%s) until %s", a.Type, a.Ordinal, h.Reason, h.Until.Sub(w.now))
+			}
+			if err := w.foldRound(a, res, h); err != nil {
+				return fmt.Errorf("%s %d (%s): %w", a.Type, a.Ordinal, a.Reason, err)
 			}
 			stop = stop || res.Err != nil || res.Wait != nil
 		}
@@ -863,18 +890,14 @@ func (w *world) applyAsk(a Action) (Result, error) {
 	if w.spec.LeaderUpdate != LeaderSwitchover || a.Ordinal != w.leader || a.Target == w.leader {
 		return Result{}, fmt.Errorf("switchover from %d to %d, but %d leads (leader update %s)", a.Ordinal, a.Target, w.leader, w.spec.LeaderUpdate)
 	}
-	if fails {
-		return Result{Wait: &Wait{Reason: HoldSwitchoverFailed, Message: "the switchover command failed"}}, nil
-	}
-	w.newLeader = a.Target
-	return Result{}, nil
+	return w.answerSwitchover(a, fails)
 }
 
 // elect moves leadership as the database does by itself: a switchover that
 // ran takes effect, and a leader that is no longer Ready (stopping,
 // failed, gone) is replaced by a Ready pod.
 func (w *world) elect() {
-	if w.newLeader >= 0 {
+	if w.newLeader >= 0 && !w.now.Before(w.leaderMovesAt) {
 		if i := w.podIndex(w.newLeader); i >= 0 && runningAndReady(&w.pods[i]) && !w.pods[i].Terminating {
 			w.logf("world: leadership moves from %d to %d", w.leader, w.newLeader)
 			w.leader = w.newLeader
@@ -1147,7 +1170,9 @@ func (w *world) settle(rng *rand.Rand, limit int) error {
 		if !w.advance(rng) && len(w.last.Actions) == 0 && w.last.Requeue > time.Second {
 			// Nothing moves and nothing was done: the agent looks again
 			// when the decision asked (a hold ending, a backoff).
+			// Meanwhile the leader check shows what a switchover did.
 			w.now = w.now.Add(w.last.Requeue - time.Second)
+			w.elect()
 		}
 		w.approveIfWaiting()
 		w.waitForWindow()

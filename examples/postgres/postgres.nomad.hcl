@@ -9,7 +9,10 @@
 # What the daemon is told (DESIGN §3b):
 #   - the leader is the member whose check "primary" passes;
 #   - a rollout (or drain, repair) takes the primary down last, after a
-#     switchover to a standby that is already at the new revision;
+#     switchover to the best of the standbys the daemon offers
+#     (NSS_CANDIDATE_PODS, those already at the new revision first): one
+#     whose replay is paused or that lags is skipped, and if none will do
+#     the daemon tries again, then holds the step (SwitchoverFailed);
 #   - before it takes any Ready member down, it asks the cluster
 #     (/local/can-lose-one.sh) whether it can lose one now.
 #
@@ -147,7 +150,8 @@ job "postgres" {
     statefulset_leader_check = "primary"
     # last | switchover | supervised
     statefulset_leader_update = "switchover"
-    # Run in the primary, with NSS_TARGET_POD the standby to promote.
+    # Run in the primary, with NSS_CANDIDATE_PODS the standbys it may
+    # promote, in the daemon's order (NSS_TARGET_POD is the first).
     statefulset_switchover_command = "/local/switchover.sh"
     # Run in another Ready member, with NSS_TARGET_POD the one to lose.
     statefulset_disruption_check = "/local/can-lose-one.sh"
@@ -792,8 +796,16 @@ job "postgres" {
         EOT
       }
 
-      # statefulset_switchover_command: run in the primary; promotes
-      # $NSS_TARGET_POD. Exit 0 once the target is the primary.
+      # statefulset_switchover_command: run in the primary; promotes the
+      # first of $NSS_CANDIDATE_PODS (the daemon's order: those at the
+      # update revision first) that will do: one that answers, whose WAL
+      # replay is not paused (pg_wal_replay_pause(): an operator holding it
+      # back, a delayed copy), and that streams from this primary having
+      # replayed within MAX_LAG_BYTES of it. The others are skipped, and
+      # their reasons printed. If none will do within 30s (at once if every
+      # one is paused), it fails, saying why for each: the daemon then tries
+      # again with its next candidate first, and holds the step once every
+      # candidate failed. Exit 0 once the target is the primary.
       #
       # Why no acknowledged write is lost. A commit is acknowledged only
       # once its WAL is flushed on the primary. The primary is stopped with
@@ -823,8 +835,10 @@ job "postgres" {
         . /local/lib.sh
         say() { echo "switchover: $*"; }
         fail() { echo "switchover failed: $*"; exit 1; }
-        target="$NSS_TARGET_POD"
-        [ -n "$target" ] && [ "$target" != "$POD" ] || fail "no target (NSS_TARGET_POD=$target)"
+        # The candidates, in the daemon's order; a daemon older than
+        # NSS_CANDIDATE_PODS names one, NSS_TARGET_POD.
+        candidates="$${NSS_CANDIDATE_PODS:-$NSS_TARGET_POD}"
+        [ -n "$candidates" ] || fail "no candidate (NSS_CANDIDATE_PODS and NSS_TARGET_POD are empty)"
         # resolve: finds the target's address, for up to 20s.
         resolve() {
           n=0
@@ -837,25 +851,60 @@ job "postgres" {
           thost=$1 tport=$2
         }
         tsql() { sql -h "$thost" -p "$tport" "$@" </dev/null; }
-        resolve || fail "$target does not answer at any address Consul lists for it"
 
         role=$(local_role)
         if [ "$role" != primary ]; then
           # Run again after it went through (or by mistake elsewhere).
-          [ "$(tsql -c 'select pg_is_in_recovery()' 2>/dev/null)" = f ] && { say "$target is the primary already"; exit 0; }
+          for target in $candidates; do
+            addr=$(member "$target") || continue
+            set -- $addr
+            [ "$(sql -h "$1" -p "$2" -c 'select pg_is_in_recovery()' </dev/null 2>/dev/null)" = f ] && { say "$target is the primary already"; exit 0; }
+          done
           fail "$POD is not the primary (it is $role)"
         fi
 
-        # The target must stream from this primary, nearly caught up: the
-        # write pause below is then a moment, and the shutdown's WAL reaches it.
-        n=0
+        # The target: the first candidate that streams from this primary,
+        # nearly caught up (the write pause below is then a moment, and the
+        # shutdown's WAL reaches it), and whose replay is not paused (it
+        # would never replay the shutdown checkpoint). A candidate that
+        # does not answer or does not stream yet may still: it is asked
+        # again for up to 30s; a paused one is not waited for.
+        n=0 target=""
         while :; do
-          lag=$(sql -c "select pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn) from pg_stat_replication where application_name = '$target' and state = 'streaming'")
-          [ -n "$lag" ] && [ "$lag" -le "$MAX_LAG_BYTES" ] && break
+          why="" waiting=""
+          for c in $candidates; do
+            [ "$c" != "$POD" ] || continue
+            if ! addr=$(member "$c"); then
+              why="$why, $c does not answer at any address Consul lists for it" waiting=1
+              continue
+            fi
+            set -- $addr
+            case "$(sql -h "$1" -p "$2" -c 'select pg_is_wal_replay_paused()' </dev/null 2>/dev/null)" in
+              f) ;;
+              t)
+                why="$why, $c's WAL replay is paused (pg_wal_replay_resume() lets it go on)"
+                continue
+                ;;
+              *)
+                why="$why, $c does not say whether its replay is paused" waiting=1
+                continue
+                ;;
+            esac
+            lag=$(sql -c "select pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) from pg_stat_replication where application_name = '$c' and state = 'streaming'")
+            if [ -z "$lag" ] || [ "$lag" -gt "$MAX_LAG_BYTES" ]; then
+              why="$why, $c does not stream from $POD having replayed within $MAX_LAG_BYTES bytes (lag: $${lag:-not streaming})" waiting=1
+              continue
+            fi
+            target=$c thost=$1 tport=$2
+            break
+          done
+          [ -z "$target" ] || break
           n=$((n + 1))
-          [ "$n" -lt 60 ] || fail "$target does not stream from $POD within $MAX_LAG_BYTES bytes (lag: $${lag:-not streaming})"
+          [ -n "$waiting" ] && [ "$n" -lt 60 ] || fail "no candidate will do:$${why#,}"
           sleep 0.5
         done
+        [ -z "$why" ] || say "skipped:$${why#,}"
+        say "promoting $target (candidates: $candidates)"
 
         # The slots the new primary must keep: those of the members that
         # stream from this one now or that Consul lists (one that is away
