@@ -89,13 +89,6 @@ func Reconcile(in Input) Output {
 	in = withMemory(in, mem)
 	out := decide(in)
 	out.Memory, out.LeaderChange = mem, change
-	if !in.Spec.Deleted && !IsDetached(in.Spec, in.Previous) {
-		// Last: the hooks' answers are readiness for the next decisions,
-		// and a wait anywhere before them costs them nothing.
-		asks, due := mem.postReadyActions(in, out.Actions)
-		out.Actions = append(out.Actions, asks...)
-		out.Requeue = soonestOf(out.Requeue, due)
-	}
 	if len(in.CapabilitiesUnknown) > 0 {
 		out.Requeue = soonestOf(out.Requeue, CapabilitiesRetry)
 	}
@@ -153,10 +146,17 @@ func decide(in Input) Output {
 	r.fixChildren()
 	r.status.Ordinals = r.nextRecords(false, true)
 	r.cleanupScaledVolumes()
+	// After the pod and volume steps: the hooks' answers are readiness
+	// for the next decisions, and a wait before them costs them nothing.
+	// Before the membership is recorded: the hooks act on the world too,
+	// so a condemnation is durable before they are asked, as before any
+	// other action.
+	asks, askDue := r.in.Memory.postReadyActions(r.in, r.actions)
+	r.actions = append(r.actions, asks...)
 	r.recordMembership()
 	r.finishStatus()
 	r.trimHistory(r.status.CurrentRevision)
-	requeue := soonestOf(r.conditions(), r.holdRequeue())
+	requeue := soonestOf(soonestOf(r.conditions(), r.holdRequeue()), askDue)
 	return Output{Actions: r.actions, Status: r.status, Requeue: requeue, Held: r.held}
 }
 
