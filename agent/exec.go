@@ -88,7 +88,14 @@ func (e *podControl) runCommand(ctx context.Context, p *pass, runner int, env ma
 // a while, anything else holds it with backoff, saying why: both are the
 // reconciler's to remember (reconciler.Fold).
 func (e *podControl) checkDisruption(ctx context.Context, p *pass, act reconciler.Action) error {
-	code, out, err := e.runCommand(ctx, p, act.Target, commandEnv(p.key.Name, act.Target, act.Ordinal), p.spec.DisruptionCheck, reconciler.ExecTimeout(p.spec, false))
+	env := commandEnv(p.key.Name, act.Target, act.Ordinal)
+	// NSS_SCOPE tells the application what the answer is for: one pod,
+	// or (a Recreate's one check) the whole set at once.
+	env["NSS_SCOPE"] = "pod"
+	if act.Revision.Name != "" {
+		env["NSS_SCOPE"] = "set"
+	}
+	code, out, err := e.runCommand(ctx, p, act.Target, env, p.spec.DisruptionCheck, reconciler.ExecTimeout(p.spec, false))
 	pod, runner := reconciler.PodName(p.key.Name, act.Ordinal), reconciler.PodName(p.key.Name, act.Target)
 	if err == nil && code == 0 {
 		return nil

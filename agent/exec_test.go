@@ -83,6 +83,16 @@ func TestDisruptionCheckRunsInAnotherPod(t *testing.T) {
 	if c := p.st.memory.Cleared; len(c) != 1 || c[0].Ordinal != 2 || !c[0].Until.After(p.now) {
 		t.Fatalf("clearances after a pass: %+v", c)
 	}
+	if env["NSS_SCOPE"] != "pod" {
+		t.Fatalf("NSS_SCOPE %q for one pod's check, want pod", env["NSS_SCOPE"])
+	}
+	// A Recreate's one check is about the whole set.
+	whole := act
+	whole.Revision = reconciler.Revision{Name: "pg-2"}
+	runAsk(t, e, p, whole)
+	if got := run.ran[len(run.ran)-1]["NSS_SCOPE"]; got != "set" {
+		t.Fatalf("NSS_SCOPE %q for a Recreate's check, want set", got)
+	}
 
 	exit, out = 1, "replica lag\n 12 MB"
 	var waits []time.Duration
