@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/nomad-statefulset/nomad-statefulset/reconciler"
 )
 
 // queue is a work queue of set keys with the semantics of the Kubernetes
@@ -127,17 +129,7 @@ func (q *queue) AddRateLimited(key string) {
 	n := q.failures[key]
 	q.failures[key] = n + 1
 	q.mu.Unlock()
-	q.AddAfter(key, exponential(q.baseDelay, q.maxDelay, n))
-}
-
-// exponential is base doubled n times, capped at max (and safe from
-// overflow): the retry delay after the (n+1)-th consecutive failure.
-func exponential(base, max time.Duration, n int) time.Duration {
-	d := base << min(n, 30)
-	if d > max || d <= 0 {
-		return max
-	}
-	return d
+	q.AddAfter(key, reconciler.Exponential(q.baseDelay, q.maxDelay, n))
 }
 
 // Forget clears key's failure count after a success.

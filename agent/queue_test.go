@@ -85,17 +85,6 @@ func TestQueueConcurrentWorkersNeverOverlapOnAKey(t *testing.T) {
 	}
 }
 
-func TestExponentialBackoffDoublesAndCaps(t *testing.T) {
-	for n, want := range []time.Duration{10, 20, 40, 80, 80} {
-		if got := exponential(10*time.Millisecond, 80*time.Millisecond, n); got != want*time.Millisecond {
-			t.Errorf("failure %d: backoff %v, want %v", n, got, want*time.Millisecond)
-		}
-	}
-	if got := exponential(time.Second, time.Minute, 1000); got != time.Minute {
-		t.Errorf("many failures: %v, want the cap (no overflow)", got)
-	}
-}
-
 func TestQueueRateLimitedRetriesAndForgetResets(t *testing.T) {
 	q := newQueue(time.Millisecond, time.Second)
 	q.AddRateLimited("k")

@@ -71,11 +71,18 @@ func (s auditedStore) DeleteSet(ctx context.Context, set backend.SetKey) error {
 func (w *writeAudit) storeWrite(ctx context.Context, verb string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.record(ctx, verb, storeWriteFor[verb])
+}
+
+// record counts one write of verb, made for the action ctx carries, or
+// notes it as stray when no action, or one that makes no such write
+// (allowed), is behind it. The caller holds mu.
+func (w *writeAudit) record(ctx context.Context, verb string, allowed []reconciler.ActionType) {
 	call, ok := ActionOf(ctx)
 	switch {
 	case !ok:
 		w.stray = append(w.stray, verb+" made outside any action")
-	case !slices.Contains(storeWriteFor[verb], call.Action.Type):
+	case !slices.Contains(allowed, call.Action.Type):
 		w.stray = append(w.stray, fmt.Sprintf("%s made for %s of ordinal %d", verb, call.Action.Type, call.Action.Ordinal))
 	default:
 		w.writes[actionWrite{verb, call.Action.Type}]++
@@ -106,15 +113,7 @@ func (w *writeAudit) trace(ctx context.Context, verb string, _ error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.traced[verb]++
-	call, ok := ActionOf(ctx)
-	switch {
-	case !ok:
-		w.stray = append(w.stray, verb+" made outside any action")
-	case !slices.Contains(writeVerbFor[verb], call.Action.Type):
-		w.stray = append(w.stray, fmt.Sprintf("%s made for %s of ordinal %d", verb, call.Action.Type, call.Action.Ordinal))
-	default:
-		w.writes[actionWrite{verb, call.Action.Type}]++
-	}
+	w.record(ctx, verb, writeVerbFor[verb])
 }
 
 // check fails on stray writes, and on writes Nomad received that neither

@@ -202,13 +202,15 @@ func ExecTimeout(spec Spec, switchover bool) time.Duration {
 	return DefaultCheckTimeout
 }
 
-// Exponential is base doubled n times, capped at limit.
+// Exponential is base doubled n times, capped at limit (and safe from
+// overflow): the wait after the (n+1)-th failure in a row. The agent's work
+// queue backs off by it too.
 func Exponential(base, limit time.Duration, n int) time.Duration {
-	d := base
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
+	d := base << min(max(n, 0), 30)
+	if d > limit || d <= 0 {
+		return limit
 	}
-	return min(d, limit)
+	return d
 }
 
 // Result is what carrying out one action did, as the caller reports it to

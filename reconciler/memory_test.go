@@ -169,3 +169,16 @@ func TestRecordsAfter(t *testing.T) {
 		t.Fatalf("records that already say so changed: %+v", again)
 	}
 }
+
+// TestExponentialBackoffDoublesAndCaps: the backoff of the wait policies
+// and of the agent's work queue.
+func TestExponentialBackoffDoublesAndCaps(t *testing.T) {
+	for n, want := range []time.Duration{10, 20, 40, 80, 80} {
+		if got := Exponential(10*time.Millisecond, 80*time.Millisecond, n); got != want*time.Millisecond {
+			t.Errorf("failure %d: backoff %v, want %v", n, got, want*time.Millisecond)
+		}
+	}
+	if got := Exponential(time.Second, time.Minute, 1000); got != time.Minute {
+		t.Errorf("many failures: %v, want the cap (no overflow)", got)
+	}
+}
