@@ -711,12 +711,8 @@ func (w *world) apply(in Input, out Output, a Action) (Result, error) {
 			return Result{}, fmt.Errorf("deleting a pod that is not there or already terminating")
 		}
 		p := w.pods[i]
-		// A live member is taken down only when no hold on its disruption
-		// (a hook that said wait) is in force.
-		// A switchover in progress holds the old leader only while it leads.
-		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate &&
-			(h.Reason != HoldSwitchingOver || a.Pod.Leader) {
-			return Result{}, fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+		if err := w.checkDisruptHold(a, p); err != nil {
+			return Result{}, err
 		}
 		if a.Cause == CauseResize && !w.mustGrow(a.Ordinal) {
 			return Result{}, fmt.Errorf("pod %d taken down to grow a volume that its provisioner cannot or need not grow", a.Ordinal)
@@ -1043,6 +1039,18 @@ func (w *world) waitFor(a Action) *Wait {
 	return wt
 }
 
+// checkDisruptHold is the hold promise for disruptions: a live member (p,
+// as the world has it) is taken down only when no hold on its disruption
+// is in force; a switchover in progress holds the old leader only while it
+// leads. A pod that ended, or a duplicate, is never held.
+func (w *world) checkDisruptHold(a Action, p Pod) error {
+	if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && !finishedPod(p) && a.Cause != CauseDuplicate &&
+		(h.Reason != HoldSwitchingOver || a.Pod.Leader) {
+		return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+	}
+	return nil
+}
+
 // checkHoldPromise checks an action that meets a wait against the holds in
 // force, as apply does for one carried out.
 func (w *world) checkHoldPromise(a Action) error {
@@ -1050,8 +1058,8 @@ func (w *world) checkHoldPromise(a Action) error {
 	case ActionCreateVolume, ActionCreatePod:
 		return w.checkCreateHold(a)
 	case ActionDeletePod:
-		if h, held := w.activeHold(a.Ordinal, StepDisrupt); held && a.Disrupts() && (h.Reason != HoldSwitchingOver || a.Pod.Leader) {
-			return fmt.Errorf("pod %d taken down (%s) while held (%s)", a.Ordinal, a.Cause, h.Reason)
+		if i := w.podIndex(a.Ordinal); i >= 0 {
+			return w.checkDisruptHold(a, w.pods[i])
 		}
 	}
 	return nil
