@@ -453,7 +453,7 @@ func TestSwitchoverDoneOnAnyCandidate(t *testing.T) {
 		t.Fatalf("leader change %+v, want 3 -> 2 in 3s", change)
 	}
 	if m.Switchover != nil || len(m.Holds) != 0 {
-		t.Fatalf("the switch is done once web-2 alone leads: %s", m)
+		t.Fatalf("the switch is done once web-2 alone leads: %+v", m)
 	}
 
 	// The same through the world: the command picks the last candidate.
@@ -513,10 +513,10 @@ func TestFoldSwitchoverRounds(t *testing.T) {
 				t.Fatalf("hold %+v, failed %v; want held %v, failed %v", h, failed, tc.held, tc.failed)
 			}
 			if tc.held && (len(m.Holds) != 1 || m.Holds[0] != *h || m.AskFailures[9] != 1) {
-				t.Fatalf("a held step: memory %s", m)
+				t.Fatalf("a held step: memory %+v", m)
 			}
 			if !tc.held && (len(m.Holds) != 0 || m.AskFailures[9] != 0 || !strings.Contains(h.Message, "next")) {
-				t.Fatalf("a step that moves on: hold %+v, memory %s", h, m)
+				t.Fatalf("a step that moves on: hold %+v, memory %+v", h, m)
 			}
 		})
 	}
@@ -524,6 +524,6 @@ func TestFoldSwitchoverRounds(t *testing.T) {
 	m, _ := fail(Memory{}, 1, 2)
 	m, _ = m.begin(Input{Spec: spec, Now: epoch, Pods: []Pod{{Ordinal: 9, Phase: PhaseRunning, Ready: true}, {Ordinal: 1, Leader: true}}})
 	if len(m.Tries) != 0 {
-		t.Fatalf("tries of a pod that does not lead: %s", m)
+		t.Fatalf("tries of a pod that does not lead: %+v", m)
 	}
 }

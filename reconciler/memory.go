@@ -648,32 +648,3 @@ func (m *Memory) closeSwitchover(in Input) *LeaderChange {
 func dropEnded[T any](list []T, now time.Time, end func(T) time.Time) []T {
 	return slices.DeleteFunc(list, func(x T) bool { return !end(x).After(now) })
 }
-
-// String sums the memory up for logs and test failures.
-func (m Memory) String() string {
-	var parts []string
-	for _, h := range m.Holds {
-		parts = append(parts, fmt.Sprintf("hold %d/%s %s until %s", h.Ordinal, h.Step, h.Reason, h.Until.Format(time.RFC3339)))
-	}
-	for _, ord := range slices.Sorted(maps.Keys(m.Crashes)) {
-		parts = append(parts, fmt.Sprintf("crashes %d=%d", ord, m.Crashes[ord].Count))
-	}
-	for _, ord := range slices.Sorted(maps.Keys(m.AskFailures)) {
-		parts = append(parts, fmt.Sprintf("refusals %d=%d", ord, m.AskFailures[ord]))
-	}
-	for _, c := range m.Cleared {
-		parts = append(parts, fmt.Sprintf("cleared %d", c.Ordinal))
-	}
-	if sw := m.Switchover; sw != nil {
-		parts = append(parts, fmt.Sprintf("switchover %d->%d seen=%v", sw.From, sw.To, sw.Seen))
-	}
-	for _, ord := range slices.Sorted(maps.Keys(m.Tries)) {
-		t := m.Tries[ord]
-		failed := make([]int, len(t.Failed))
-		for i, c := range t.Failed {
-			failed[i] = c.Ordinal
-		}
-		parts = append(parts, fmt.Sprintf("switchover tries %d: candidates %v failed %v", ord, t.Candidates, failed))
-	}
-	return strings.Join(parts, "; ")
-}
