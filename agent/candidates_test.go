@@ -76,7 +76,7 @@ func TestFailedSwitchoverMovesOn(t *testing.T) {
 	}
 	res = settle(reconciler.Action{Type: reconciler.ActionSwitchover, Ordinal: 0, Target: 2, Candidates: []int{2, 1}})
 	if len(res.held) != 1 || res.held[0].Until != p.now.Add(reconciler.AskBackoffBase) || len(p.st.memory.Holds) != 1 {
-		t.Fatalf("every candidate failed: held %+v, memory %s; want the step held %s", res.held, p.st.memory, reconciler.AskBackoffBase)
+		t.Fatalf("every candidate failed: held %+v, memory %+v; want the step held %s", res.held, p.st.memory, reconciler.AskBackoffBase)
 	}
 	d, _ = c.sets.get(p.key)
 	ev := d.Events[len(d.Events)-1]
