@@ -67,7 +67,7 @@ func TestFailedSwitchoverMovesOn(t *testing.T) {
 	}
 	res := settle(reconciler.Action{Type: reconciler.ActionSwitchover, Ordinal: 0, Target: 1, Candidates: []int{1, 2}})
 	if len(res.held) != 1 || !res.held[0].Until.IsZero() || len(p.st.memory.Holds) != 0 {
-		t.Fatalf("the first candidate's failure: held %+v, memory %s; want a hold that holds nothing", res.held, p.st.memory)
+		t.Fatalf("the first candidate's failure: held %+v, memory %+v; want a hold that holds nothing", res.held, p.st.memory)
 	}
 	d, _ := c.sets.get(p.key)
 	if ev := d.Events[len(d.Events)-1]; ev.Type != reconciler.HoldSwitchoverFailed ||
