@@ -33,9 +33,9 @@ const StopTimeout = config.LeaderStopTimeout
 const defaultExpectationTTL = 2 * time.Minute
 
 // controller reconciles sets: it observes a set in the cache, asks the
-// reconciler what to do, has the actions carried out and records the status.
-// Every write it makes is an action of the reconciler's output, or the
-// status it returned (ActionRecordStatus); it carries out a prefix of the
+// reconciler what to do and has the actions carried out. Every write it
+// makes is an action of the reconciler's output, the status included (the
+// last action, ActionRecordStatus); it carries out a prefix of the
 // actions, and what they met is folded into the set's decision memory
 // (reconciler.Memory), which the next decision reads.
 type controller struct {
@@ -291,7 +291,8 @@ func (c *controller) buildInput(ctx context.Context, p *pass) (bool, error) {
 // still holds of stopped children.
 func (c *controller) baseInput(p *pass) reconciler.Input {
 	in := reconciler.Input{Spec: p.spec, Revisions: p.revs, Previous: p.prev, Now: p.now,
-		Memory: p.st.memory, TermStart: c.termStart, StateAbsent: len(p.revs) == 0 && !p.found}
+		Memory: p.st.memory, TermStart: c.termStart, StateAbsent: len(p.revs) == 0 && !p.found,
+		StatusMissing: !p.found}
 	for _, s := range p.obs.Stopped {
 		in.Stopped = append(in.Stopped, reconciler.StoppedChild{JobID: s.JobID, Ordinal: s.Ordinal})
 	}
@@ -480,6 +481,12 @@ func (c *controller) settle(p *pass, a reconciler.Action, o outcome, res *acted)
 		res.held = append(res.held, *h)
 		return nil
 	}
+	if a.Type == reconciler.ActionRecordStatus {
+		// The decision's own record, not a change to the set: it needs
+		// no second look and makes no event.
+		c.log.Trace("recorded the status", "set", p.key.String())
+		return nil
+	}
 	if a.Type == reconciler.ActionPostReady {
 		// An answer, not a change to the set: announced when it changes
 		// what the pod counts as.
@@ -578,27 +585,17 @@ func (c *controller) hold(p *pass, a reconciler.Action, h reconciler.Hold) {
 	c.sets.event(p.key, p.now, h.Reason, msg)
 }
 
-// record stores the status, updates the view and says when to look again.
-// While a step is held the status is not stored: it assumes every action was
-// carried out, and the next pass recomputes it from what really happened.
+// record updates the view and says when to look again, once the actions
+// are carried out (the status write among them, ActionRecordStatus, the last
+// one). A set that is gone (reconciler Output.Gone, or whose state the pass
+// deleted) is forgotten.
 func (c *controller) record(ctx context.Context, p *pass, out reconciler.Output, res acted) error {
 	key := p.key
-	// A cascade is done once nothing of the set is left to delete: its
-	// pods, and its volumes or (retained volumes stay) its stored state.
-	// Its status is not written again then: that would bring back the
-	// state it just deleted.
-	cascadeDone := p.spec.Deleted && len(p.obs.Pods) == 0 && len(p.obs.Stopped) == 0 &&
-		(len(p.obs.Volumes) == 0 || p.in.StateAbsent)
-	if res.stateDeleted || cascadeDone {
+	if res.stateDeleted || (out.Gone && len(res.held) == 0) {
 		c.forget(key)
 		return nil
 	}
 	c.noteDetached(p, out.Status)
-	if len(res.held) == 0 && (!p.found || !reconciler.StatusEqual(p.prev, out.Status)) {
-		if err := c.store.PutStatus(withAction(ctx, key, recordStatus), key, out.Status); err != nil {
-			return fmt.Errorf("writing status of %s: %w", key, err)
-		}
-	}
 	c.showOutcome(ctx, p, out, res)
 	switch {
 	case res.done > 0 || len(res.held) > 0:
@@ -733,23 +730,25 @@ func (c *controller) specFor(st *setState, key backend.SetKey, obs backend.Obser
 }
 
 // recordInvalid leaves the set untouched and reports why, as a condition
-// that names the key, the value and the rule.
+// that names the key, the value and the rule (reconciler.InvalidDecision,
+// whose one action writes it).
 func (c *controller) recordInvalid(ctx context.Context, key backend.SetKey, err error, now time.Time) error {
 	msg := err.Error()
 	c.log.Error("the set's job is invalid; leaving the set untouched", "set", key.String(), "error", msg)
-	prev, _, gerr := c.store.GetStatus(ctx, key)
+	prev, found, gerr := c.store.GetStatus(ctx, key)
 	if gerr != nil {
 		c.sets.setError(key, msg)
 		return nil
 	}
-	next := reconciler.InvalidStatus(prev, msg, now)
-	if !reconciler.StatusEqual(prev, next) {
-		if perr := c.store.PutStatus(withAction(ctx, key, recordStatus), key, next); perr != nil {
-			c.log.Warn("could not record the invalid-spec condition", "set", key.String(), "error", perr)
+	out := reconciler.InvalidDecision(prev, !found, msg, now)
+	p := &pass{key: key, st: c.sets.of(key), prev: prev, found: found, now: now}
+	for _, a := range out.Actions {
+		if o := c.effector.execute(withAction(ctx, key, a), p, a); o.Err != nil {
+			c.log.Warn("could not record the invalid-spec condition", "set", key.String(), "error", o.Err)
 		}
 	}
 	c.sets.setError(key, msg)
-	c.sets.setStatus(key, next)
+	c.sets.setStatus(key, out.Status)
 	// An invalid job is not retried: the next change to the job requeues it.
 	return nil
 }
@@ -807,9 +806,6 @@ func actionMessage(key backend.SetKey, a reconciler.Action) string {
 		return fmt.Sprintf("%s %s: %s", a.Type, a.Revision.Name, a.Reason)
 	}
 }
-
-// recordStatus is the action a status write is made for.
-var recordStatus = reconciler.Action{Type: reconciler.ActionRecordStatus, Reason: "the status of the decision"}
 
 // actionKey is the context key of the action a call is made for.
 type actionKey struct{}

@@ -64,6 +64,8 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		rec := p.prev
 		rec.Ordinals = act.Ordinals
 		return done(e.store.PutStatus(ectx, p.key, rec))
+	case reconciler.ActionRecordStatus:
+		return done(e.recordStatus(ectx, p, act))
 	case reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision:
 		return done(e.store.PutRevision(ectx, p.key, act.Revision))
 	case reconciler.ActionDeleteRevision:
@@ -110,6 +112,14 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		return o
 	}
 	return done(fmt.Errorf("unknown action %q", act.Type))
+}
+
+// recordStatus stores the status of the decision (ActionRecordStatus).
+func (e *podControl) recordStatus(ctx context.Context, p *pass, act reconciler.Action) error {
+	if act.Status == nil {
+		return errors.New("a status write without a status")
+	}
+	return e.store.PutStatus(ctx, p.key, *act.Status)
 }
 
 // outcome is what carrying out one action did: the Result the reconciler

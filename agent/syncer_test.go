@@ -61,6 +61,8 @@ func (f *fakeEffector) execute(ctx context.Context, p *pass, act reconciler.Acti
 		st := p.prev
 		st.Ordinals = act.Ordinals
 		return done(f.store.PutStatus(ctx, p.key, st))
+	case reconciler.ActionRecordStatus:
+		return done(f.store.PutStatus(ctx, p.key, *act.Status))
 	case reconciler.ActionDeleteSetState:
 		o := done(f.store.DeleteSet(ctx, p.key))
 		o.stateDeleted = o.Err == nil
@@ -234,9 +236,9 @@ func TestHeldPassKeepsTheDecisionsRequeue(t *testing.T) {
 	r := newSyncRig(t, parentJob("web", map[string]string{"statefulset_replicas": "1", "statefulset_volume_claims": ""}, "v1"))
 	r.eff.hold["CreatePod 0"] = &waitError{reason: reconciler.HoldPluginUnavailable, msg: "the plugin holds web-0"}
 	r.sync(t) // stores the revision; CreatePod 0 is held
-	r.sync(t) // only the held step is left
-	if len(r.eff.calls) != 0 {
-		t.Fatalf("second pass carried out %v", r.eff.calls)
+	r.sync(t) // only the held step is left, and the status it leads to
+	if !slices.Equal(r.eff.calls, []string{"RecordStatus 0"}) {
+		t.Fatalf("second pass carried out %v, want only the status write", r.eff.calls)
 	}
 	got, ok := r.queue.after[r.key.String()]
 	if !ok || got <= 0 || got > 10*time.Minute {

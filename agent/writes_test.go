@@ -30,8 +30,8 @@ var writeVerbFor = map[string][]reconciler.ActionType{
 }
 
 // storeWriteFor names, for each write to the daemon's store, the actions
-// that may make it. RecordStatus is the decision's status, written once its
-// actions are carried out (or the condition of a spec that does not parse).
+// that may make it. RecordStatus is the decision's last action, its status
+// (or, for a spec that does not parse, reconciler.InvalidDecision's one).
 var storeWriteFor = map[string][]reconciler.ActionType{
 	"store.PutStatus":      {reconciler.ActionRecordOrdinals, reconciler.ActionRecordStatus},
 	"store.PutRevision":    {reconciler.ActionCreateRevision, reconciler.ActionUpdateRevision},

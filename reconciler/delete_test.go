@@ -19,14 +19,14 @@ func TestCascadingDelete(t *testing.T) {
 		for i := 0; i < 50 && !w.stateDeleted; i++ {
 			out := mustStep(t, w)
 			deletes := 0
-			for k, a := range out.Actions {
+			for k, a := range out.effects() {
 				switch a.Type {
 				case ActionDeletePod:
 					order = append(order, a.Ordinal)
 					deletes++
 				case ActionDeleteSetState:
-					if k != len(out.Actions)-1 {
-						t.Fatalf("DeleteSetState is not last: %+v", out.Actions)
+					if k != len(out.effects())-1 {
+						t.Fatalf("DeleteSetState is not last: %+v", out.effects())
 					}
 				case ActionCreatePod, ActionCreateVolume, ActionCreateRevision:
 					t.Fatalf("%s during a delete", a.Type)
@@ -57,16 +57,16 @@ func TestDeleteWaitsForTerminatingPod(t *testing.T) {
 	converge(t, w)
 	w.spec.Deleted = true
 	out := mustStep(t, w)
-	if len(out.Actions) != 1 || out.Actions[0].Type != ActionDeletePod || out.Actions[0].Ordinal != 1 {
-		t.Fatalf("first teardown step %+v", out.Actions)
+	if len(out.effects()) != 1 || out.effects()[0].Type != ActionDeletePod || out.effects()[0].Ordinal != 1 {
+		t.Fatalf("first teardown step %+v", out.effects())
 	}
-	if out := mustStep(t, w); len(out.Actions) != 0 {
-		t.Fatalf("acted while pod 1 terminates: %+v", out.Actions)
+	if out := mustStep(t, w); len(out.effects()) != 0 {
+		t.Fatalf("acted while pod 1 terminates: %+v", out.effects())
 	}
 	w.advanceAll() // pod 1 gone
 	out = mustStep(t, w)
-	if len(out.Actions) != 2 || out.Actions[0].Ordinal != 0 || out.Actions[1].Type != ActionDeleteVolume || out.Actions[1].Volume.Ordinal != 1 {
-		t.Fatalf("second teardown step %+v", out.Actions)
+	if len(out.effects()) != 2 || out.effects()[0].Ordinal != 0 || out.effects()[1].Type != ActionDeleteVolume || out.effects()[1].Volume.Ordinal != 1 {
+		t.Fatalf("second teardown step %+v", out.effects())
 	}
 }
 

@@ -58,8 +58,8 @@ func TestDetachIsNotDelete(t *testing.T) {
 				}
 				w.spec.Deleted, w.spec.ParentGone = s.deleted, s.gone
 				out := mustStep(t, w)
-				if got := len(out.Actions) > 0; got != s.wantAction {
-					t.Fatalf("step %d: %d actions (%v), want actions=%v\n%s", i, len(out.Actions), out.Actions, s.wantAction, w.dump())
+				if got := len(out.effects()) > 0; got != s.wantAction {
+					t.Fatalf("step %d: %d actions (%v), want actions=%v\n%s", i, len(out.effects()), out.effects(), s.wantAction, w.dump())
 				}
 				c := condition(out.Status, ConditionDetached)
 				if c.Status != s.wantCond || (s.wantCond && c.Reason != s.wantReason) {

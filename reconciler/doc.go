@@ -12,7 +12,9 @@
 // at most one pod (a Nomad child job "<set>-<ordinal>") and one volume per
 // claim ("<claim>-<set>-<ordinal>"). The caller observes the pods, volumes
 // and stored revisions, and calls Reconcile with them and the time. Reconcile
-// returns an ordered list of Actions and the Status to record. It does no I/O,
+// returns an ordered list of Actions and the Status they lead to; the last
+// action writes that status (ActionRecordStatus) when it says something the
+// stored one does not, so every write the caller makes is an action. It does no I/O,
 // reads no clock and starts no goroutine: the same Input always gives the
 // same Output, which is what makes it testable step by step.
 //

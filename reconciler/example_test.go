@@ -9,7 +9,8 @@ import (
 
 // The first reconcile of a new OrderedReady set stores its first revision,
 // then creates the volume and the pod of ordinal 0 only: ordinal 1 waits
-// until pod 0 is Running and Ready.
+// until pod 0 is Running and Ready. The status of the decision is its last
+// write.
 func ExampleReconcile() {
 	out := reconciler.Reconcile(reconciler.Input{
 		Spec: reconciler.Spec{
@@ -29,6 +30,8 @@ func ExampleReconcile() {
 			fmt.Println(a.Type, len(a.Ordinals), "members")
 		case reconciler.ActionCreateVolume:
 			fmt.Println(a.Type, a.Ordinal, a.Volume.Name)
+		case reconciler.ActionRecordStatus:
+			fmt.Println(a.Type, "update revision", a.Status.UpdateRevision)
 		default:
 			fmt.Println(a.Type, a.Ordinal, a.Revision.Name)
 		}
@@ -43,5 +46,6 @@ func ExampleReconcile() {
 	// CreateRevision 0 web-555694f64b
 	// CreateVolume 0 data-web-0
 	// CreatePod 0 web-555694f64b
+	// RecordStatus update revision web-555694f64b
 	// web-555694f64b 10m0s
 }

@@ -85,3 +85,13 @@ func countActions(out Output, typ ActionType) int {
 func revName(set, data string) string {
 	return RevisionName(set, HashRevision([]byte(data), 0))
 }
+
+// effects is out's actions without its status write (ActionRecordStatus,
+// always the last), for the tests about what a decision does to the world.
+// The status write's own rules are tested in TestStatusWrite.
+func (o Output) effects() []Action {
+	if n := len(o.Actions); n > 0 && o.Actions[n-1].Type == ActionRecordStatus {
+		return o.Actions[:n-1]
+	}
+	return o.Actions
+}

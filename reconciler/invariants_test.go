@@ -11,12 +11,16 @@ import (
 // the revision a new pod gets, and the maxUnavailable budget.
 func checkDecision(w *world, in Input, out Output) error {
 	spec := in.Spec
-	// DESIGN §1: a set whose parent is not annotated gets no action, and
-	// neither does one whose parent was purged after the detachment was
-	// recorded: detaching is not deleting.
-	if w.unannotated && (spec.Detached || StatusDetached(w.status)) && len(out.Actions) > 0 {
+	// DESIGN §1: a set whose parent is not annotated gets no action but the
+	// write of its status (which says it is detached), and neither does
+	// one whose parent was purged after the detachment was recorded:
+	// detaching is not deleting.
+	if acts := out.effects(); w.unannotated && (spec.Detached || StatusDetached(w.status)) && len(acts) > 0 {
 		return fmt.Errorf("detached (parent not annotated, detached=%v deleted=%v gone=%v): %d actions, first %s %d (%s)",
-			spec.Detached, spec.Deleted, spec.ParentGone, len(out.Actions), out.Actions[0].Type, out.Actions[0].Ordinal, out.Actions[0].Reason)
+			spec.Detached, spec.Deleted, spec.ParentGone, len(acts), acts[0].Type, acts[0].Ordinal, acts[0].Reason)
+	}
+	if err := checkStatusWrite(in, out); err != nil {
+		return err
 	}
 	if w.unannotated && spec.Detached && !StatusDetached(out.Status) {
 		return fmt.Errorf("detached, but the status has no Detached condition: %s", conditionMessages(out.Status))
@@ -549,4 +553,32 @@ func mustGrowIn(in Input, ord int) bool {
 		}
 	}
 	return false
+}
+
+// checkStatusWrite checks the status write of a decision (ActionRecordStatus):
+// it is the last action, carries the decision's status, and is there exactly
+// when that status says something the stored one does not, except when a
+// cascading delete removes the set's state (or finds none), which a write
+// would bring back.
+func checkStatusWrite(in Input, out Output) error {
+	writes := 0
+	for k, a := range out.Actions {
+		if a.Type != ActionRecordStatus {
+			continue
+		}
+		writes++
+		if k != len(out.Actions)-1 {
+			return fmt.Errorf("RecordStatus is action %d of %d, not the last", k+1, len(out.Actions))
+		}
+		if a.Status == nil || !StatusEqual(*a.Status, out.Status) {
+			return fmt.Errorf("RecordStatus writes %+v, not the decision's status %+v", a.Status, out.Status)
+		}
+	}
+	deletesState := slices.ContainsFunc(out.Actions, func(a Action) bool { return a.Type == ActionDeleteSetState })
+	want := !out.Gone && !deletesState && (in.StatusMissing || !StatusEqual(in.Previous, out.Status))
+	if (writes == 1) != want || writes > 1 {
+		return fmt.Errorf("%d status writes, want %d (gone %v, deletes the state %v, status missing %v, changed %v)",
+			writes, map[bool]int{true: 1}[want], out.Gone, deletesState, in.StatusMissing, !StatusEqual(in.Previous, out.Status))
+	}
+	return nil
 }

@@ -39,7 +39,7 @@ func TestClaimsChangeIsABudgetedOrderedReplacement(t *testing.T) {
 			var order []int
 			for i := 0; i < 200 && !w.converged(); i++ {
 				out := mustStep(t, w)
-				for _, a := range out.Actions {
+				for _, a := range out.effects() {
 					if a.Type == ActionDeletePod {
 						if a.Cause != CauseRepair {
 							t.Fatalf("drift replacement with cause %s, want %s", a.Cause, CauseRepair)
@@ -112,9 +112,9 @@ func TestBudgetCountsEveryUnavailablePod(t *testing.T) {
 	w.pods[i].ReadySince = w.now // ready again just now: not available for 10s
 	w.template = []byte("v2")
 	out := mustStep(t, w)
-	for _, a := range out.Actions {
+	for _, a := range out.effects() {
 		if a.Type == ActionDeletePod && a.Ordinal != 0 {
-			t.Fatalf("healthy pod %d taken down while pod 0 is unavailable: %+v", a.Ordinal, out.Actions)
+			t.Fatalf("healthy pod %d taken down while pod 0 is unavailable: %+v", a.Ordinal, out.effects())
 		}
 	}
 	if d := downAfter(w); d > 1 {
@@ -134,7 +134,7 @@ func TestBudgetCountsBelowThePartition(t *testing.T) {
 			w.template = []byte("v2")
 			out := mustStep(t, w)
 			if n := countActions(out, ActionDeletePod); n != 0 {
-				t.Fatalf("took %d pods down while pod 0 below the partition is unavailable: %+v", n, out.Actions)
+				t.Fatalf("took %d pods down while pod 0 below the partition is unavailable: %+v", n, out.effects())
 			}
 		})
 	}
@@ -154,7 +154,7 @@ func TestNotReadyCurrentPodIsWaitedFor(t *testing.T) {
 	for k := 0; k < 3; k++ {
 		out := mustStep(t, w)
 		if n := countActions(out, ActionDeletePod); n != 0 {
-			t.Fatalf("replaced a pod while pod 0 at the current revision restarts: %+v", out.Actions)
+			t.Fatalf("replaced a pod while pod 0 at the current revision restarts: %+v", out.effects())
 		}
 		w.now = w.now.Add(time.Second)
 	}
@@ -346,7 +346,7 @@ func TestDrainWithinTheBudget(t *testing.T) {
 					var order []int
 					for i := 0; i < 100; i++ {
 						out := mustStep(t, w)
-						for _, a := range out.Actions {
+						for _, a := range out.effects() {
 							if a.Type == ActionDeletePod {
 								if a.Cause != CauseDrain {
 									t.Fatalf("pod %d deleted with cause %s during a drain", a.Ordinal, a.Cause)
@@ -428,7 +428,7 @@ func TestDrainLeavesAPeersBlipAlone(t *testing.T) {
 // deletedOrdinals returns the ordinals a decision deletes pods of, in order.
 func deletedOrdinals(out Output) []int {
 	var ords []int
-	for _, a := range out.Actions {
+	for _, a := range out.effects() {
 		if a.Type == ActionDeletePod {
 			ords = append(ords, a.Ordinal)
 		}
@@ -449,8 +449,8 @@ func TestPodReplace(t *testing.T) {
 			before := w.volumesEverCreated
 			w.spec.Replacements = []Replacement{{Ordinal: 1, Token: "t1", NewVolume: newVolume}}
 			out := mustStep(t, w)
-			if n := countActions(out, ActionDeletePod); n != 1 || out.Actions[len(out.Actions)-1].Cause != CauseReplace {
-				t.Fatalf("first step: %+v", out.Actions)
+			if n := countActions(out, ActionDeletePod); n != 1 || out.effects()[len(out.effects())-1].Cause != CauseReplace {
+				t.Fatalf("first step: %+v", out.effects())
 			}
 			converge(t, w)
 			wantVolumes := 0
@@ -465,8 +465,8 @@ func TestPodReplace(t *testing.T) {
 			}
 			// Done once: more passes (any leader) change nothing.
 			for k := 0; k < 5; k++ {
-				if out := mustStep(t, w); len(out.Actions) != 0 {
-					t.Fatalf("a carried-out request acted again: %+v", out.Actions)
+				if out := mustStep(t, w); len(out.effects()) != 0 {
+					t.Fatalf("a carried-out request acted again: %+v", out.effects())
 				}
 			}
 			// A new request (new token) is carried out again.

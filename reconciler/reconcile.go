@@ -88,10 +88,35 @@ func Reconcile(in Input) Output {
 	mem, change := in.Memory.begin(in)
 	in = withMemory(in, mem)
 	out := decide(in)
+	out.Actions = withStatusWrite(in, out)
 	out.Memory, out.LeaderChange = mem, change
 	if len(in.CapabilitiesUnknown) > 0 {
 		out.Requeue = soonestOf(out.Requeue, CapabilitiesRetry)
 	}
+	return out
+}
+
+// withStatusWrite is out's actions followed by the write of its status, when
+// that status says something the stored one does not. A cascading delete
+// that removes the set's state, or finds none left, writes none: that would
+// bring the state back.
+func withStatusWrite(in Input, out Output) []Action {
+	if out.Gone || (len(out.Actions) > 0 && out.Actions[len(out.Actions)-1].Type == ActionDeleteSetState) {
+		return out.Actions
+	}
+	if !in.StatusMissing && StatusEqual(in.Previous, out.Status) {
+		return out.Actions
+	}
+	st := out.Status
+	return append(out.Actions, Action{Type: ActionRecordStatus, Status: &st, Reason: "the status of the decision"})
+}
+
+// InvalidDecision is the decision for a set whose spec does not parse: it
+// is left untouched, and only its status (prev, the stored one, with the
+// InvalidSpec condition naming the culprit) is recorded.
+func InvalidDecision(prev Status, missing bool, msg string, now time.Time) Output {
+	out := Output{Status: InvalidStatus(prev, msg, now)}
+	out.Actions = withStatusWrite(Input{Previous: prev, StatusMissing: missing}, out)
 	return out
 }
 

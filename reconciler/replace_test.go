@@ -17,7 +17,7 @@ func TestReplacesPods(t *testing.T) {
 			w.pods[w.podIndex(o)].Terminating = true
 		}
 		if out := mustStep(t, w); countActions(out, ActionCreatePod) != 0 {
-			t.Fatalf("created a pod while the old one terminates: %+v", out.Actions)
+			t.Fatalf("created a pod while the old one terminates: %+v", out.effects())
 		}
 		converge(t, w)
 		if len(w.pods) != 5 || len(w.volumes) != vols {
@@ -38,16 +38,16 @@ func TestRecreatesFailedPod(t *testing.T) {
 			w.pods[i].Phase, w.pods[i].Ready = phase, false
 			out := mustStep(t, w)
 			if countActions(out, ActionDeletePod) != 1 || countActions(out, ActionCreatePod) != 0 {
-				t.Fatalf("%s pod: want one delete and no create, got %+v", phase, out.Actions)
+				t.Fatalf("%s pod: want one delete and no create, got %+v", phase, out.effects())
 			}
 			// Terminating: nothing new.
 			if out := mustStep(t, w); countActions(out, ActionDeletePod)+countActions(out, ActionCreatePod) != 0 {
-				t.Fatalf("acted on a terminating pod: %+v", out.Actions)
+				t.Fatalf("acted on a terminating pod: %+v", out.effects())
 			}
 			w.advanceAll() // gone
 			out = mustStep(t, w)
-			if countActions(out, ActionCreatePod) != 1 || out.Actions[0].Ordinal != 1 {
-				t.Fatalf("want pod 1 recreated, got %+v", out.Actions)
+			if countActions(out, ActionCreatePod) != 1 || out.effects()[0].Ordinal != 1 {
+				t.Fatalf("want pod 1 recreated, got %+v", out.effects())
 			}
 			converge(t, w)
 		}

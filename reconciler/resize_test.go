@@ -24,7 +24,7 @@ func TestClaimGrowthIsARollingDisruption(t *testing.T) {
 		w.checkBudget = true
 		var order []string
 		for i := 0; i < 300 && (i == 0 || !w.converged()); i++ {
-			for _, a := range mustStep(t, w).Actions {
+			for _, a := range mustStep(t, w).effects() {
 				switch a.Type {
 				case ActionDeletePod:
 					order = append(order, "delete "+itoa(a.Ordinal))
@@ -69,8 +69,8 @@ func TestClaimShrinkAndClassChangeTouchNothing(t *testing.T) {
 	} {
 		w.spec.ClaimTemplates = []ClaimTemplate{tc.tmpl}
 		out := mustStep(t, w)
-		if len(out.Actions) != 0 {
-			t.Fatalf("%s: acted %+v", tc.name, out.Actions)
+		if len(out.effects()) != 0 {
+			t.Fatalf("%s: acted %+v", tc.name, out.effects())
 		}
 		c := slices.IndexFunc(out.Status.Conditions, func(c Condition) bool { return c.Type == ConditionVolumeClaimRefused && c.Status })
 		if c < 0 || out.Status.Conditions[c].Message != tc.want {

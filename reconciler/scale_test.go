@@ -75,8 +75,8 @@ func TestScalesDown(t *testing.T) {
 		want := 3
 		if spec.PodManagementPolicy == OrderedReady {
 			want = 1
-			if i := slices.IndexFunc(out.Actions, func(a Action) bool { return a.Type == ActionDeletePod }); i < 0 || out.Actions[i].Ordinal != 3 {
-				t.Fatalf("first scale-down must delete 3: %+v", out.Actions)
+			if i := slices.IndexFunc(out.effects(), func(a Action) bool { return a.Type == ActionDeletePod }); i < 0 || out.effects()[i].Ordinal != 3 {
+				t.Fatalf("first scale-down must delete 3: %+v", out.effects())
 			}
 		}
 		if deletes != want {
@@ -84,7 +84,7 @@ func TestScalesDown(t *testing.T) {
 		}
 		// Nothing more happens while the deleted pods terminate.
 		if out := mustStep(t, w); countActions(out, ActionDeletePod) != 0 {
-			t.Fatalf("deleted again while terminating: %+v", out.Actions)
+			t.Fatalf("deleted again while terminating: %+v", out.effects())
 		}
 		converge(t, w)
 		if len(w.pods) != 1 || w.pods[0].Ordinal != 0 {
@@ -118,12 +118,12 @@ func TestScaleDownWaitsForPredecessors(t *testing.T) {
 	w.pods[w.podIndex(3)].Ready = false
 	out := mustStep(t, w)
 	if n := countActions(out, ActionDeletePod); n != 0 {
-		t.Fatalf("deleted unhealthy 3 while its predecessor 2 is unhealthy: %+v", out.Actions)
+		t.Fatalf("deleted unhealthy 3 while its predecessor 2 is unhealthy: %+v", out.effects())
 	}
 	w.pods[w.podIndex(2)].Ready = true // now 3 is the first unhealthy pod
 	out = mustStep(t, w)
-	if n := countActions(out, ActionDeletePod); n != 1 || out.Actions[0].Ordinal != 3 {
-		t.Fatalf("want the first unhealthy pod 3 deleted, got %+v", out.Actions)
+	if n := countActions(out, ActionDeletePod); n != 1 || out.effects()[0].Ordinal != 3 {
+		t.Fatalf("want the first unhealthy pod 3 deleted, got %+v", out.effects())
 	}
 }
 
@@ -145,8 +145,8 @@ func TestScaleDownPastPodsStuckAtOutdatedRevision(t *testing.T) {
 	w.template = []byte("v1") // revert
 	w.spec.Replicas = 2
 	out := mustStep(t, w)
-	if n := countActions(out, ActionDeletePod); n != 1 || out.Actions[len(out.Actions)-1].Ordinal != 3 {
-		t.Fatalf("want pod 3 deleted, got %+v\n%s", out.Actions, w.dump())
+	if n := countActions(out, ActionDeletePod); n != 1 || out.effects()[len(out.effects())-1].Ordinal != 3 {
+		t.Fatalf("want pod 3 deleted, got %+v\n%s", out.effects(), w.dump())
 	}
 	converge(t, w)
 }

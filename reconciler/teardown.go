@@ -76,7 +76,10 @@ func (r *reconciler) teardown() Output {
 		r.keepTransition(Condition{Type: ConditionAvailable, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
 		r.keepTransition(Condition{Type: ConditionRolloutStuck, Status: false, Reason: ReasonDeleting, Message: "the set is being deleted"}),
 	}
-	return Output{Actions: r.actions, Status: r.status, Requeue: r.holdRequeue(), Held: r.held}
+	// Nothing left in Nomad, and nothing in the store but what stays
+	// (retained volumes stay, and so does no state once it is deleted).
+	gone := len(in.Pods) == 0 && len(in.Stopped) == 0 && (len(in.Volumes) == 0 || in.StateAbsent)
+	return Output{Actions: r.actions, Status: r.status, Requeue: r.holdRequeue(), Held: r.held, Gone: gone}
 }
 
 // highestPod returns the index of a pod with the highest ordinal, or -1 if

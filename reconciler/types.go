@@ -474,6 +474,9 @@ type Input struct {
 	// StateAbsent says the store holds no revision and no status of the
 	// set: a cascading delete has nothing left to delete there.
 	StateAbsent bool
+	// StatusMissing says the store holds no status of the set, so the
+	// decision's status is written even when it equals the zero Previous.
+	StatusMissing bool
 	// CapabilitiesUnknown are the storage classes whose provisioner could
 	// not be asked whether it can expand: nothing of them grows in this
 	// decision (nothing is stopped on a guess), and the set is looked at
@@ -605,12 +608,13 @@ const (
 	// ActionDeleteSetState removes the set's revision history and status;
 	// it comes last in a cascading delete.
 	ActionDeleteSetState ActionType = "DeleteSetState"
-	// ActionRecordStatus names the write of the status a decision returns
-	// (Output.Status, or InvalidStatus for a spec that does not parse),
-	// made once the decision's actions are carried out. It is never in
-	// Output.Actions: the status is the decision's last write, and every
-	// store and Nomad write of the caller is made for an action of the
-	// output or for this one.
+	// ActionRecordStatus stores Action.Status, the status of the decision
+	// (Output.Status, or InvalidStatus for a spec that does not parse). It
+	// is the decision's last action, emitted only when that status differs
+	// from the one stored (or none is): a pass that stops before it leaves
+	// the stored status as it was, and the next decision recomputes it from
+	// what really happened. A cascading delete that removes the set's state
+	// emits none, as that would bring the state back.
 	ActionRecordStatus ActionType = "RecordStatus"
 	// ActionPostReady runs the post_ready hooks for the allocation of the
 	// pod of Action.Pod (Pod.AwaitsPostReady): their answer, folded into
@@ -718,6 +722,8 @@ type Action struct {
 	// Targets are the stopped child jobs a DeleteSetState purges before
 	// it deletes the set's stored state.
 	Targets []string
+	// Status is set on RecordStatus: the status to store.
+	Status *Status
 }
 
 // Output is the decision of one reconcile.
@@ -740,4 +746,8 @@ type Output struct {
 	// LeaderChange is a switchover seen to take effect in this decision,
 	// for the caller to announce; nil otherwise.
 	LeaderChange *LeaderChange
+	// Gone says that once the actions are carried out nothing of the set
+	// is left, in Nomad or in the store (a cascading delete that is done):
+	// the caller forgets the set, and records nothing of it.
+	Gone bool
 }

@@ -20,7 +20,7 @@ func TestRollingUpdate(t *testing.T) {
 		var order []int
 		for i := 0; i < 200; i++ {
 			out := mustStep(t, w)
-			for _, a := range out.Actions {
+			for _, a := range out.effects() {
 				if a.Type == ActionDeletePod {
 					order = append(order, a.Ordinal)
 				}
@@ -194,9 +194,9 @@ func TestMaxUnavailable(t *testing.T) {
 				if got := countActions(out, ActionDeletePod); got != tc.want {
 					t.Fatalf("first update reconcile deleted %d pods, want %d", got, tc.want)
 				}
-				for k, a := range out.Actions[1:] { // after CreateRevision
+				for k, a := range out.effects()[1:] { // after CreateRevision
 					if a.Ordinal != 4-k {
-						t.Fatalf("deleted %d, want highest ordinals first: %+v", a.Ordinal, out.Actions)
+						t.Fatalf("deleted %d, want highest ordinals first: %+v", a.Ordinal, out.effects())
 					}
 				}
 				converge(t, w)
@@ -242,7 +242,7 @@ func TestMinReadySeconds(t *testing.T) {
 	w.advanceAll() // ready, since now
 	out := mustStep(t, w)
 	if countActions(out, ActionCreatePod) != 0 {
-		t.Fatalf("created pod 1 before pod 0 was available: %+v", out.Actions)
+		t.Fatalf("created pod 1 before pod 0 was available: %+v", out.effects())
 	}
 	if out.Requeue != 10*time.Second {
 		t.Fatalf("requeue %v, want 10s", out.Requeue)
@@ -252,7 +252,7 @@ func TestMinReadySeconds(t *testing.T) {
 	}
 	w.now = w.now.Add(9 * time.Second)
 	if out := mustStep(t, w); countActions(out, ActionCreatePod) != 0 || out.Requeue != time.Second {
-		t.Fatalf("at 9s: %+v requeue %v", out.Actions, out.Requeue)
+		t.Fatalf("at 9s: %+v requeue %v", out.effects(), out.Requeue)
 	}
 	w.now = w.now.Add(time.Second)
 	if out := mustStep(t, w); countActions(out, ActionCreatePod) != 1 || out.Status.AvailableReplicas != 1 {
@@ -295,9 +295,9 @@ func TestParallelRolloutWaitsForTheUpdatedPod(t *testing.T) {
 	w.checkBudget = false
 	for n := 0; n < 3; n++ {
 		out := mustStep(t, w)
-		for _, a := range out.Actions {
+		for _, a := range out.effects() {
 			if a.Type == ActionDeletePod && a.Ordinal == 0 {
-				t.Fatalf("ordinal 0 (outdated, not ready) taken down while ordinal 1 comes up at %s: %+v\n%s", v2, out.Actions, w.dump())
+				t.Fatalf("ordinal 0 (outdated, not ready) taken down while ordinal 1 comes up at %s: %+v\n%s", v2, out.effects(), w.dump())
 			}
 		}
 		// Ordinal 1 moves on, ordinal 0 stays unready.

@@ -166,9 +166,10 @@ type world struct {
 	// Recreate (noteRecreate): only they may be recorded as such.
 	recreateEmitted map[int]bool
 
-	last  Output
-	trace []string
-	steps int
+	last   Output
+	lastIn Input
+	trace  []string
+	steps  int
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -475,7 +476,7 @@ func (w *world) step() error {
 	in := w.input()
 	w.round.forgetUnlessLeading(in)
 	out := Reconcile(in)
-	w.last = out
+	w.last, w.lastIn = out, in
 	w.memory = out.Memory
 	noteHolds(out)
 	w.steps++
@@ -537,13 +538,10 @@ func (w *world) step() error {
 			return w.checkState()
 		}
 	}
-	if !w.dropStatus {
-		if !w.unannotated {
-			// A detached set's status records no membership: what the
-			// spec says meanwhile counts from its adoption on.
-			w.members, w.condemnedDelete = members, condemnedAll
-		}
-		w.status = out.Status
+	if !w.dropStatus && !w.unannotated && !out.Gone && !w.stateDeleted {
+		// A pass carried out to its end: the stored status says what the
+		// decision's does, written by its RecordStatus or already there.
+		w.members, w.condemnedDelete = members, condemnedAll
 	}
 	return w.checkState()
 }
@@ -554,7 +552,7 @@ func (w *world) step() error {
 func (w *world) effect(in Input, out Output, a Action, first bool, members, condemnedAll, condemnedMembers, condemned map[int]bool) (Result, error) {
 	w.calls++
 	if w.calls == w.failAt || (w.failCreatePod && a.Type == ActionCreatePod) ||
-		(w.dropStatus && a.Type == ActionRecordOrdinals) {
+		(w.dropStatus && (a.Type == ActionRecordOrdinals || a.Type == ActionRecordStatus)) {
 		w.logf("  %s %d: injected failure", a.Type, a.Ordinal)
 		return Result{Err: errors.New("injected failure")}, nil
 	}
@@ -569,6 +567,13 @@ func (w *world) effect(in Input, out Output, a Action, first bool, members, cond
 	case a.Type == ActionRecordOrdinals:
 		// The records stored hold the whole membership.
 		w.members, w.condemnedDelete = members, condemnedAll
+	case a.Type == ActionRecordStatus:
+		// So does the status. A detached set's status records no
+		// membership (it keeps the records it had): what the spec says
+		// meanwhile counts from its adoption on.
+		if !w.unannotated {
+			w.members, w.condemnedDelete = members, condemnedAll
+		}
 	case first:
 		// The pass's first action done, not merely its first batch's.
 		w.members, w.condemnedDelete = condemnedMembers, condemned
@@ -775,6 +780,14 @@ func (w *world) apply(in Input, out Output, a Action) (Result, error) {
 		}
 		w.askedEval[a.Ordinal] = w.nodeBack[a.Ordinal]
 		w.waitingForNode[a.Ordinal] = false
+	case ActionRecordStatus:
+		if a.Status == nil {
+			return Result{}, errors.New("RecordStatus without a status")
+		}
+		if a.Status.UpdateRevision != "" && w.revision(a.Status.UpdateRevision) == nil {
+			return Result{}, fmt.Errorf("status records update revision %s, which the store does not hold", a.Status.UpdateRevision)
+		}
+		w.status = *a.Status
 	case ActionDeleteSetState:
 		if len(w.pods) > 0 {
 			return Result{}, fmt.Errorf("set state deleted while %d pods remain", len(w.pods))
@@ -1115,7 +1128,7 @@ func (w *world) converged() bool {
 	if w.spec.Deleted {
 		return w.stateDeleted && len(w.pods) == 0
 	}
-	if len(w.last.Actions) > 0 || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas || w.newLeader >= 0 {
+	if len(w.last.effects()) > 0 || (!w.dropStatus && len(w.last.Actions) > 0) || len(w.last.Held) > 0 || len(w.pods) != w.spec.Replicas || w.newLeader >= 0 {
 		return false
 	}
 	for _, v := range w.volumes {
