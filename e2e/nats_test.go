@@ -395,19 +395,30 @@ func (nc *natsCluster) connect() (*nats.Conn, jetstream.JetStream, error) {
 // publishing to it.
 func (nc *natsCluster) startWriter(t *testing.T) {
 	t.Helper()
-	conn, js, err := nc.connect()
-	if err != nil {
-		t.Fatalf("connecting to NATS: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: natsStream, Subjects: []string{"e2e.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+	// A cluster that has just formed may not place a stream of three
+	// replicas at once (a peer's first heartbeat after an election, or a
+	// slow machine): NATS answers with an error or not in time, and a
+	// client tries again. Each try is logged, so that a cluster that never
+	// takes the stream says why.
+	tries := 0
+	Eventually(t, natsWait, "the stream "+natsStream+" to be created", func() error {
+		tries++
+		conn, js, err := nc.connect()
+		if err != nil {
+			t.Logf("creating the stream, try %d: connecting to NATS: %v", tries, err)
+			return fmt.Errorf("connecting to NATS: %w", err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: natsStream, Subjects: []string{"e2e.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+		}); err != nil {
+			t.Logf("creating the stream, try %d: %v", tries, err)
+			return fmt.Errorf("creating the stream %s: %w", natsStream, err)
+		}
+		return nil
 	})
-	cancel()
-	conn.Close()
-	if err != nil {
-		t.Fatalf("creating the stream %s: %v", natsStream, err)
-	}
 	nc.w = &natsWriter{nc: nc, acked: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go nc.w.run()
 	t.Cleanup(nc.w.halt)

@@ -90,6 +90,14 @@ for t in "${order[@]}"; do
 done
 echo "e2e: ${#order[@]} tests in $((SECONDS - start))s, ${jobs} at a time; ${#failed[@]} failed"
 if [[ ${#failed[@]} -gt 0 ]]; then
+	# Each failed test's own last lines (its logs and errors, not the
+	# agents' logs it dumps), so that the cause is in the tail of a long
+	# CI log.
+	for t in "${order[@]}"; do
+		[[ "$(cat "${work}/${t}.rc" 2>/dev/null)" == 0 ]] && continue
+		echo "e2e: the last lines ${t} logged:"
+		grep -E '^ {4}[A-Za-z0-9_]+_test\.go:[0-9]+: ' "${work}/${t}.log" | grep -v 'testagent: ' | tail -n 8 | cut -c1-400 || true
+	done
 	printf 'e2e: FAIL %s\n' "${failed[@]}"
 	exit 1
 fi
