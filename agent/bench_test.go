@@ -778,7 +778,10 @@ func genericPayload(b *testing.B, key string, obj any) map[string]any {
 // event, in its own stream message (the worst case: Nomad often batches
 // several per index). The queue is not drained: deduplication keeps it at
 // one entry per set, as it is while the workers are busy. Payloads are raw
-// JSON, as nomad.Client delivers them.
+// JSON, as nomad.Client delivers them. job events are status changes of a
+// child (its spec's JobModifyIndex unchanged, so the digest of the spec is
+// carried over), the most common job event of a busy stream; job-spec
+// events register a new spec, whose digest is computed.
 //
 // Only the events are timed. The watcher lists the world before it applies
 // any event, and that listing (10,000 children) would otherwise be most of
@@ -787,7 +790,7 @@ func genericPayload(b *testing.B, key string, obj any) map[string]any {
 // warm-up event after it has been applied: the watcher applies in order, so
 // by then the listing's own reports to the queue are done too.
 func BenchmarkWatcherEvents(b *testing.B) {
-	for _, kind := range []string{"alloc", "job"} {
+	for _, kind := range []string{"alloc", "job", "job-spec"} {
 		b.Run(kind, func(b *testing.B) {
 			w := buildEventWorld(b)
 			base := w.sim.Index()
@@ -804,6 +807,12 @@ func BenchmarkWatcherEvents(b *testing.B) {
 				} else {
 					j := *w.children[n]
 					j.ModifyIndex = ptr(idx)
+					if kind == "job-spec" {
+						// A registration of a new spec: its digest is
+						// computed, not carried over from the cache.
+						j.JobModifyIndex = ptr(idx)
+						j.Version = ptr(*j.Version + 1)
+					}
 					ev.Type, ev.Topic = "JobRegistered", api.TopicJob
 					ev.Key, ev.Payload = *j.ID, jsonPayload(b, "Job", &j)
 				}
