@@ -152,11 +152,16 @@ func testRecreate(t *testing.T, policy string) {
 		b, _ := os.ReadFile(filepath.Join(c.Nomad.HostVolumesDir, vols[fmt.Sprintf("data-rc-%d", o)], "identity"))
 		return string(b)
 	}
-	for o := 0; o < 3; o++ {
-		if n := strings.Count(identity(o), fmt.Sprintf("rc-%d", o)); n != 1 {
-			t.Fatalf("rc-%d wrote its identity %d times before the rollout: %q", o, n, identity(o))
+	// A task is running before its shell has written anything (a loaded
+	// machine shows it): wait for each to have written once.
+	Eventually(t, 30*time.Second, "each pod to write its identity once before the rollout", func() error {
+		for o := 0; o < 3; o++ {
+			if n := strings.Count(identity(o), fmt.Sprintf("rc-%d", o)); n != 1 {
+				return fmt.Errorf("rc-%d wrote its identity %d times: %q", o, n, identity(o))
+			}
 		}
-	}
+		return nil
+	})
 
 	sampler := &revisionSampler{client: c.Nomad.Client, set: "rc", byAlloc: map[string]string{}, seen: map[string]bool{}}
 	var reasonsMu sync.Mutex
