@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // Client implements API over a real Nomad agent.
@@ -114,26 +115,56 @@ type jobStub struct {
 	SubmitTime                               int64
 }
 
+// listJobsPage is how many job stubs a listing asks Nomad for at once. A
+// child's stub is about two kilobytes (half of it the record of its
+// rendering, jobs.MetaRendered), and the api package buffers a whole answer
+// before decoding it, so one answer for every job of a 1,000-set cluster
+// was a buffer of tens of megabytes at each re-list; a page bounds it
+// whatever the cluster's size.
+const listJobsPage = 1000
+
 // ListJobs implements API. The stubs carry only ID, Namespace, Status,
-// Stop, Meta, the three indexes and SubmitTime (see jobStub).
+// Stop, Meta, the three indexes and SubmitTime (see jobStub); their Meta
+// leaves out jobs.MetaRendered, which a listing never reads. Nomad answers
+// in pages (listJobsPage); the index is the first page's: every page holds
+// the jobs as of at least that index, and the event stream from it on
+// replays what later pages hold too, which the cache folds as it folds
+// the overlap of its other listings with the stream.
 func (n *Client) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
 	defer TraceCall(ctx, VerbListJobs, &err)
-	// Nomad leaves Meta out of job stubs unless asked; the watcher needs it
-	// to tell parents and children from every other job without a read each.
-	var raw []jobStub
-	meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, query(ctx, namespace))
-	if err != nil {
-		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied(VerbListJobs, namespace, err))
-	}
-	stubs := make([]*api.JobListStub, len(raw))
-	for i := range raw {
-		r := &raw[i]
-		stubs[i] = &api.JobListStub{
-			ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta,
-			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
+	var stubs []*api.JobListStub
+	var index uint64
+	q := query(ctx, namespace)
+	q.PerPage = listJobsPage
+	for page := 0; ; page++ {
+		// Nomad leaves Meta out of job stubs unless asked; the watcher
+		// needs it to tell parents and children from every other job
+		// without a read each.
+		var raw []jobStub
+		meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, q)
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied(VerbListJobs, namespace, err))
 		}
+		if page == 0 {
+			index = meta.LastIndex
+		}
+		for i := range raw {
+			r := &raw[i]
+			delete(r.Meta, jobs.MetaRendered)
+			stubs = append(stubs, &api.JobListStub{
+				ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta,
+				CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
+			})
+		}
+		if meta.NextToken == "" {
+			break
+		}
+		q.NextToken = meta.NextToken
 	}
-	return stubs, meta.LastIndex, nil
+	if stubs == nil {
+		stubs = []*api.JobListStub{}
+	}
+	return stubs, index, nil
 }
 
 // GetJob implements API.
