@@ -425,29 +425,49 @@ type allocStub struct {
 // are read (readiness needs them) but decoded without their events, which
 // are most of a stub's size. The stubs carry only the fields of allocStub,
 // and of a task state only State, Failed, Restarts, StartedAt and
-// FinishedAt.
+// FinishedAt. The answer is decoded as it is read, one stub at a time: the
+// api package would buffer all of it first, tens of megabytes for a
+// cluster of 10,000 allocations, at every re-list. The listing's index is
+// not read: the watcher's snapshot takes the job listing's.
 func (n *Client) ListAllocations(ctx context.Context, namespace string) (_ []*api.AllocationListStub, err error) {
 	defer TraceCall(ctx, VerbListAllocations, &err)
-	var raw []allocStub
-	if _, err := n.c.Raw().Query("/v1/allocations", &raw, query(ctx, namespace)); err != nil {
+	body, err := n.c.Raw().Response("/v1/allocations", query(ctx, namespace))
+	if err != nil {
 		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied(VerbListAllocations, namespace, err))
 	}
-	allocs := make([]*api.AllocationListStub, len(raw))
-	for i := range raw {
-		r := &raw[i]
-		allocs[i] = &api.AllocationListStub{
+	defer body.Close()
+	allocs := []*api.AllocationListStub{}
+	dec := json.NewDecoder(body)
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
+	case tok == nil:
+		return allocs, nil // null: none
+	case tok != json.Delim('['):
+		return nil, fmt.Errorf("listing allocations in namespace %q: the answer is not a list (%v)", namespace, tok)
+	}
+	for dec.More() {
+		var r allocStub
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
+		}
+		a := &api.AllocationListStub{
 			ID: r.ID, Namespace: r.Namespace, NodeID: r.NodeID, JobID: r.JobID,
 			DesiredStatus: r.DesiredStatus, ClientStatus: r.ClientStatus, DeploymentStatus: r.DeploymentStatus,
 			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobVersion: r.JobVersion, ModifyTime: r.ModifyTime,
 		}
 		if len(r.TaskStates) > 0 {
-			allocs[i].TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))
+			a.TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))
 			for name, t := range r.TaskStates {
 				if t != nil {
-					allocs[i].TaskStates[name] = &api.TaskState{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+					a.TaskStates[name] = &api.TaskState{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
 				}
 			}
 		}
+		allocs = append(allocs, a)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
 	}
 	return allocs, nil
 }

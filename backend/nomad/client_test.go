@@ -410,3 +410,26 @@ func callEncodingVerbs(t *testing.T, client *nomad.Client, job *api.Job) {
 		t.Fatal("no event in 2 minutes")
 	}
 }
+
+// TestListAllocationsReadsAsItDecodes: the allocation listing, decoded one
+// stub at a time, reads an empty list, null, and refuses what is not a
+// list or is cut short.
+func TestListAllocationsReadsAsItDecodes(t *testing.T) {
+	for body, want := range map[string]int{`[]`: 0, `null`: 0, `[{"ID":"a1"},{"ID":"a2"}]`: 2, `{}`: -1, `[{"ID":"a1"},`: -1, `[{"ID":1}]`: -1} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(body))
+		}))
+		c, err := api.NewClient(&api.Config{Address: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocs, err := nomad.NewAPI(c).ListAllocations(context.Background(), "*")
+		srv.Close()
+		switch {
+		case want < 0 && err == nil:
+			t.Errorf("%s: listed %d allocations, want an error", body, len(allocs))
+		case want >= 0 && (err != nil || len(allocs) != want):
+			t.Errorf("%s: listed %d allocations, %v; want %d", body, len(allocs), err, want)
+		}
+	}
+}
