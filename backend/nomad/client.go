@@ -110,9 +110,38 @@ func IsConflict(err error) bool { return backend.IsConflict(err) }
 type jobStub struct {
 	ID, Namespace, Status                    string
 	Stop                                     bool
-	Meta                                     map[string]string
+	Meta                                     stubMeta
 	CreateIndex, ModifyIndex, JobModifyIndex uint64
 	SubmitTime                               int64
+}
+
+// stubMeta is the part of a stub's Meta the re-list reads: whether the job
+// is a set's parent (jobs.KeyManaged) or child (jobs.MetaParent). Decoded
+// as a struct, the other keys are skipped without a copy: a child's meta
+// also holds the record of its rendering (jobs.MetaRendered), about a
+// kilobyte, and a parent's its annotations, for every job of the cluster
+// at each re-list.
+type stubMeta struct {
+	Managed *string `json:"statefulset"`
+	Parent  *string `json:"statefulset_parent"`
+}
+
+// stubMetaKeys are the keys of stubMeta's fields, which its tags spell.
+var stubMetaKeys = [...]string{jobs.KeyManaged, jobs.MetaParent}
+
+// toMap returns the meta as the stub's Meta: the keys present, nil when
+// none is.
+func (m stubMeta) toMap() map[string]string {
+	var out map[string]string
+	for i, v := range [...]*string{m.Managed, m.Parent} {
+		if v != nil {
+			if out == nil {
+				out = make(map[string]string, 2)
+			}
+			out[stubMetaKeys[i]] = *v
+		}
+	}
+	return out
 }
 
 // listJobsPage is how many job stubs a listing asks Nomad for at once. A
@@ -124,8 +153,8 @@ type jobStub struct {
 const listJobsPage = 1000
 
 // ListJobs implements API. The stubs carry only ID, Namespace, Status,
-// Stop, Meta, the three indexes and SubmitTime (see jobStub); their Meta
-// leaves out jobs.MetaRendered, which a listing never reads. Nomad answers
+// Stop, Meta, the three indexes and SubmitTime (see jobStub), and their
+// Meta only the keys of stubMeta, which the watcher reads. Nomad answers
 // in pages (listJobsPage); the index is the first page's: every page holds
 // the jobs as of at least that index, and the event stream from it on
 // replays what later pages hold too, which the cache folds as it folds
@@ -150,9 +179,8 @@ func (n *Client) ListJobs(ctx context.Context, namespace string) (_ []*api.JobLi
 		}
 		for i := range raw {
 			r := &raw[i]
-			delete(r.Meta, jobs.MetaRendered)
 			stubs = append(stubs, &api.JobListStub{
-				ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta,
+				ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta.toMap(),
 				CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
 			})
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // TestClientEventsKeepsRawPayloads: Client.Events hands every payload
@@ -139,9 +140,13 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 			}
 			_ = json.NewEncoder(w).Encode([]*api.JobListStub{{
 				ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
-				Meta:        map[string]string{"statefulset_parent": "web"},
+				Meta:        map[string]string{jobs.MetaParent: "web", jobs.MetaOrdinal: "0", jobs.MetaRendered: "1.AAAA"},
 				CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8, Datacenters: []string{"dc1"},
 				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}},
+			}, {
+				ID: "web", Namespace: "prod", Status: "running", Meta: map[string]string{jobs.KeyManaged: "true", "statefulset_replicas": "1"},
+			}, {
+				ID: "other", Namespace: "prod", Status: "running", Meta: map[string]string{"team": "a"},
 			}})
 		case "/v1/allocations":
 			if r.URL.Query().Get("task_states") == "false" || r.URL.Query().Get("namespace") != "*" {
@@ -171,9 +176,12 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &api.JobListStub{ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
-		Meta: map[string]string{"statefulset_parent": "web"}, CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8}
-	if index != 42 || len(stubs) != 1 || !reflect.DeepEqual(stubs[0], want) {
+	// The stubs' meta keeps only the keys the watcher reads.
+	want := []*api.JobListStub{{ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
+		Meta: map[string]string{jobs.MetaParent: "web"}, CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8},
+		{ID: "web", Namespace: "prod", Status: "running", Meta: map[string]string{jobs.KeyManaged: "true"}},
+		{ID: "other", Namespace: "prod", Status: "running"}}
+	if index != 42 || !reflect.DeepEqual(stubs, want) {
 		t.Fatalf("ListJobs: index %d, stubs %+v; want %+v", index, stubs, want)
 	}
 	allocs, err := cl.ListAllocations(context.Background(), "*")
