@@ -83,58 +83,34 @@ func fail(w http.ResponseWriter, err error, notFound string) {
 }
 
 func (s *Nomad) httpListJobs(w http.ResponseWriter, r *http.Request) {
-	ns := r.URL.Query().Get("namespace")
+	q := r.URL.Query()
+	ns := q.Get("namespace")
 	if ns != "*" {
 		ns = namespaceOrDefault(ns)
 	}
-	stubs, _, err := s.ListJobs(r.Context(), ns)
+	perPage := 0
+	if v := q.Get("per_page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("failed to parse per_page %q", v), http.StatusBadRequest)
+			return
+		}
+		perPage = n
+	}
+	stubs, next, _, err := s.listJobs(r.Context(), ns, q.Get("next_token"), perPage)
 	if err != nil {
 		fail(w, err, "")
 		return
 	}
-	if r.URL.Query().Get("meta") != "true" {
+	if q.Get("meta") != "true" {
 		for _, st := range stubs {
 			st.Meta = nil
 		}
-	}
-	stubs, next, err := page(stubs, r.URL.Query())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
 	}
 	if next != "" {
 		w.Header().Set("X-Nomad-NextToken", next)
 	}
 	s.reply(w, stubs)
-}
-
-// page is Nomad's pagination of a job list (per_page, next_token), as its
-// paginator and NamespaceIDTokenizer do it: a job's token is
-// "<namespace>.<id>", jobs whose token sorts before next_token are
-// skipped, and the token of the first job past the page is the next one
-// ("" after the last page).
-func page(stubs []*api.JobListStub, q url.Values) (_ []*api.JobListStub, next string, _ error) {
-	perPage := 0
-	if v := q.Get("per_page"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, "", fmt.Errorf("failed to parse per_page %q", v)
-		}
-		perPage = n
-	}
-	target := q.Get("next_token")
-	out := stubs[:0:0]
-	for _, st := range stubs {
-		token := st.Namespace + "." + st.ID
-		if target != "" && token < target {
-			continue
-		}
-		if perPage > 0 && len(out) == perPage {
-			return out, token, nil
-		}
-		out = append(out, st)
-	}
-	return out, "", nil
 }
 
 func (s *Nomad) httpRegister(w http.ResponseWriter, r *http.Request) {
