@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -73,7 +71,8 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("digest of child: %w", err)
 	}
-	var fields []specdigest.Field
+	// About forty fields a child: sized once, not grown by doubling.
+	fields := make([]specdigest.Field, 0, 64)
 	add := func(path string, raw []byte) {
 		switch string(raw) {
 		case "null", "{}", "[]":
@@ -81,7 +80,7 @@ func digestDoc(doc *revisionDoc, spread func(attr, value string) bool) (SpecDige
 		}
 		h := fnv.New64a()
 		h.Write(raw)
-		fields = append(fields, specdigest.Field{Path: internPath(path), Sum: h.Sum64()})
+		fields = append(fields, specdigest.Field{Path: path, Sum: h.Sum64()})
 	}
 	var group, tasks []byte
 	err = splitJSON(b, func(k string, v []byte) {
@@ -227,31 +226,4 @@ func without[T any](in []T, drop func(T) bool) []T {
 		}
 	}
 	return out
-}
-
-// paths interns field paths: every child of every set shares them. Paths
-// hold user-chosen names (tasks, services), so the table is bounded: past
-// maxInternedPaths a path is kept as it is, which costs memory per child
-// rather than growing a table every set shares for the daemon's lifetime.
-var (
-	paths     sync.Map
-	pathCount atomic.Int64
-)
-
-// maxInternedPaths bounds the paths table. A set's template has tens of
-// paths, so thousands leave room for many templates.
-const maxInternedPaths = 4096
-
-func internPath(p string) string {
-	if v, ok := paths.Load(p); ok {
-		return v.(string)
-	}
-	if pathCount.Load() >= maxInternedPaths {
-		return p
-	}
-	v, loaded := paths.LoadOrStore(p, p)
-	if !loaded {
-		pathCount.Add(1)
-	}
-	return v.(string)
 }

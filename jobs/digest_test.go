@@ -167,24 +167,6 @@ func TestDecodeChildRecordKeepsWhatPurgeAndDriftNeed(t *testing.T) {
 
 func pointer[T any](v T) *T { return &v }
 
-// TestPathInternTableIsBounded: field paths carry user-chosen task and
-// service names, and the intern table is shared by every set for the
-// daemon's lifetime. It used to grow with every name ever seen; it now
-// stops at maxInternedPaths, and a path past it is still returned whole.
-func TestPathInternTableIsBounded(t *testing.T) {
-	for i := 0; i < 2*maxInternedPaths; i++ {
-		p := fmt.Sprintf("Group.Tasks[task-%d].Env", i)
-		if got := internPath(p); got != p {
-			t.Fatalf("internPath(%q) = %q", p, got)
-		}
-	}
-	n := 0
-	paths.Range(func(any, any) bool { n++; return true })
-	if n > maxInternedPaths {
-		t.Fatalf("the paths table holds %d entries, over its bound of %d", n, maxInternedPaths)
-	}
-}
-
 // TestDigestEncodesOnceAsEachFieldAlone: digestDoc encodes the document
 // once and splits it; its checksums are those of each field encoded on
 // its own (digestDocFieldByField, the plain way it was first written), so

@@ -244,8 +244,10 @@ func newChildRecord(j *api.Job) *ChildRecord {
 		hasGroups: j.TaskGroups != nil,
 	}
 	if v, ok := j.Meta[MetaRendered]; ok {
-		// Kept decoded, its paths interned: the text is a kilobyte a child.
-		r.rendered, _ = specdigest.Decode(v, internPath)
+		// Kept as a digest (a handle shared with the equal digests of the
+		// child as Nomad holds it and as rendered), not as the text, which is
+		// a kilobyte a child.
+		r.rendered, _ = specdigest.Decode(v)
 	}
 	if len(j.TaskGroups) > 0 {
 		r.groups = make([]*groupRecord, len(j.TaskGroups))

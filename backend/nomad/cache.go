@@ -986,13 +986,29 @@ func (c *Cache) upsertVolume(v *api.HostVolume, deleted bool, index uint64) []ba
 	if ns == "" {
 		ns = "default"
 	}
+	// The sets named by a suffix of base after a "-": looked up one by
+	// one, rather than by building the index of every set (setsLocked)
+	// for each of the many volume events of a convergence.
 	var out []backend.SetKey
-	for k := range c.setsLocked() {
-		if k.Namespace == ns && strings.HasSuffix(base, "-"+k.Name) {
+	for i := 0; i < len(base); i++ {
+		if base[i] != '-' {
+			continue
+		}
+		if k := (backend.SetKey{Namespace: ns, Name: base[i+1:]}); c.knownSetLocked(k) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// knownSetLocked reports whether k is one of the sets Sets returns. The
+// caller holds mu.
+func (c *Cache) knownSetLocked(k backend.SetKey) bool {
+	if _, ok := c.parents[k]; ok {
+		return true
+	}
+	_, ok := c.children[k]
+	return ok
 }
 
 // applyVolumeLocked folds one volume event into the cache and reports

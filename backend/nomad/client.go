@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // Client implements API over a real Nomad agent.
@@ -109,31 +110,89 @@ func IsConflict(err error) bool { return backend.IsConflict(err) }
 type jobStub struct {
 	ID, Namespace, Status                    string
 	Stop                                     bool
-	Meta                                     map[string]string
+	Meta                                     stubMeta
 	CreateIndex, ModifyIndex, JobModifyIndex uint64
 	SubmitTime                               int64
 }
 
-// ListJobs implements API. The stubs carry only ID, Namespace, Status,
-// Stop, Meta, the three indexes and SubmitTime (see jobStub).
-func (n *Client) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
-	defer TraceCall(ctx, VerbListJobs, &err)
-	// Nomad leaves Meta out of job stubs unless asked; the watcher needs it
-	// to tell parents and children from every other job without a read each.
-	var raw []jobStub
-	meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, query(ctx, namespace))
-	if err != nil {
-		return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied(VerbListJobs, namespace, err))
-	}
-	stubs := make([]*api.JobListStub, len(raw))
-	for i := range raw {
-		r := &raw[i]
-		stubs[i] = &api.JobListStub{
-			ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta,
-			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
+// stubMeta is the part of a stub's Meta the re-list reads: whether the job
+// is a set's parent (jobs.KeyManaged) or child (jobs.MetaParent). Decoded
+// as a struct, the other keys are skipped without a copy: a child's meta
+// also holds the record of its rendering (jobs.MetaRendered), about a
+// kilobyte, and a parent's its annotations, for every job of the cluster
+// at each re-list.
+type stubMeta struct {
+	Managed *string `json:"statefulset"`
+	Parent  *string `json:"statefulset_parent"`
+}
+
+// stubMetaKeys are the keys of stubMeta's fields, which its tags spell.
+var stubMetaKeys = [...]string{jobs.KeyManaged, jobs.MetaParent}
+
+// toMap returns the meta as the stub's Meta: the keys present, nil when
+// none is.
+func (m stubMeta) toMap() map[string]string {
+	var out map[string]string
+	for i, v := range [...]*string{m.Managed, m.Parent} {
+		if v != nil {
+			if out == nil {
+				out = make(map[string]string, 2)
+			}
+			out[stubMetaKeys[i]] = *v
 		}
 	}
-	return stubs, meta.LastIndex, nil
+	return out
+}
+
+// listJobsPage is how many job stubs a listing asks Nomad for at once. A
+// child's stub is about two kilobytes (half of it the record of its
+// rendering, jobs.MetaRendered), and the api package buffers a whole answer
+// before decoding it, so one answer for every job of a 1,000-set cluster
+// was a buffer of tens of megabytes at each re-list; a page bounds it
+// whatever the cluster's size.
+const listJobsPage = 1000
+
+// ListJobs implements API. The stubs carry only ID, Namespace, Status,
+// Stop, Meta, the three indexes and SubmitTime (see jobStub), and their
+// Meta only the keys of stubMeta, which the watcher reads. Nomad answers
+// in pages (listJobsPage); the index is the first page's: every page holds
+// the jobs as of at least that index, and the event stream from it on
+// replays what later pages hold too, which the cache folds as it folds
+// the overlap of its other listings with the stream.
+func (n *Client) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
+	defer TraceCall(ctx, VerbListJobs, &err)
+	var stubs []*api.JobListStub
+	var index uint64
+	q := query(ctx, namespace)
+	q.PerPage = listJobsPage
+	for page := 0; ; page++ {
+		// Nomad leaves Meta out of job stubs unless asked; the watcher
+		// needs it to tell parents and children from every other job
+		// without a read each.
+		var raw []jobStub
+		meta, err := n.c.Raw().Query("/v1/jobs?meta=true", &raw, q)
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing jobs in namespace %q: %w", namespace, denied(VerbListJobs, namespace, err))
+		}
+		if page == 0 {
+			index = meta.LastIndex
+		}
+		for i := range raw {
+			r := &raw[i]
+			stubs = append(stubs, &api.JobListStub{
+				ID: r.ID, Namespace: r.Namespace, Status: r.Status, Stop: r.Stop, Meta: r.Meta.toMap(),
+				CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobModifyIndex: r.JobModifyIndex, SubmitTime: r.SubmitTime,
+			})
+		}
+		if meta.NextToken == "" {
+			break
+		}
+		q.NextToken = meta.NextToken
+	}
+	if stubs == nil {
+		stubs = []*api.JobListStub{}
+	}
+	return stubs, index, nil
 }
 
 // GetJob implements API.
@@ -394,29 +453,49 @@ type allocStub struct {
 // are read (readiness needs them) but decoded without their events, which
 // are most of a stub's size. The stubs carry only the fields of allocStub,
 // and of a task state only State, Failed, Restarts, StartedAt and
-// FinishedAt.
+// FinishedAt. The answer is decoded as it is read, one stub at a time: the
+// api package would buffer all of it first, tens of megabytes for a
+// cluster of 10,000 allocations, at every re-list. The listing's index is
+// not read: the watcher's snapshot takes the job listing's.
 func (n *Client) ListAllocations(ctx context.Context, namespace string) (_ []*api.AllocationListStub, err error) {
 	defer TraceCall(ctx, VerbListAllocations, &err)
-	var raw []allocStub
-	if _, err := n.c.Raw().Query("/v1/allocations", &raw, query(ctx, namespace)); err != nil {
+	body, err := n.c.Raw().Response("/v1/allocations", query(ctx, namespace))
+	if err != nil {
 		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, denied(VerbListAllocations, namespace, err))
 	}
-	allocs := make([]*api.AllocationListStub, len(raw))
-	for i := range raw {
-		r := &raw[i]
-		allocs[i] = &api.AllocationListStub{
+	defer body.Close()
+	allocs := []*api.AllocationListStub{}
+	dec := json.NewDecoder(body)
+	switch tok, err := dec.Token(); {
+	case err != nil:
+		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
+	case tok == nil:
+		return allocs, nil // null: none
+	case tok != json.Delim('['):
+		return nil, fmt.Errorf("listing allocations in namespace %q: the answer is not a list (%v)", namespace, tok)
+	}
+	for dec.More() {
+		var r allocStub
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
+		}
+		a := &api.AllocationListStub{
 			ID: r.ID, Namespace: r.Namespace, NodeID: r.NodeID, JobID: r.JobID,
 			DesiredStatus: r.DesiredStatus, ClientStatus: r.ClientStatus, DeploymentStatus: r.DeploymentStatus,
 			CreateIndex: r.CreateIndex, ModifyIndex: r.ModifyIndex, JobVersion: r.JobVersion, ModifyTime: r.ModifyTime,
 		}
 		if len(r.TaskStates) > 0 {
-			allocs[i].TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))
+			a.TaskStates = make(map[string]*api.TaskState, len(r.TaskStates))
 			for name, t := range r.TaskStates {
 				if t != nil {
-					allocs[i].TaskStates[name] = &api.TaskState{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+					a.TaskStates[name] = &api.TaskState{State: t.State, Failed: t.Failed, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
 				}
 			}
 		}
+		allocs = append(allocs, a)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("listing allocations in namespace %q: %w", namespace, err)
 	}
 	return allocs, nil
 }

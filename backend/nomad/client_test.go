@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 // TestClientEventsKeepsRawPayloads: Client.Events hands every payload
@@ -139,9 +140,13 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 			}
 			_ = json.NewEncoder(w).Encode([]*api.JobListStub{{
 				ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
-				Meta:        map[string]string{"statefulset_parent": "web"},
+				Meta:        map[string]string{jobs.MetaParent: "web", jobs.MetaOrdinal: "0", jobs.MetaRendered: "1.AAAA"},
 				CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8, Datacenters: []string{"dc1"},
 				JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}},
+			}, {
+				ID: "web", Namespace: "prod", Status: "running", Meta: map[string]string{jobs.KeyManaged: "true", "statefulset_replicas": "1"},
+			}, {
+				ID: "other", Namespace: "prod", Status: "running", Meta: map[string]string{"team": "a"},
 			}})
 		case "/v1/allocations":
 			if r.URL.Query().Get("task_states") == "false" || r.URL.Query().Get("namespace") != "*" {
@@ -171,9 +176,12 @@ func TestClientListsDecodeOnlyWhatTheWatcherReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &api.JobListStub{ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
-		Meta: map[string]string{"statefulset_parent": "web"}, CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8}
-	if index != 42 || len(stubs) != 1 || !reflect.DeepEqual(stubs[0], want) {
+	// The stubs' meta keeps only the keys the watcher reads.
+	want := []*api.JobListStub{{ID: "web-0", Namespace: "prod", Status: "running", Stop: true, SubmitTime: 5,
+		Meta: map[string]string{jobs.MetaParent: "web"}, CreateIndex: 1, ModifyIndex: 9, JobModifyIndex: 8},
+		{ID: "web", Namespace: "prod", Status: "running", Meta: map[string]string{jobs.KeyManaged: "true"}},
+		{ID: "other", Namespace: "prod", Status: "running"}}
+	if index != 42 || !reflect.DeepEqual(stubs, want) {
 		t.Fatalf("ListJobs: index %d, stubs %+v; want %+v", index, stubs, want)
 	}
 	allocs, err := cl.ListAllocations(context.Background(), "*")
@@ -408,5 +416,28 @@ func callEncodingVerbs(t *testing.T, client *nomad.Client, job *api.Job) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no event in 2 minutes")
+	}
+}
+
+// TestListAllocationsReadsAsItDecodes: the allocation listing, decoded one
+// stub at a time, reads an empty list, null, and refuses what is not a
+// list or is cut short.
+func TestListAllocationsReadsAsItDecodes(t *testing.T) {
+	for body, want := range map[string]int{`[]`: 0, `null`: 0, `[{"ID":"a1"},{"ID":"a2"}]`: 2, `{}`: -1, `[{"ID":"a1"},`: -1, `[{"ID":1}]`: -1} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(body))
+		}))
+		c, err := api.NewClient(&api.Config{Address: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocs, err := nomad.NewAPI(c).ListAllocations(context.Background(), "*")
+		srv.Close()
+		switch {
+		case want < 0 && err == nil:
+			t.Errorf("%s: listed %d allocations, want an error", body, len(allocs))
+		case want >= 0 && (err != nil || len(allocs) != want):
+			t.Errorf("%s: listed %d allocations, %v; want %d", body, len(allocs), err, want)
+		}
 	}
 }

@@ -355,7 +355,8 @@ func (w *Watcher) listAndWatch(ctx context.Context) error {
 }
 
 // list reads the whole cluster state the daemon cares about, in a few calls
-// whatever the number of sets: the jobs, every allocation, and the volumes
+// whatever the number of sets (the jobs come a page of 1,000 a call): the
+// jobs, every allocation, and the volumes
 // of each namespace with a set. A job is read again only when the cache
 // does not hold it at its stub's ModifyIndex, nor, for a child, its spec at
 // the stub's JobModifyIndex (Cache.jobAt), so a steady-state resync reads

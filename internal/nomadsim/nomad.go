@@ -252,26 +252,48 @@ var _ nomad.API = (*Nomad)(nil)
 // with meta=true) and a JobSummary, sorted by namespace and ID like Nomad's
 // index; the returned index is the current Raft index.
 func (s *Nomad) ListJobs(ctx context.Context, namespace string) (_ []*api.JobListStub, _ uint64, err error) {
+	stubs, _, index, err := s.listJobs(ctx, namespace, "", 0)
+	return stubs, index, err
+}
+
+// listJobs is ListJobs paginated as Nomad paginates /v1/jobs (its
+// paginator and NamespaceIDTokenizer): a job's token is
+// "<namespace>.<id>", jobs whose token sorts before nextToken are skipped,
+// at most perPage are listed (0: all), and next is the token of the first
+// job past the page ("" after the last). Only the page's stubs are built,
+// as Nomad's iterator builds them.
+func (s *Nomad) listJobs(ctx context.Context, namespace, nextToken string, perPage int) (_ []*api.JobListStub, next string, _ uint64, err error) {
 	defer nomad.TraceCall(ctx, nomad.VerbListJobs, &err)
 	if err := s.enterRead(ctx, nomad.VerbListJobs); err != nil {
-		return nil, 0, err
+		return nil, "", 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*api.JobListStub, 0, len(s.jobs))
-	for k, rec := range s.jobs {
+	keys := make([]jobKey, 0, len(s.jobs))
+	for k := range s.jobs {
 		if namespace != "*" && k.ns != namespaceOrDefault(namespace) {
 			continue
 		}
-		out = append(out, s.stub(k, rec))
+		keys = append(keys, k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].ns != keys[j].ns {
+			return keys[i].ns < keys[j].ns
 		}
-		return out[i].ID < out[j].ID
+		return keys[i].id < keys[j].id
 	})
-	return out, s.index, nil
+	out := make([]*api.JobListStub, 0, min(len(keys), max(perPage, 0)))
+	for _, k := range keys {
+		token := k.ns + "." + k.id
+		if nextToken != "" && token < nextToken {
+			continue
+		}
+		if perPage > 0 && len(out) == perPage {
+			return out, token, s.index, nil
+		}
+		out = append(out, s.stub(k, s.jobs[k]))
+	}
+	return out, "", s.index, nil
 }
 
 // GetJob implements nomad.API.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -82,19 +83,32 @@ func fail(w http.ResponseWriter, err error, notFound string) {
 }
 
 func (s *Nomad) httpListJobs(w http.ResponseWriter, r *http.Request) {
-	ns := r.URL.Query().Get("namespace")
+	q := r.URL.Query()
+	ns := q.Get("namespace")
 	if ns != "*" {
 		ns = namespaceOrDefault(ns)
 	}
-	stubs, _, err := s.ListJobs(r.Context(), ns)
+	perPage := 0
+	if v := q.Get("per_page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("failed to parse per_page %q", v), http.StatusBadRequest)
+			return
+		}
+		perPage = n
+	}
+	stubs, next, _, err := s.listJobs(r.Context(), ns, q.Get("next_token"), perPage)
 	if err != nil {
 		fail(w, err, "")
 		return
 	}
-	if r.URL.Query().Get("meta") != "true" {
+	if q.Get("meta") != "true" {
 		for _, st := range stubs {
 			st.Meta = nil
 		}
+	}
+	if next != "" {
+		w.Header().Set("X-Nomad-NextToken", next)
 	}
 	s.reply(w, stubs)
 }

@@ -2,7 +2,12 @@ package nomadsim_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +17,7 @@ import (
 	"github.com/nomad-statefulset/nomad-statefulset/backend"
 	"github.com/nomad-statefulset/nomad-statefulset/backend/nomad"
 	"github.com/nomad-statefulset/nomad-statefulset/internal/nomadsim"
+	"github.com/nomad-statefulset/nomad-statefulset/jobs"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -112,5 +118,76 @@ func TestHandlerServesTheDaemonsClient(t *testing.T) {
 	}
 	if _, err := cl.GetJob(ctx, "default", "web-0"); !nomad.IsNotFound(err) {
 		t.Fatalf("the purged job reads as %v", err)
+	}
+}
+
+// TestListJobsInPages: the daemon's client lists jobs in pages, as Nomad
+// paginates them (per_page, next_token), and gets every job once, with
+// the index of its first page and without the record of a child's
+// rendering in the stubs' meta.
+func TestListJobsInPages(t *testing.T) {
+	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Hour})
+	defer sim.Close()
+	srv := httptest.NewServer(sim.Handler())
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := nomad.NewAPI(c)
+	ctx := context.Background()
+	const n = 2345 // more than two pages
+	for i := 0; i < n; i++ {
+		j := httpChild("r1")
+		j.ID, j.Name = ptr(fmt.Sprintf("web-%d", i)), ptr(fmt.Sprintf("web-%d", i))
+		j.Meta["statefulset_ordinal"] = strconv.Itoa(i)
+		j.Meta[jobs.MetaRendered] = "1.AAAA"
+		if _, err := sim.RegisterJob(ctx, j, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := sim.Index()
+	stubs, index, err := cl.ListJobs(ctx, "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if index < before {
+		t.Fatalf("listed at index %d, before the last register's %d", index, before)
+	}
+	seen := map[string]bool{}
+	for _, st := range stubs {
+		if seen[st.ID] {
+			t.Fatalf("job %s listed twice", st.ID)
+		}
+		seen[st.ID] = true
+		if _, ok := st.Meta[jobs.MetaRendered]; ok || st.Meta["statefulset_parent"] != "web" {
+			t.Fatalf("stub %s has meta %v", st.ID, st.Meta)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("listed %d jobs, want %d", len(seen), n)
+	}
+
+	// Nomad's own pages: each names the first job of the next.
+	resp, err := http.Get(srv.URL + "/v1/jobs?namespace=*&per_page=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []*api.JobListStub
+	err = json.NewDecoder(resp.Body).Decode(&first)
+	resp.Body.Close()
+	next := resp.Header.Get("X-Nomad-NextToken")
+	if err != nil || len(first) != 2 || next != "default."+stubs[2].ID {
+		t.Fatalf("first page: %d stubs, next token %q, %v", len(first), next, err)
+	}
+	resp, err = http.Get(srv.URL + "/v1/jobs?namespace=*&per_page=2&next_token=" + url.QueryEscape(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var second []*api.JobListStub
+	err = json.NewDecoder(resp.Body).Decode(&second)
+	resp.Body.Close()
+	if err != nil || len(second) != 2 || second[0].ID != stubs[2].ID {
+		t.Fatalf("second page: %+v, %v", second, err)
 	}
 }

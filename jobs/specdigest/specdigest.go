@@ -5,12 +5,14 @@
 package specdigest
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
-	"sort"
+	"slices"
 	"strings"
+	"unique"
 )
 
 // Digest is a child job's spec reduced to one checksum per field, in the
@@ -20,15 +22,28 @@ import (
 // back from Nomad give equal digests. Comparing the digest of the child
 // Nomad has with that of its revision rendered for its ordinal finds any
 // hand edit (`nomad job run` of a changed child, `nomad job revert`), and
-// names the fields it changed, while the cache keeps a few hundred bytes
-// per child rather than the job. The zero Digest is unknown: it matches
-// everything, so a child whose spec could not be read is never replaced for
-// it.
+// names the fields it changed. The zero Digest is unknown: it matches
+// everything, so a child whose spec could not be read is never replaced
+// for it.
+//
+// A Digest is a handle (package unique) to its fields: the daemon keeps
+// three digests of every child (as Nomad holds it, as the daemon
+// registered it, as this release renders it), which are nearly always
+// equal, so they share one copy, and equal digests are one pointer
+// comparison apart. The paths of the fields, the same for every child of a
+// template, are a handle of their own, so a child's digest costs the
+// daemon its sums, 8 bytes a field. Handles no digest uses any more are
+// collected.
 type Digest struct {
-	fields []Field
-	// all sums every field's path and checksum: equal digests have equal
-	// sums, so a steady comparison is one test.
-	all uint64
+	h unique.Handle[fields]
+}
+
+// fields is a known digest's content, in path order: paths is every
+// field's path, each as its length (uvarint) and its bytes; sums is each
+// field's checksum, 8 bytes little-endian, in the same order.
+type fields struct {
+	paths unique.Handle[string]
+	sums  string
 }
 
 // Field is the checksum of one field of the normal form, named by its path
@@ -38,61 +53,113 @@ type Field struct {
 	Sum  uint64
 }
 
-// New returns the known digest of fields, in any order; New(nil) is known
-// and has no fields. It keeps fields.
-func New(fields []Field) Digest {
-	if fields == nil {
-		fields = []Field{}
-	}
-	sort.Slice(fields, func(i, j int) bool { return fields[i].Path < fields[j].Path })
-	h := fnv.New64a()
-	for _, f := range fields {
-		h.Write([]byte(f.Path))
-		var b [8]byte
-		for i := range b {
-			b[i] = byte(f.Sum >> (8 * i))
+// New returns the known digest of fs, in any order; New(nil) is known and
+// has no fields. It sorts fs (by path, then checksum) and keeps none of it.
+func New(fs []Field) Digest {
+	slices.SortFunc(fs, func(a, b Field) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
 		}
-		h.Write(b[:])
+		return cmp.Compare(a.Sum, b.Sum)
+	})
+	n := 0
+	for _, f := range fs {
+		n += binary.MaxVarintLen64 + len(f.Path)
 	}
-	return Digest{fields: fields, all: h.Sum64()}
+	paths := make([]byte, 0, n)
+	sums := make([]byte, 0, 8*len(fs))
+	for _, f := range fs {
+		paths = binary.AppendUvarint(paths, uint64(len(f.Path)))
+		paths = append(paths, f.Path...)
+		sums = binary.LittleEndian.AppendUint64(sums, f.Sum)
+	}
+	return digestOf(paths, sums)
+}
+
+// digestOf returns the digest of paths and sums, in the encoding of fields
+// and in path order.
+func digestOf(paths, sums []byte) Digest {
+	return Digest{h: unique.Make(fields{paths: unique.Make(string(paths)), sums: string(sums)})}
 }
 
 // Known reports whether the digest was computed.
-func (d Digest) Known() bool { return d.fields != nil }
+func (d Digest) Known() bool { return d.h != unique.Handle[fields]{} }
 
-// Equal reports whether d and other are known and equal.
+// Equal reports whether d and other are known and equal: the same fields
+// with the same checksums.
 func (d Digest) Equal(other Digest) bool {
-	if !d.Known() || !other.Known() || d.all != other.all || len(d.fields) != len(other.fields) {
-		return false
+	return d.Known() && d.h == other.h
+}
+
+// Len is the number of fields of a known digest (0 when unknown).
+func (d Digest) Len() int {
+	if !d.Known() {
+		return 0
 	}
-	for i := range d.fields {
-		if d.fields[i] != other.fields[i] {
-			return false
+	return len(d.h.Value().sums) / 8
+}
+
+// each calls fn with every field of a known digest, in path order; the
+// paths are substrings of the digest's own.
+func (d Digest) each(fn func(path string, sum uint64)) {
+	if !d.Known() {
+		return
+	}
+	v := d.h.Value()
+	eachField(v.paths.Value(), v.sums, fn)
+}
+
+// eachField calls fn with every field of paths and sums as fields encodes
+// them, which New and Decode wrote: every length is in bounds.
+func eachField(paths, sums string, fn func(path string, sum uint64)) {
+	for len(sums) >= 8 {
+		var n uint64
+		k := 0
+		for shift := 0; ; shift += 7 {
+			c := paths[k]
+			k++
+			n |= uint64(c&0x7f) << shift
+			if c < 0x80 {
+				break
+			}
 		}
+		var sum uint64
+		for i := 7; i >= 0; i-- {
+			sum = sum<<8 | uint64(sums[i])
+		}
+		fn(paths[k:k+int(n)], sum)
+		paths, sums = paths[k+int(n):], sums[8:]
 	}
-	return true
+}
+
+// list returns the fields of a known digest, in path order.
+func (d Digest) list() []Field {
+	out := []Field{}
+	d.each(func(path string, sum uint64) { out = append(out, Field{Path: path, Sum: sum}) })
+	return out
 }
 
 // Changed returns the fields whose values differ between d and other,
 // sorted ("Group.Tasks[app].Env", "Meta", …); nil when either is unknown
 // or they are equal.
 func (d Digest) Changed(other Digest) []string {
-	if !d.Known() || !other.Known() {
+	if !d.Known() || !other.Known() || d.h == other.h {
 		return nil
 	}
+	a, b := d.list(), other.list()
 	var out []string
 	i, j := 0, 0
-	for i < len(d.fields) || j < len(other.fields) {
+	for i < len(a) || j < len(b) {
 		switch {
-		case j == len(other.fields) || (i < len(d.fields) && d.fields[i].Path < other.fields[j].Path):
-			out = append(out, d.fields[i].Path)
+		case j == len(b) || (i < len(a) && a[i].Path < b[j].Path):
+			out = append(out, a[i].Path)
 			i++
-		case i == len(d.fields) || other.fields[j].Path < d.fields[i].Path:
-			out = append(out, other.fields[j].Path)
+		case i == len(a) || b[j].Path < a[i].Path:
+			out = append(out, b[j].Path)
 			j++
 		default:
-			if d.fields[i].Sum != other.fields[j].Sum {
-				out = append(out, d.fields[i].Path)
+			if a[i].Sum != b[j].Sum {
+				out = append(out, a[i].Path)
 			}
 			i++
 			j++
@@ -115,19 +182,18 @@ func (d Digest) Encode() string {
 	if !d.Known() {
 		return ""
 	}
-	var b []byte
-	for _, f := range d.fields {
-		b = binary.AppendUvarint(b, uint64(len(f.Path)))
-		b = append(b, f.Path...)
-		b = binary.LittleEndian.AppendUint64(b, f.Sum)
-	}
+	v := d.h.Value()
+	b := make([]byte, 0, len(v.paths.Value())+len(v.sums))
+	d.each(func(path string, sum uint64) {
+		b = binary.AppendUvarint(b, uint64(len(path)))
+		b = append(b, path...)
+		b = binary.LittleEndian.AppendUint64(b, sum)
+	})
 	return encodingV1 + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// Decode reads a digest that Encode wrote. intern, when not nil, returns the
-// string to keep for a path (the same path of many children then shares one
-// string). Any other text is an error.
-func Decode(s string, intern func(string) string) (Digest, error) {
+// Decode reads a digest that Encode wrote. Any other text is an error.
+func Decode(s string) (Digest, error) {
 	rest, ok := strings.CutPrefix(s, encodingV1)
 	if !ok {
 		return Digest{}, fmt.Errorf("spec digest %.12q…: not an encoding this release knows", s)
@@ -136,18 +202,32 @@ func Decode(s string, intern func(string) string) (Digest, error) {
 	if err != nil {
 		return Digest{}, fmt.Errorf("spec digest: %w", err)
 	}
-	fields := []Field{}
-	for len(b) > 0 {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) || uint64(len(b)-k)-n < 8 {
-			return Digest{}, fmt.Errorf("spec digest: field %d is cut short", len(fields))
+	// Encode writes the fields in path order; text in another order (or
+	// with a path twice) is sorted as New sorts it, so that equal fields
+	// give equal digests whatever their order.
+	var paths, sums []byte
+	sorted := true
+	var prev []byte
+	var prevSum uint64
+	for n := 0; len(b) > 0; n++ {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) || uint64(len(b)-k)-l < 8 {
+			return Digest{}, fmt.Errorf("spec digest: field %d is cut short", n)
 		}
-		f := Field{Path: string(b[k : k+int(n)]), Sum: binary.LittleEndian.Uint64(b[k+int(n):])}
-		if intern != nil {
-			f.Path = intern(f.Path)
+		path, sum := b[k:k+int(l)], binary.LittleEndian.Uint64(b[k+int(l):])
+		if c := bytes.Compare(path, prev); n > 0 && (c < 0 || c == 0 && sum < prevSum) {
+			sorted = false
 		}
-		fields = append(fields, f)
-		b = b[k+int(n)+8:]
+		prev, prevSum = path, sum
+		paths = binary.AppendUvarint(paths, l)
+		paths = append(paths, path...)
+		sums = binary.LittleEndian.AppendUint64(sums, sum)
+		b = b[k+int(l)+8:]
 	}
-	return New(fields), nil
+	if !sorted {
+		var fs []Field
+		eachField(string(paths), string(sums), func(path string, sum uint64) { fs = append(fs, Field{Path: path, Sum: sum}) })
+		return New(fs), nil
+	}
+	return digestOf(paths, sums), nil
 }
