@@ -165,12 +165,18 @@ func (a *fakeAgent) record(r *http.Request) {
 	a.requests = append(a.requests, r.URL.RequestURI())
 }
 
-// add serves details for a set, in order.
+// add serves details for a set, in order; a nil entry is a 404, and the
+// set's key is that of the first detail that is not.
 func (a *fakeAgent) add(ds ...*client.SetDetail) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d := ds[0]
-	a.sets[d.Namespace+"/"+d.Name] = ds
+	for _, d := range ds {
+		if d != nil {
+			a.sets[d.Namespace+"/"+d.Name] = ds
+			return
+		}
+	}
+	a.t.Fatal("fakeAgent.add: no detail")
 }
 
 func writeTestJSON(w http.ResponseWriter, code int, v any) {

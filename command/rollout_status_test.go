@@ -220,21 +220,20 @@ func TestRolloutStatusWaitsForNewJobIndex(t *testing.T) {
 }
 
 func TestRolloutStatusWaitsForAgentToPickUpNewSet(t *testing.T) {
-	// The job exists in Nomad; the agent answers 404 until it has seen it.
+	// The job exists in Nomad; the agent answers 404 at first (it has not
+	// seen it yet), then the set. (A goroutine that added the set after a
+	// sleep raced the first poll on a loaded machine.)
 	nomad := newFakeNomad(t)
 	nomad.put(parentJob("fresh"), 7)
 	agent := newFakeAgent(t)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		d := rolloutStep(func(d *client.SetDetail) {
-			d.Name = "fresh"
-			d.Status.ObservedGeneration = 7
-			d.Status.CurrentRevision = d.Status.UpdateRevision
-			d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 3, 3
-			setPods(d, []string{newRev, newRev, newRev}, []string{"Available", "Available", "Available"})
-		})
-		agent.add(d)
-	}()
+	d := rolloutStep(func(d *client.SetDetail) {
+		d.Name = "fresh"
+		d.Status.ObservedGeneration = 7
+		d.Status.CurrentRevision = d.Status.UpdateRevision
+		d.Status.ReadyReplicas, d.Status.UpdatedReplicas = 3, 3
+		setPods(d, []string{newRev, newRev, newRev}, []string{"Available", "Available", "Available"})
+	})
+	agent.add(nil, d)
 	code, out, errOut := runRolloutStatus(t, agent, nomad.srv.URL, "-timeout", "10s", "fresh")
 	if code != ExitOK {
 		t.Fatalf("exit %d, stdout %q stderr %q", code, out, errOut)
