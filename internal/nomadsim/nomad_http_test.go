@@ -33,20 +33,27 @@ func httpChild(rev string) *api.Job {
 	return j
 }
 
+// servedSim is a simulated Nomad served over HTTP at addr, and the daemon's
+// own client of it; both end with the test.
+func servedSim(t *testing.T, cfg nomadsim.NomadConfig) (sim *nomadsim.Nomad, cl *nomad.Client, addr string) {
+	t.Helper()
+	sim = nomadsim.NewNomad(cfg)
+	t.Cleanup(sim.Close)
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, nomad.NewAPI(c), srv.URL
+}
+
 // TestHandlerServesTheDaemonsClient drives the simulation through its HTTP
 // handler with the daemon's own nomad.Client: every API verb, Nomad's
 // errors as the client classifies them, and a watcher following the event
 // stream until the child is ready.
 func TestHandlerServesTheDaemonsClient(t *testing.T) {
-	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
-	defer sim.Close()
-	srv := httptest.NewServer(sim.Handler())
-	defer srv.Close()
-	c, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := nomad.NewAPI(c)
+	sim, cl, _ := servedSim(t, nomadsim.NomadConfig{PlaceDelay: time.Millisecond, StartDelay: time.Millisecond, HealthyDelay: time.Millisecond, StopDelay: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -126,15 +133,7 @@ func TestHandlerServesTheDaemonsClient(t *testing.T) {
 // the index of its first page and without the record of a child's
 // rendering in the stubs' meta.
 func TestListJobsInPages(t *testing.T) {
-	sim := nomadsim.NewNomad(nomadsim.NomadConfig{PlaceDelay: time.Hour})
-	defer sim.Close()
-	srv := httptest.NewServer(sim.Handler())
-	defer srv.Close()
-	c, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := nomad.NewAPI(c)
+	sim, cl, addr := servedSim(t, nomadsim.NomadConfig{PlaceDelay: time.Hour})
 	ctx := context.Background()
 	const n = 2345 // more than two pages
 	for i := 0; i < n; i++ {
@@ -169,7 +168,7 @@ func TestListJobsInPages(t *testing.T) {
 	}
 
 	// Nomad's own pages: each names the first job of the next.
-	resp, err := http.Get(srv.URL + "/v1/jobs?namespace=*&per_page=2")
+	resp, err := http.Get(addr + "/v1/jobs?namespace=*&per_page=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +179,7 @@ func TestListJobsInPages(t *testing.T) {
 	if err != nil || len(first) != 2 || next != "default."+stubs[2].ID {
 		t.Fatalf("first page: %d stubs, next token %q, %v", len(first), next, err)
 	}
-	resp, err = http.Get(srv.URL + "/v1/jobs?namespace=*&per_page=2&next_token=" + url.QueryEscape(next))
+	resp, err = http.Get(addr + "/v1/jobs?namespace=*&per_page=2&next_token=" + url.QueryEscape(next))
 	if err != nil {
 		t.Fatal(err)
 	}
