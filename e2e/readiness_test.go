@@ -75,7 +75,11 @@ func remove(t *testing.T, path string) {
 }
 
 // checkedService is a group service whose Consul script check passes
-// while /data/healthy exists in the pod.
+// while /data/healthy exists in the pod. Its timeout is long: Nomad
+// 1.10.5's exec executor panics ("send on closed channel",
+// executor_linux.go handleExecWait) when a script check in an exec task
+// times out, and kills the task; a busy machine made a 10 s timeout
+// expire in CI.
 const checkedService = `
     network {
       port "http" {}
@@ -90,7 +94,7 @@ const checkedService = `
         command  = "/bin/sh"
         args     = ["-c", "test -f /data/healthy || { echo /data/healthy is missing; exit 2; }"]
         interval = "2s"
-        timeout  = "10s"
+        timeout  = "60s"
       }
     }`
 
