@@ -49,6 +49,25 @@ func DigestChildJSON(data []byte) (SpecDigest, error) {
 	return digestOwned(&j)
 }
 
+// DecodeChild decodes a child job's JSON (an event payload) whole: its
+// record, as DecodeChildRecord gives it, without a digest, and the job,
+// which the record shares nothing with that a digest changes. It is for a
+// child whose spec is new, whose digest must be computed anyway
+// (DigestDecoded of job): one decoding instead of DecodeChildRecord's and
+// DigestChildJSON's. The job is also what DecodePayload would give of a
+// parent.
+func DecodeChild(data []byte) (*ChildRecord, *api.Job, error) {
+	var j api.Job
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, nil, fmt.Errorf("decoding a child job: %w", err)
+	}
+	return newChildRecord(&j), &j, nil
+}
+
+// DigestDecoded is DigestChild of a job the caller gives up, as DecodeChild
+// returns it: the job is changed, and so is not copied first.
+func DigestDecoded(job *api.Job) (SpecDigest, error) { return digestOwned(job) }
+
 // digestOwned is DigestChild of a job the caller owns (just decoded, or
 // just rendered): it changes c, and so needs no copy.
 func digestOwned(c *api.Job) (SpecDigest, error) {
