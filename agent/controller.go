@@ -520,6 +520,7 @@ func (c *controller) expectOutcome(p *pass, a reconciler.Action, o outcome) {
 	switch a.Type {
 	case reconciler.ActionCreatePod:
 		c.expectChild(p.st, childID(p.key, a.Ordinal), "registered", o.index)
+		p.st.rendered.registered(p.spec, a.Revision.Name, a.Ordinal, o.registered)
 	case reconciler.ActionRestoreCount:
 		if d, ok := podDetail(p.obs, p.key, a.Ordinal); ok {
 			c.expectChild(p.st, d.JobID, "back to count 1", o.index)

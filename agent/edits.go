@@ -112,6 +112,32 @@ func (r *renderedDigests) changed(render renderFunc, spec reconciler.Spec, rev r
 	return e.digest.Changed(d.Digest), false
 }
 
+// registered keeps the digest of the rendering a CreatePod registered for
+// ordinal at revision, as the child records it: the same digest changed
+// would render for the child when it is first observed (RenderedDigest of
+// the revision with the child's spread record, which is how the record was
+// computed), so that a new child is rendered once, to be registered, and
+// not once more to be compared. A registration without a known digest
+// keeps nothing.
+func (r *renderedDigests) registered(spec reconciler.Spec, revision string, ordinal int, reg backend.Registration) {
+	if !reg.Rendered.Known() {
+		return
+	}
+	if r.m == nil {
+		r.m = map[renderKey]renderedDigest{}
+	}
+	k := renderKey{revision: revision, ordinal: ordinal, claims: claimsKey(spec), spread: reg.SpreadRecord}
+	r.m[k] = renderedDigest{digest: reg.Rendered, pass: r.pass}
+}
+
+// claimsKey is a spec's claims as a renderKey names them.
+func claimsKey(spec reconciler.Spec) string {
+	if len(spec.VolumeClaims) == 1 {
+		return spec.VolumeClaims[0]
+	}
+	return strings.Join(spec.VolumeClaims, ",")
+}
+
 // renderFunc is the digest of rev rendered for ordinal, with a child's
 // spread record (backend.Cluster's RenderedDigest).
 type renderFunc func(spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread string, recorded bool) (specdigest.Digest, error)
@@ -123,11 +149,7 @@ func (r *renderedDigests) begin(spec reconciler.Spec) *renderedDigests {
 		r.m = map[renderKey]renderedDigest{}
 	}
 	r.pass++
-	if len(spec.VolumeClaims) == 1 {
-		r.claims = spec.VolumeClaims[0]
-	} else {
-		r.claims = strings.Join(spec.VolumeClaims, ",")
-	}
+	r.claims = claimsKey(spec)
 	return r
 }
 

@@ -83,9 +83,9 @@ func (e *podControl) execute(ctx context.Context, p *pass, act reconciler.Action
 		o.Unsupported, o.wrote = unsupported, o.wrote && !unsupported
 		return o
 	case reconciler.ActionCreatePod:
-		index, err := e.registerPod(ectx, p, act)
+		reg, err := e.registerPod(ectx, p, act)
 		o := wrote(err)
-		o.index = index
+		o.index, o.registered = reg.JobModifyIndex, reg
 		return o
 	case reconciler.ActionDeletePod:
 		if err := e.runHooks(ctx, p, act); err != nil {
@@ -130,6 +130,9 @@ type outcome struct {
 	// index is the JobModifyIndex a registration got (CreatePod,
 	// RestoreCount); 0 when there is nothing to wait for.
 	index uint64
+	// registered is what a CreatePod registered, its record of the
+	// rendering kept for drift detection (renderedDigests.registered).
+	registered backend.Registration
 	// node is the node a created volume is on.
 	node string
 	// stateDeleted is set when the set's stored state was deleted (the
@@ -171,10 +174,10 @@ func podDetail(obs backend.Observation, key backend.SetKey, ord int) (backend.Po
 	return found, ok
 }
 
-// registerPod registers the child of a CreatePod action and returns its
-// JobModifyIndex. It reads the pass and writes nothing to it, so that the
+// registerPod registers the child of a CreatePod action and returns what
+// it registered. It reads the pass and writes nothing to it, so that the
 // pods of a Parallel set can be registered at once.
-func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Action) (uint64, error) {
+func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Action) (backend.Registration, error) {
 	key, spec := p.key, p.spec
 	id := childID(key, act.Ordinal)
 	// A stopped child keeps its job in Nomad; re-registering it must name
@@ -187,27 +190,27 @@ func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Ac
 		}
 	}
 	if slices.ContainsFunc(p.obs.Pods, func(d backend.PodDetail) bool { return d.JobID == id }) {
-		return 0, fmt.Errorf("refusing to create %s: it still has a pod", id)
+		return backend.Registration{}, fmt.Errorf("refusing to create %s: it still has a pod", id)
 	}
 	var spread *backend.Spread
 	if len(spec.VolumeClaims) == 0 && !act.Unspread {
 		used, err := e.usedSpreadValues(ctx, spec, p.obs, nil, act.Ordinal)
 		if err != nil {
-			return 0, fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
+			return backend.Registration{}, fmt.Errorf("reading the nodes of %s's other ordinals to spread: %w", key, err)
 		}
 		if spec.SpreadRequired && spec.Spread == "${node.unique.id}" && !e.nodes.HasFineNodeOutside(used) {
-			return 0, spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
+			return backend.Registration{}, spreadUnmet(act.Ordinal, spec, used, errors.New("every eligible node holds another ordinal"))
 		}
 		spread = &backend.Spread{Attr: spec.Spread, Required: spec.SpreadRequired, Used: used}
 	}
-	index, err := e.nomad.RegisterChild(ctx, spec, act.Revision, act.Ordinal, spread, index)
+	reg, err := e.nomad.RegisterChildRecorded(ctx, spec, act.Revision, act.Ordinal, spread, index)
 	if err != nil {
 		if backend.IsConflict(err) {
 			e.requestResync()
 		}
-		return 0, err
+		return backend.Registration{}, err
 	}
-	return index, nil
+	return reg, nil
 }
 
 // deletePod stops the child, or purges it when the reconciler says so (a

@@ -358,12 +358,13 @@ type Cluster interface {
 // Children are the writes of child jobs. Each is one action's effect; none
 // decides anything.
 type Children interface {
-	// RegisterChild renders ordinal's child of spec at rev and registers
-	// it, fenced on index (0: the child must not exist). A spread that is
-	// not nil adds its rules first. It returns the child's new
-	// JobModifyIndex, or an error that IsConflict when the child changed
-	// since it was observed.
-	RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *Spread, index uint64) (uint64, error)
+	// RegisterChildRecorded renders ordinal's child of spec at rev and
+	// registers it, fenced on index (0: the child must not exist). A
+	// spread that is not nil adds its rules first. It returns the child's
+	// new JobModifyIndex with the record of the rendering the child
+	// carries, or an error that IsConflict when the child changed since it
+	// was observed.
+	RegisterChildRecorded(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *Spread, index uint64) (Registration, error)
 	// DeregisterChild stops a child, and purges it when purge is set.
 	// Nomad 1.10 answers a deregister of a job it does not have with
 	// success (nomad/job_endpoint.go, Deregister); an error that wraps
@@ -378,6 +379,21 @@ type Children interface {
 	// EvaluateChild asks Nomad to place a child again. A child that is
 	// gone already (ErrNotFound) is not an error: there is nothing to place.
 	EvaluateChild(ctx context.Context, namespace, id string) error
+}
+
+// Registration is what RegisterChildRecorded registered.
+type Registration struct {
+	// JobModifyIndex is the child's new JobModifyIndex.
+	JobModifyIndex uint64
+	// Rendered is the digest the child records of its rendering
+	// (ChildJob.Rendered), and SpreadRecord its spread record
+	// (ChildJob.SpreadRecord). Rendered is also RenderedDigest of the
+	// child's revision and ordinal with that record: the agent keeps it
+	// for drift detection rather than render the child a second time
+	// when it first sees it. Rendered is unknown for a child without a
+	// spread record.
+	Rendered     specdigest.Digest
+	SpreadRecord string
 }
 
 // Spread is how a child without volumes is spread away from the nodes of

@@ -124,15 +124,25 @@ func RenderChild(spec reconciler.Spec, rev reconciler.Revision, ordinal int) (*a
 // spreading rules MetaSpreadAvoid names, as the digest of the child read
 // back from Nomad does.
 func RecordRendering(child *api.Job) error {
+	_, err := RecordRenderingDigest(child)
+	return err
+}
+
+// RecordRenderingDigest is RecordRendering, and returns the digest it
+// recorded: the digest a registered child's record holds, which is also
+// RenderedDigest of its revision and ordinal with its spread record, so
+// that the registration's caller need not render the child again to know
+// it.
+func RecordRenderingDigest(child *api.Job) (SpecDigest, error) {
 	d, err := DigestChild(child)
 	if err != nil {
-		return fmt.Errorf("recording the rendering of %s: %w", deref(child.ID), err)
+		return SpecDigest{}, fmt.Errorf("recording the rendering of %s: %w", deref(child.ID), err)
 	}
 	if child.Meta == nil {
 		child.Meta = map[string]string{}
 	}
 	child.Meta[MetaRendered] = d.Encode()
-	return nil
+	return d, nil
 }
 
 // restoreGroupZeros re-applies explicit zeros that prune removed, comparing

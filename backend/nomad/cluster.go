@@ -75,26 +75,41 @@ func (c *Cluster) WritePacing() backend.WritePacing {
 	return backend.WritePacing{Holds: holds, Held: held, MaxBehind: c.pacer.MaxBehind()}
 }
 
-// RegisterChild implements backend.Children.
+// RegisterChild is RegisterChildRecorded for a caller that needs only the
+// child's new JobModifyIndex.
 func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (uint64, error) {
+	reg, err := c.RegisterChildRecorded(ctx, spec, rev, ordinal, spread, index)
+	return reg.JobModifyIndex, err
+}
+
+// RegisterChildRecorded implements backend.Children.
+func (c *Cluster) RegisterChildRecorded(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (backend.Registration, error) {
 	child, err := jobs.RenderChild(spec, rev, ordinal)
 	if err != nil {
-		return 0, fmt.Errorf("rendering child %s: %w", reconciler.PodName(spec.Name, ordinal), err)
+		return backend.Registration{}, fmt.Errorf("rendering child %s: %w", reconciler.PodName(spec.Name, ordinal), err)
 	}
 	if spread != nil {
 		jobs.SpreadChild(child, spread.Attr, spread.Required, spread.Used)
 	}
-	if err := jobs.RecordRendering(child); err != nil {
-		return 0, err
+	rendered, err := jobs.RecordRenderingDigest(child)
+	if err != nil {
+		return backend.Registration{}, err
 	}
 	resp, err := c.api.RegisterJob(ctx, child, true, index)
 	if err != nil {
 		if IsConflict(err) {
-			return 0, fmt.Errorf("%s changed since it was observed: %w", *child.ID, backend.ErrConflict)
+			return backend.Registration{}, fmt.Errorf("%s changed since it was observed: %w", *child.ID, backend.ErrConflict)
 		}
-		return 0, err
+		return backend.Registration{}, err
 	}
-	return resp.JobModifyIndex, nil
+	reg := backend.Registration{JobModifyIndex: resp.JobModifyIndex}
+	// RenderChild gives every child a spread record; a child without one
+	// would be rendered as one registered before the record existed, so
+	// its digest is left for the agent to render.
+	if record, ok := child.Meta[jobs.MetaSpreadAvoid]; ok {
+		reg.Rendered, reg.SpreadRecord = rendered, record
+	}
+	return reg, nil
 }
 
 // DeregisterChild implements backend.Children.

@@ -139,3 +139,50 @@ func TestClusterRendersWhatItRegisters(t *testing.T) {
 		t.Fatalf("the registered child reads as edited in %v", want.Changed(have))
 	}
 }
+
+// TestRegistrationRecordsItsRendering: the digest RegisterChildRecorded
+// returns is the child's own record of its rendering as Nomad holds it,
+// and the digest RenderedDigest gives its revision with its spread
+// record, so the agent may keep it instead of rendering the child again.
+func TestRegistrationRecordsItsRendering(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		spread *backend.Spread
+	}{
+		{"no spread", nil},
+		{"soft spread", &backend.Spread{Attr: "${node.unique.id}", Used: []string{"n1", "n2"}}},
+		{"required spread", &backend.Spread{Attr: "${meta.rack}", Required: true, Used: []string{"r1"}}},
+		{"spread over nothing", &backend.Spread{Attr: "${node.unique.id}"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			sim, c, spec, rev := clusterSet(t)
+			reg, err := c.RegisterChildRecorded(ctx, spec, rev, 2, tc.spread, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, err := sim.GetJob(ctx, "default", "web-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := jobs.NewChildRecord(job)
+			if reg.JobModifyIndex != *job.JobModifyIndex {
+				t.Errorf("JobModifyIndex %d, Nomad has %d", reg.JobModifyIndex, *job.JobModifyIndex)
+			}
+			if !reg.Rendered.Known() || !reg.Rendered.Equal(rec.Rendered()) {
+				t.Fatalf("the registration's digest %v is not the child's record %v", reg.Rendered, rec.Rendered())
+			}
+			record, recorded := rec.SpreadRecord()
+			if !recorded || record != reg.SpreadRecord {
+				t.Fatalf("spread record %q (recorded %v), the registration says %q", record, recorded, reg.SpreadRecord)
+			}
+			want, err := c.RenderedDigest(spec, rev, 2, record, recorded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !want.Equal(reg.Rendered) {
+				t.Fatalf("the registration's digest differs from the rendering in %v", want.Changed(reg.Rendered))
+			}
+		})
+	}
+}

@@ -1,12 +1,14 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -617,8 +619,20 @@ func (w *Watcher) apply(evs *api.Events) {
 // rest: it is carried over from the cache while the child's
 // JobModifyIndex is the one the cache holds (a status change), and
 // computed only for a new spec.
+//
+// A child whose spec is new is decoded once, whole (jobs.DecodeChild), for
+// both its record and its digest, rather than into its record and again
+// for the digest: which way is taken is told from the payload's text
+// (specKeyOf), and either way gives the same record and digest.
 func (w *Watcher) decodeJobEvent(e *api.Event) (job *api.Job, rec *jobs.ChildRecord, err error) {
 	if raw, ok := e.Payload["Job"].(json.RawMessage); ok {
+		if ns, id, index, ok := specKeyOf(raw); ok {
+			if _, known := w.cache.digestAt(ns, id, index); !known {
+				if job, rec, ok := w.decodeNewSpec(raw); ok {
+					return job, rec, nil
+				}
+			}
+		}
 		rec, err := jobs.DecodeChildRecord(raw)
 		if err != nil {
 			return nil, nil, err
@@ -635,6 +649,77 @@ func (w *Watcher) decodeJobEvent(e *api.Event) (job *api.Job, rec *jobs.ChildRec
 	}
 	err = DecodePayload(e, "Job", &job)
 	return job, nil, err
+}
+
+// decodeNewSpec is decodeJobEvent of a job decoded whole, for a child
+// whose spec the cache does not hold: the digest is computed from the
+// same decoding as the record. A parent is returned whole and without a
+// record, as decodeJobEvent returns it. Not ok when the job does not decode
+// whole, which decodeJobEvent's other way then reports or reads.
+func (w *Watcher) decodeNewSpec(raw json.RawMessage) (*api.Job, *jobs.ChildRecord, bool) {
+	rec, whole, err := jobs.DecodeChild(raw)
+	if err != nil {
+		return nil, nil, false
+	}
+	job := rec.Job()
+	if isParent(job) {
+		return whole, nil, true
+	}
+	d, ok := w.cache.digestAt(jobNamespace(job), rec.ID(), rec.JobModifyIndex())
+	if !ok {
+		// Unknown stays unknown on error, as in decodeJobEvent.
+		d, _ = jobs.DigestDecoded(whole)
+	}
+	return job, rec.WithDigest(d), true
+}
+
+// specKeyOf finds a job's namespace, ID and JobModifyIndex in its JSON
+// without decoding it, to choose how to decode it: the first "Namespace"
+// and "ID" members (Nomad writes them second and third, before any nested
+// object) and the last "JobModifyIndex" (Nomad writes it near the end,
+// after the meta, whose keys could be anything). A member name cannot
+// occur inside a string, whose quotes are escaped. Not ok when one is
+// missing or is not plain; a wrong answer costs only time, as both ways of
+// decoding give the same.
+func specKeyOf(raw []byte) (ns, id string, index uint64, ok bool) {
+	ns, ok = plainString(raw, bytes.Index(raw, []byte(`"Namespace":"`)), len(`"Namespace":"`))
+	if !ok {
+		return "", "", 0, false
+	}
+	if id, ok = plainString(raw, bytes.Index(raw, []byte(`"ID":"`)), len(`"ID":"`)); !ok {
+		return "", "", 0, false
+	}
+	i := bytes.LastIndex(raw, []byte(`"JobModifyIndex":`))
+	if i < 0 {
+		return "", "", 0, false
+	}
+	i += len(`"JobModifyIndex":`)
+	end := i
+	for end < len(raw) && raw[end] >= '0' && raw[end] <= '9' {
+		end++
+	}
+	index, err := strconv.ParseUint(string(raw[i:end]), 10, 64)
+	if err != nil {
+		return "", "", 0, false
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return ns, id, index, true
+}
+
+// plainString is the JSON string whose text starts n bytes after at, when
+// it has no escapes.
+func plainString(raw []byte, at, n int) (string, bool) {
+	if at < 0 {
+		return "", false
+	}
+	s := raw[at+n:]
+	end := bytes.IndexByte(s, '"')
+	if end < 0 || bytes.IndexByte(s[:end], '\\') >= 0 {
+		return "", false
+	}
+	return string(s[:end]), true
 }
 
 // allocPayload is the part of an allocation event's payload the cache keeps,
