@@ -100,7 +100,17 @@ func newRevisionDoc(job *api.Job) (*revisionDoc, error) {
 
 // revisionDocOf is newRevisionDoc on a job the caller owns: it changes c.
 // A job just decoded from JSON needs no copy.
-func revisionDocOf(c *api.Job) (*revisionDoc, error) {
+func revisionDocOf(c *api.Job) (doc *revisionDoc, err error) {
+	// A null inside a list or map of the job (a service, a check, a
+	// template, a constraint…) is JSON no Nomad server accepts or sends,
+	// so it comes only from a hand-made payload or file; the api package's
+	// Canonicalize, and the defaults applied after it, dereference such
+	// entries. The job is then refused, never a panic of the daemon.
+	defer func() {
+		if r := recover(); r != nil {
+			doc, err = nil, fmt.Errorf("job %q holds a null where Nomad expects an object (a list or map entry written as null): %v", deref(c.ID), r)
+		}
+	}()
 	var groups []*api.TaskGroup
 	for _, g := range c.TaskGroups {
 		if g != nil {
@@ -129,7 +139,7 @@ func revisionDocOf(c *api.Job) (*revisionDoc, error) {
 	stripImplicit(g)
 	applyServerDefaults(g)
 
-	doc := &revisionDoc{
+	doc = &revisionDoc{
 		Datacenters: c.Datacenters,
 		NodePool:    *c.NodePool,
 		Priority:    *c.Priority,
