@@ -198,19 +198,11 @@ func TestCompactChildKeepsDrift(t *testing.T) {
 	}
 }
 
-// TestDecodeCompactChildMatches: decoding a child's JSON straight into the
-// compact form gives exactly CompactChild of the whole decoded job, for
-// every one of the changes TestCompactChildKeepsDrift tries.
-func TestDecodeCompactChildMatches(t *testing.T) {
-	spec, rev := mustSpecRev(t, newJob(map[string]string{KeyVolumeClaims: "data,logs"}))
-	rendered, err := RenderChild(spec, rev, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bases := []*api.Job{rendered}
-	for _, name := range examples {
-		bases = append(bases, loadJob(t, filepath.Join("testdata", name+".child.registered.json")))
-	}
+// eachMutatedChild calls visit with the JSON of each base unchanged and of
+// every one of the changes TestCompactChildKeepsDrift tries (the mutator's
+// targets, one at a time), and fails unless each base gave at least 100.
+func eachMutatedChild(t *testing.T, bases []*api.Job, visit func(base int, what string, data []byte)) {
+	t.Helper()
 	for i, b := range bases {
 		tried := 0
 		for target := 0; ; target++ {
@@ -230,24 +222,42 @@ func TestDecodeCompactChildMatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := DecodeCompactChild(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var whole api.Job
-			if err := json.Unmarshal(data, &whole); err != nil {
-				t.Fatal(err)
-			}
-			if want := CompactChild(&whole); !reflect.DeepEqual(got, want) {
-				g, _ := json.Marshal(got)
-				w, _ := json.Marshal(want)
-				t.Fatalf("base %d, %s: decoded compact\n%s\nwant\n%s", i, m.what, g, w)
-			}
+			visit(i, m.what, data)
 		}
 		if tried < 100 {
 			t.Fatalf("base %d: only %d variants tried", i, tried)
 		}
 	}
+}
+
+// TestDecodeCompactChildMatches: decoding a child's JSON straight into the
+// compact form gives exactly CompactChild of the whole decoded job, for
+// every one of the changes TestCompactChildKeepsDrift tries.
+func TestDecodeCompactChildMatches(t *testing.T) {
+	spec, rev := mustSpecRev(t, newJob(map[string]string{KeyVolumeClaims: "data,logs"}))
+	rendered, err := RenderChild(spec, rev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := []*api.Job{rendered}
+	for _, name := range examples {
+		bases = append(bases, loadJob(t, filepath.Join("testdata", name+".child.registered.json")))
+	}
+	eachMutatedChild(t, bases, func(i int, what string, data []byte) {
+		got, err := DecodeCompactChild(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole api.Job
+		if err := json.Unmarshal(data, &whole); err != nil {
+			t.Fatal(err)
+		}
+		if want := CompactChild(&whole); !reflect.DeepEqual(got, want) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(want)
+			t.Fatalf("base %d, %s: decoded compact\n%s\nwant\n%s", i, what, g, w)
+		}
+	})
 	if _, err := DecodeCompactChild([]byte("{")); err == nil {
 		t.Fatal("truncated JSON decoded")
 	}
