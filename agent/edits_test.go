@@ -73,7 +73,7 @@ func handEdited(t *testing.T, edit func(j *api.Job), field string, recorded bool
 	r := newSyncRig(t, parent)
 	child := r.firstChild(t, parent, 0)
 	if recorded {
-		if err := jobs.RecordRendering(child); err != nil {
+		if _, err := jobs.RecordRendering(child); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestAnUpgradeRestartsNothing(t *testing.T) {
 			parent := parentJob("web", map[string]string{"statefulset_replicas": "1"}, "v1")
 			r := newSyncRig(t, parent)
 			child := r.firstChild(t, parent, 0) // as the earlier release rendered it
-			if err := jobs.RecordRendering(child); err != nil {
+			if _, err := jobs.RecordRendering(child); err != nil {
 				t.Fatal(err)
 			}
 			tc.edit(child)

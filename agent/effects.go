@@ -203,7 +203,7 @@ func (e *podControl) registerPod(ctx context.Context, p *pass, act reconciler.Ac
 		}
 		spread = &backend.Spread{Attr: spec.Spread, Required: spec.SpreadRequired, Used: used}
 	}
-	reg, err := e.nomad.RegisterChildRecorded(ctx, spec, act.Revision, act.Ordinal, spread, index)
+	reg, err := e.nomad.RegisterChild(ctx, spec, act.Revision, act.Ordinal, spread, index)
 	if err != nil {
 		if backend.IsConflict(err) {
 			e.requestResync()

@@ -59,7 +59,7 @@ func TestRegisteredChildIsNotRenderedAgain(t *testing.T) {
 			sim := nomadsim.NewNomad(nomadsim.NomadConfig{Manual: true})
 			t.Cleanup(sim.Close)
 			ctx := context.Background()
-			reg, err := nomad.NewCluster(sim).RegisterChildRecorded(ctx, spec, rev, 1, tc.spread, 0)
+			reg, err := nomad.NewCluster(sim).RegisterChild(ctx, spec, rev, 1, tc.spread, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func olderRendering(j *api.Job) {
 	env["RELEASE"] = "old"
 	old := *j
 	old.Meta = maps.Clone(j.Meta)
-	if err := jobs.RecordRendering(&old); err != nil {
+	if _, err := jobs.RecordRendering(&old); err != nil {
 		panic(err)
 	}
 	j.Meta[jobs.MetaRendered] = old.Meta[jobs.MetaRendered]

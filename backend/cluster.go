@@ -358,13 +358,13 @@ type Cluster interface {
 // Children are the writes of child jobs. Each is one action's effect; none
 // decides anything.
 type Children interface {
-	// RegisterChildRecorded renders ordinal's child of spec at rev and
+	// RegisterChild renders ordinal's child of spec at rev and
 	// registers it, fenced on index (0: the child must not exist). A
 	// spread that is not nil adds its rules first. It returns the child's
 	// new JobModifyIndex with the record of the rendering the child
 	// carries, or an error that IsConflict when the child changed since it
 	// was observed.
-	RegisterChildRecorded(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *Spread, index uint64) (Registration, error)
+	RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *Spread, index uint64) (Registration, error)
 	// DeregisterChild stops a child, and purges it when purge is set.
 	// Nomad 1.10 answers a deregister of a job it does not have with
 	// success (nomad/job_endpoint.go, Deregister); an error that wraps
@@ -381,7 +381,7 @@ type Children interface {
 	EvaluateChild(ctx context.Context, namespace, id string) error
 }
 
-// Registration is what RegisterChildRecorded registered.
+// Registration is what RegisterChild registered.
 type Registration struct {
 	// JobModifyIndex is the child's new JobModifyIndex.
 	JobModifyIndex uint64

@@ -37,7 +37,7 @@ func TestUpgradeRestartsNothing(t *testing.T) {
 		task.Meta = map[string]string{}
 	}
 	task.Meta["rendered_by"] = "an earlier release"
-	if err := jobs.RecordRendering(job); err != nil {
+	if _, err := jobs.RecordRendering(job); err != nil {
 		t.Fatal(err)
 	}
 	resp, _, err := c.Nomad.Client.Jobs().EnforceRegister(job, *job.JobModifyIndex, nil)

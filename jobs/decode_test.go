@@ -25,7 +25,7 @@ func TestDecodeChildIsRecordAndDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	SpreadChild(spread, "${node.unique.id}", false, []string{"n1", "n2"})
-	if err := RecordRendering(spread); err != nil {
+	if _, err := RecordRendering(spread); err != nil {
 		t.Fatal(err)
 	}
 	bases := []*api.Job{rendered, spread}

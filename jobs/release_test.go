@@ -62,7 +62,7 @@ func TestRecordThisRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := RecordRendering(child); err != nil {
+			if _, err := RecordRendering(child); err != nil {
 				t.Fatal(err)
 			}
 			writeJSON(t, filepath.Join(dir, fmt.Sprintf("%s.child-%d.json", name, ord)), child)

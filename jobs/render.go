@@ -122,18 +122,11 @@ func RenderChild(spec reconciler.Spec, rev reconciler.Revision, ordinal int) (*a
 // is: call it last, on the job exactly as it is registered. The digest
 // leaves out the statefulset meta, the record itself included, and the
 // spreading rules MetaSpreadAvoid names, as the digest of the child read
-// back from Nomad does.
-func RecordRendering(child *api.Job) error {
-	_, err := RecordRenderingDigest(child)
-	return err
-}
-
-// RecordRenderingDigest is RecordRendering, and returns the digest it
-// recorded: the digest a registered child's record holds, which is also
-// RenderedDigest of its revision and ordinal with its spread record, so
-// that the registration's caller need not render the child again to know
-// it.
-func RecordRenderingDigest(child *api.Job) (SpecDigest, error) {
+// back from Nomad does. It returns the digest it recorded, which is also
+// RenderedDigest of the child's revision and ordinal with its spread
+// record, so that the registration's caller need not render the child
+// again to know it.
+func RecordRendering(child *api.Job) (SpecDigest, error) {
 	d, err := DigestChild(child)
 	if err != nil {
 		return SpecDigest{}, fmt.Errorf("recording the rendering of %s: %w", deref(child.ID), err)

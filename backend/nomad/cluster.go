@@ -75,15 +75,8 @@ func (c *Cluster) WritePacing() backend.WritePacing {
 	return backend.WritePacing{Holds: holds, Held: held, MaxBehind: c.pacer.MaxBehind()}
 }
 
-// RegisterChild is RegisterChildRecorded for a caller that needs only the
-// child's new JobModifyIndex.
-func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (uint64, error) {
-	reg, err := c.RegisterChildRecorded(ctx, spec, rev, ordinal, spread, index)
-	return reg.JobModifyIndex, err
-}
-
-// RegisterChildRecorded implements backend.Children.
-func (c *Cluster) RegisterChildRecorded(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (backend.Registration, error) {
+// RegisterChild implements backend.Children.
+func (c *Cluster) RegisterChild(ctx context.Context, spec reconciler.Spec, rev reconciler.Revision, ordinal int, spread *backend.Spread, index uint64) (backend.Registration, error) {
 	child, err := jobs.RenderChild(spec, rev, ordinal)
 	if err != nil {
 		return backend.Registration{}, fmt.Errorf("rendering child %s: %w", reconciler.PodName(spec.Name, ordinal), err)
@@ -91,7 +84,7 @@ func (c *Cluster) RegisterChildRecorded(ctx context.Context, spec reconciler.Spe
 	if spread != nil {
 		jobs.SpreadChild(child, spread.Attr, spread.Required, spread.Used)
 	}
-	rendered, err := jobs.RecordRenderingDigest(child)
+	rendered, err := jobs.RecordRendering(child)
 	if err != nil {
 		return backend.Registration{}, err
 	}

@@ -48,7 +48,8 @@ func TestClusterCarriesOutChildWrites(t *testing.T) {
 	ctx := context.Background()
 	sim, c, spec, rev := clusterSet(t)
 
-	idx, err := c.RegisterChild(ctx, spec, rev, 0, &backend.Spread{Attr: "${node.unique.id}", Used: []string{"n1"}}, 0)
+	reg, err := c.RegisterChild(ctx, spec, rev, 0, &backend.Spread{Attr: "${node.unique.id}", Used: []string{"n1"}}, 0)
+	idx := reg.JobModifyIndex
 	if err != nil || idx == 0 {
 		t.Fatalf("registering web-0: index %d, %v", idx, err)
 	}
@@ -140,7 +141,7 @@ func TestClusterRendersWhatItRegisters(t *testing.T) {
 	}
 }
 
-// TestRegistrationRecordsItsRendering: the digest RegisterChildRecorded
+// TestRegistrationRecordsItsRendering: the digest RegisterChild
 // returns is the child's own record of its rendering as Nomad holds it,
 // and the digest RenderedDigest gives its revision with its spread
 // record, so the agent may keep it instead of rendering the child again.
@@ -157,7 +158,7 @@ func TestRegistrationRecordsItsRendering(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			sim, c, spec, rev := clusterSet(t)
-			reg, err := c.RegisterChildRecorded(ctx, spec, rev, 2, tc.spread, 0)
+			reg, err := c.RegisterChild(ctx, spec, rev, 2, tc.spread, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
