@@ -538,11 +538,9 @@ func (w *world) step() error {
 			return w.checkState()
 		}
 	}
-	if !w.dropStatus && !w.unannotated && !out.Gone && !w.stateDeleted {
-		// A pass carried out to its end: the stored status says what the
-		// decision's does, written by its RecordStatus or already there.
-		w.members, w.condemnedDelete = members, condemnedAll
-	}
+	// The membership counts from the writes that record it (RecordOrdinals,
+	// RecordStatus), as the agent makes them: a decision whose status is
+	// already stored writes nothing, and changes nothing of it.
 	return w.checkState()
 }
 
