@@ -45,10 +45,10 @@ func TestAgentDetachesAParentThatLostItsAnnotation(t *testing.T) {
 			h.register(&unannotated)
 			writes := sim.Writes()
 			waitDetached(h, key, true)
-			d := h.view("db")
-			if !hasEvent(d, string(reconciler.ConditionDetached)) {
-				t.Fatalf("no Detached event; events: %+v", d.Events)
-			}
+			h.waitFor("the Detached event", 10*time.Second, func() (bool, string) {
+				d := h.view("db")
+				return hasEvent(d, string(reconciler.ConditionDetached)), fmt.Sprintf("%+v", d.Events)
+			})
 
 			// A new leader, which knows the set only from what Nomad lists.
 			h.stop()
@@ -86,9 +86,12 @@ func TestAgentDetachesAParentThatLostItsAnnotation(t *testing.T) {
 			if got := childIndexes(t, sim, "db", 3); !maps.Equal(got, indexes) {
 				t.Fatalf("adopting re-registered children: %v, were %v", got, indexes)
 			}
-			if d := h.view("db"); !hasEvent(d, "Adopted") {
-				t.Fatalf("no Adopted event; events: %+v", d.Events)
-			}
+			// The status write is the pass's last action, and the event is
+			// announced once the pass records its outcome, just after it.
+			h.waitFor("the Adopted event", 10*time.Second, func() (bool, string) {
+				d := h.view("db")
+				return hasEvent(d, "Adopted"), fmt.Sprintf("%+v", d.Events)
+			})
 			revs, err := store.ListRevisions(context.Background(), key)
 			if err != nil || len(revs) != 1 {
 				t.Fatalf("revisions after adoption: %+v (%v), want the one kept", revs, err)
