@@ -103,7 +103,9 @@ func TestDisruptionCheckWithoutShellHolds(t *testing.T) {
 		t.Fatalf("children %v stopped while the disruption check could not run (%s)", got, msg)
 	}
 	// Asked again with backoff, on the agent's clock: still held, still
-	// nothing down.
+	// nothing down. The held pass is followed by one that schedules the
+	// retry on the clock: settle first, so that the advance passes it.
+	h.settle()
 	fc.Advance(30 * time.Second)
 	h.waitFor("the check to be asked again", 20*time.Second, func() (bool, string) {
 		sh.mu.Lock()
