@@ -91,11 +91,44 @@ func ModuleRoot() (string, error) {
 }
 
 // portMu and portsTaken keep one test binary from handing out the same port
-// twice.
+// twice; portClaims holds the claim files that keep the other test binaries
+// on this machine from handing it out (claimPort).
 var (
 	portMu     sync.Mutex
 	portsTaken = map[int]bool{}
+	portClaims []*os.File
 )
+
+// portClaimDir holds one claim file per port a test binary on this machine
+// handed out, locked with flock(2) for the life of that binary.
+var portClaimDir = filepath.Join(os.TempDir(), "nss-testagent-ports")
+
+// claimPort claims port for the life of this process, across processes:
+// a port free when picked is freed again while its agent is stopped for a
+// restart (TestConsulRestart keeps Consul down for ten seconds), and a test
+// binary running beside it, which has its own portsTaken, once picked such
+// a port and Consul could not bind it again ("bind: address already in
+// use"). The kernel drops the lock when the process exits, however it
+// exits, so no claim outlives its binary. It reports false if another
+// process holds the claim.
+func claimPort(port int) (bool, error) {
+	if err := os.MkdirAll(portClaimDir, 0o777); err != nil {
+		return false, fmt.Errorf("making the port claim directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false, fmt.Errorf("opening the claim file of port %d: %w", port, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, fmt.Errorf("locking the claim file of port %d: %w", port, err)
+	}
+	portClaims = append(portClaims, f)
+	return true, nil
+}
 
 // The agents' ports are picked in [portRangeLow, portRangeHigh): below
 // Linux's ephemeral range (32768–60999), where every outgoing connection
@@ -111,9 +144,10 @@ const (
 
 // FreePorts returns n distinct ports on 127.0.0.1 in [portRangeLow,
 // portRangeHigh) that were free for both TCP and UDP (DNS and Serf use
-// both) when asked, and that this test binary has not handed out before.
-// Test binaries that run at once pick at random, so they seldom try the
-// same port, and never hand out one the other holds.
+// both) when asked, and that no test binary on this machine has handed out
+// before (claimPort): a port stays its agent's while the agent is stopped
+// for a restart. Test binaries that run at once pick at random, so they
+// seldom try the same port.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	portMu.Lock()
@@ -144,6 +178,13 @@ func FreePorts(t testing.TB, n int) []int {
 			continue
 		}
 		hold = append(hold, u)
+		claimed, err := claimPort(port)
+		if err != nil {
+			t.Fatalf("testagent: %v", err)
+		}
+		if !claimed {
+			continue
+		}
 		portsTaken[port] = true
 		ports = append(ports, port)
 	}

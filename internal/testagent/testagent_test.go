@@ -3,11 +3,15 @@
 package testagent
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,6 +272,58 @@ func TestFreePortsDistinct(t *testing.T) {
 				t.Fatalf("port %d is in Nomad's dynamic ports (20000-32000) or the ephemeral range (32768-60999)", p)
 			}
 		}
+	}
+}
+
+// TestFreePortsClaimedAcrossProcesses: a port handed out stays claimed while
+// nothing listens on it, against another process too. A second open file
+// description of the claim file stands for that process: flock(2) locks
+// conflict between descriptions, in one process as in two. Without the
+// claim, a test binary beside TestConsulRestart took Consul's port while
+// Consul was down, and Consul could not start again.
+func TestFreePortsClaimedAcrossProcesses(t *testing.T) {
+	port := FreePorts(t, 1)[0]
+	// Nothing listens on it now, as when its agent is stopped.
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatalf("port %d should be free to bind: %v", port, err)
+	}
+	_ = l.Close()
+	f, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(port)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("port %d has no claim file: %v", port, err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		t.Fatalf("another process could claim port %d, which this one handed out", port)
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("locking the claim of port %d: %v", port, err)
+	}
+	// A port another process claimed is not handed out here: claim one
+	// through a description of its own, as that process would.
+	other, g := 0, (*os.File)(nil)
+	for p := portRangeLow; p < portRangeHigh && g == nil; p++ {
+		if portsTaken[p] {
+			continue
+		}
+		h, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if syscall.Flock(int(h.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			_ = h.Close()
+			continue
+		}
+		other, g = p, h
+	}
+	if g == nil {
+		t.Fatalf("every port in [%d, %d) is claimed", portRangeLow, portRangeHigh)
+	}
+	defer g.Close()
+	if ok, err := claimPort(other); err != nil || ok {
+		t.Fatalf("claimPort(%d) of a port another process claimed = %v, %v; want false, nil", other, ok, err)
 	}
 }
 
