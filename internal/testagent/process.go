@@ -90,44 +90,63 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// portMu and portsTaken keep one test binary from handing out the same port
-// twice; portClaims holds the claim files that keep the other test binaries
-// on this machine from handing it out (claimPort).
+// portMu serialises FreePorts; portClaims holds open the claim files of
+// the ports this test binary handed out (claimPort), whose locks keep every
+// test binary on this machine, this one included, from handing them out
+// again.
 var (
 	portMu     sync.Mutex
-	portsTaken = map[int]bool{}
-	portClaims []*os.File
+	portClaims = map[int]*os.File{}
 )
 
 // portClaimDir holds one claim file per port a test binary on this machine
 // handed out, locked with flock(2) for the life of that binary.
 var portClaimDir = filepath.Join(os.TempDir(), "nss-testagent-ports")
 
-// claimPort claims port for the life of this process, across processes:
-// a port free when picked is freed again while its agent is stopped for a
-// restart (TestConsulRestart keeps Consul down for ten seconds), and a test
-// binary running beside it, which has its own portsTaken, once picked such
-// a port and Consul could not bind it again ("bind: address already in
-// use"). The kernel drops the lock when the process exits, however it
-// exits, so no claim outlives its binary. It reports false if another
-// process holds the claim.
-func claimPort(port int) (bool, error) {
+// lockPortClaim opens port's claim file and locks it without waiting. It
+// returns nil and no error when the claim is held, by another process or
+// through another open file of this one (flock(2) locks conflict between
+// open files, in one process as in two).
+func lockPortClaim(port int) (*os.File, error) {
 	if err := os.MkdirAll(portClaimDir, 0o777); err != nil {
-		return false, fmt.Errorf("making the port claim directory: %w", err)
+		return nil, fmt.Errorf("making the port claim directory: %w", err)
 	}
 	f, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		return false, fmt.Errorf("opening the claim file of port %d: %w", port, err)
+		return nil, fmt.Errorf("opening the claim file of port %d: %w", port, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return false, nil
+			return nil, nil
 		}
-		return false, fmt.Errorf("locking the claim file of port %d: %w", port, err)
+		return nil, fmt.Errorf("locking the claim file of port %d: %w", port, err)
 	}
-	portClaims = append(portClaims, f)
+	return f, nil
+}
+
+// claimPort claims port for the life of this process, across processes:
+// a port free when picked is freed again while its agent is stopped for a
+// restart (TestConsulRestart keeps Consul down for ten seconds), and a test
+// binary running beside it once picked such a port, so that Consul could
+// not bind it again ("bind: address already in use"). The kernel drops the
+// lock when the process exits, however it exits, so no claim outlives its
+// binary. It reports false if the claim is held already.
+func claimPort(port int) (bool, error) {
+	f, err := lockPortClaim(port)
+	if f == nil || err != nil {
+		return false, err
+	}
+	portClaims[port] = f
 	return true, nil
+}
+
+// releasePort gives up a claim this process holds.
+func releasePort(port int) {
+	if f := portClaims[port]; f != nil {
+		_ = f.Close()
+		delete(portClaims, port)
+	}
 }
 
 // The agents' ports are picked in [portRangeLow, portRangeHigh): below
@@ -165,19 +184,8 @@ func FreePorts(t testing.TB, n int) []int {
 			t.Fatalf("testagent: cannot find %d free ports in [%d, %d)", n, portRangeLow, portRangeHigh)
 		}
 		port := portRangeLow + rand.IntN(span)
-		if portsTaken[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		hold = append(hold, l)
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		hold = append(hold, u)
+		// Claimed before it is probed: a probe's bind of a port whose agent
+		// is being restarted could fail that restart.
 		claimed, err := claimPort(port)
 		if err != nil {
 			t.Fatalf("testagent: %v", err)
@@ -185,7 +193,18 @@ func FreePorts(t testing.TB, n int) []int {
 		if !claimed {
 			continue
 		}
-		portsTaken[port] = true
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			releasePort(port)
+			continue
+		}
+		hold = append(hold, l)
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			releasePort(port)
+			continue
+		}
+		hold = append(hold, u)
 		ports = append(ports, port)
 	}
 	return ports

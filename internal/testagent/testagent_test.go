@@ -3,6 +3,7 @@
 package testagent
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -276,12 +276,16 @@ func TestFreePortsDistinct(t *testing.T) {
 }
 
 // TestFreePortsClaimedAcrossProcesses: a port handed out stays claimed while
-// nothing listens on it, against another process too. A second open file
-// description of the claim file stands for that process: flock(2) locks
-// conflict between descriptions, in one process as in two. Without the
-// claim, a test binary beside TestConsulRestart took Consul's port while
-// Consul was down, and Consul could not start again.
+// nothing listens on it, against another process, and a port another
+// process claimed is not handed out. The other process is util-linux's
+// flock(1), which takes the same flock(2) lock. Without the claim, a test
+// binary beside TestConsulRestart took Consul's port while Consul was down,
+// and Consul could not start again.
 func TestFreePortsClaimedAcrossProcesses(t *testing.T) {
+	flock, err := exec.LookPath("flock")
+	if err != nil {
+		t.Fatalf("this test runs util-linux's flock(1) as the other process: %v (apt-get install util-linux)", err)
+	}
 	port := FreePorts(t, 1)[0]
 	// Nothing listens on it now, as when its agent is stopped.
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
@@ -289,39 +293,40 @@ func TestFreePortsClaimedAcrossProcesses(t *testing.T) {
 		t.Fatalf("port %d should be free to bind: %v", port, err)
 	}
 	_ = l.Close()
-	f, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(port)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("port %d has no claim file: %v", port, err)
+	claim := filepath.Join(portClaimDir, strconv.Itoa(port))
+	err = exec.Command(flock, "--nonblock", "--conflict-exit-code", "75", claim, "true").Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 75 {
+		t.Fatalf("another process locking the claim of port %d, which this one handed out: %v; want it refused (exit 75)", port, err)
 	}
-	defer f.Close()
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if err == nil {
-		t.Fatalf("another process could claim port %d, which this one handed out", port)
-	}
-	if !errors.Is(err, syscall.EWOULDBLOCK) {
-		t.Fatalf("locking the claim of port %d: %v", port, err)
-	}
-	// A port another process claimed is not handed out here: claim one
-	// through a description of its own, as that process would.
-	other, g := 0, (*os.File)(nil)
-	for p := portRangeLow; p < portRangeHigh && g == nil; p++ {
-		if portsTaken[p] {
-			continue
-		}
-		h, err := os.OpenFile(filepath.Join(portClaimDir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+
+	// A port another process claimed is not handed out here.
+	other := -1
+	for p := portRangeLow; p < portRangeHigh && other < 0; p++ {
+		f, err := lockPortClaim(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if syscall.Flock(int(h.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			_ = h.Close()
-			continue
+		if f != nil {
+			_ = f.Close() // free to claim: let flock(1) have it
+			other = p
 		}
-		other, g = p, h
 	}
-	if g == nil {
+	if other < 0 {
 		t.Fatalf("every port in [%d, %d) is claimed", portRangeLow, portRangeHigh)
 	}
-	defer g.Close()
+	holder := exec.Command(flock, "--nonblock", filepath.Join(portClaimDir, strconv.Itoa(other)), "sh", "-c", "echo held; exec sleep 60")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatalf("starting flock(1) on port %d's claim: %v", other, err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("flock(1) did not take port %d's claim: %q, %v", other, line, err)
+	}
 	if ok, err := claimPort(other); err != nil || ok {
 		t.Fatalf("claimPort(%d) of a port another process claimed = %v, %v; want false, nil", other, ok, err)
 	}
